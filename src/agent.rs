@@ -1,0 +1,204 @@
+//! An agent: creating one (workspace, AGENTS.md, registry row) and opening a [`Session`] that
+//! holds what its turns need (DESIGN.md §3).
+//!
+//! Owns resolving the agent's model, wire style and gateway, and the per-turn reading of its
+//! role template, AGENTS.md, MEMORY.md and skills (re-read every turn so edits take effect on
+//! the next round). The turn loop itself is `crate::turn`.
+
+use std::path::PathBuf;
+
+use crate::config::{Config, ConfigError};
+use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore};
+use crate::gateway::{ApiStyle, GatewayClient, GatewayError, GatewaySettings};
+use crate::home::{Home, HomeError};
+use crate::registry::{AgentRecord, AgentSettings, NewAgent, Registry, RegistryError};
+use crate::role::{self, RoleError, RoleTemplate, ToolConfig};
+use crate::tools::skill::{self, SkillInfo};
+use crate::tools::ToolSet;
+
+/// Errors opening or creating an agent, or preparing a turn. Each names what is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Role(#[from] RoleError),
+    #[error(transparent)]
+    History(#[from] HistoryError),
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("no gateway configured: set CICY_GATEWAY_URL or gateway.url in {0}")]
+    NoGateway(PathBuf),
+    #[error("agent {0}: no model configured: pass --model at create, set `model` in the role's meta.yaml, set CICY_MODEL, or gateway.model in config.yaml")]
+    NoModel(String),
+}
+
+/// Options of `cicy-agent create`.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub title: String,
+    pub role_template: String,
+    pub role: String,
+    pub model: Option<String>,
+    pub master: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub api_style: Option<ApiStyle>,
+}
+
+/// What `create` did, for the CLI to report.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub record: AgentRecord,
+    /// False when an existing AGENTS.md was kept.
+    pub wrote_agents_md: bool,
+    /// Set when `--role` is neither `worker` nor `master` (it loses the worker marker).
+    pub role_warning: Option<String>,
+}
+
+/// Creates an agent: validates the template, allocates `w-<n>`, makes the workspace, writes
+/// AGENTS.md only if missing, inserts the registry row.
+pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
+    home.ensure()?;
+    let tools = ToolConfig::load(home)?;
+    let template = role::load_template(home, &opts.role_template, &tools)?;
+    let mut reg = Registry::open(&home.db_path())?;
+    let workspace = opts.workspace.map(|w| absolute(&w));
+    let record = reg.create(
+        NewAgent {
+            title: opts.title.clone(),
+            workspace,
+            role: opts.role.clone(),
+            role_template: template.slug.clone(),
+            default_model: opts.model,
+            master_id: opts.master,
+            config: AgentSettings { api_style: opts.api_style, ..AgentSettings::default() },
+        },
+        |id| home.default_workspace(id),
+    )?;
+    std::fs::create_dir_all(&record.workspace)
+        .map_err(|source| AgentError::Io { path: record.workspace.clone(), source })?;
+    let agents_md = record.workspace.join("AGENTS.md");
+    let wrote_agents_md = !agents_md.exists();
+    if wrote_agents_md {
+        let text = role::seed_agents_md(&template.role_md, &record.id, &record.title, &record.workspace);
+        crate::fsutil::write_atomic(&agents_md, text.as_bytes())
+            .map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
+    }
+    let role_warning = match opts.role.as_str() {
+        "worker" | "master" => None,
+        other => Some(format!(
+            "--role `{other}` is only a roster label (never prompt text) and drops the `worker` marker; set the persona with --role-template or by editing AGENTS.md"
+        )),
+    };
+    Ok(Created { record, wrote_agents_md, role_warning })
+}
+
+fn absolute(p: &std::path::Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(p)).unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// What one turn reads fresh from disk.
+#[derive(Debug, Clone)]
+pub struct TurnMaterials {
+    pub template: RoleTemplate,
+    pub tools: ToolSet,
+    pub agents_md: String,
+    pub memory_md: String,
+    pub skills: Vec<SkillInfo>,
+    pub model: String,
+    pub max_tokens: u32,
+}
+
+/// cicy: 2048 output tokens per main round.
+pub const DEFAULT_MAX_TOKENS: u32 = 2048;
+
+/// An open agent: its row, configuration, gateway client and conversation.
+pub struct Session {
+    pub home: Home,
+    pub record: AgentRecord,
+    pub config: Config,
+    pub client: GatewayClient,
+    pub store: HistoryStore,
+    pub current: CurrentFile,
+    /// Notes from restoring the history (what was healed), for the caller to show.
+    pub restore_notes: Vec<String>,
+}
+
+impl Session {
+    /// Opens agent `id`: reads the registry, config and role (a broken role is an error here,
+    /// before anything is written), restores and heals the history.
+    pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
+        let record = Registry::open(&home.db_path())?.get(id)?;
+        let config = Config::load(&home.config_path())?;
+        let url = config.gateway_url.clone().ok_or_else(|| AgentError::NoGateway(home.config_path()))?;
+        let client = GatewayClient::new(GatewaySettings {
+            base_url: url,
+            style: record.config.api_style.unwrap_or(config.api_style),
+            api_key: config.api_key.clone(),
+            connect_timeout: config.connect_timeout,
+            idle_timeout: config.idle_timeout,
+            max_retries: config.max_retries,
+            ..GatewaySettings::default()
+        })?;
+        let store = HistoryStore::new(&record.workspace);
+        let mut session = Self {
+            home: home.clone(),
+            record,
+            config,
+            client,
+            store,
+            current: CurrentFile::new(id, ""),
+            restore_notes: Vec::new(),
+        };
+        let materials = session.materials()?;
+        let restored = session.store.restore(id, &materials.model)?;
+        session.current = restored.current;
+        session.restore_notes = restored.healed;
+        Ok(session)
+    }
+
+    /// Re-reads the role template, tool config, AGENTS.md, MEMORY.md and skills.
+    pub fn materials(&self) -> Result<TurnMaterials, AgentError> {
+        let tool_cfg = ToolConfig::load(&self.home)?;
+        let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;
+        let model = self
+            .record
+            .default_model
+            .clone()
+            .or_else(|| template.meta.model.clone())
+            .or_else(|| self.config.model.clone())
+            .ok_or_else(|| AgentError::NoModel(self.record.id.clone()))?;
+        let ws = &self.record.workspace;
+        let agents_md = read_optional(&ws.join("AGENTS.md"))?;
+        let memory_md = read_optional(&ws.join(".cicy").join("memory").join("MEMORY.md"))?;
+        Ok(TurnMaterials {
+            max_tokens: template.meta.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            tools: ToolSet::new(template.tools.clone(), tool_cfg.custom),
+            agents_md: role::agents_md_body(&agents_md).to_string(),
+            memory_md,
+            skills: skill::list_skills(&self.home.skills_dir()),
+            template,
+            model,
+        })
+    }
+}
+
+/// A text file's content, or empty when it does not exist. Invalid UTF-8 is decoded lossily
+/// so a hand-edited file never stops a turn.
+fn read_optional(path: &std::path::Path) -> Result<String, AgentError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(source) => Err(AgentError::Io { path: path.to_path_buf(), source }),
+    }
+}

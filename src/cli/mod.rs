@@ -1,0 +1,205 @@
+//! The command line (DESIGN.md §3): argument parsing, command dispatch and the only code that
+//! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
+
+mod chat;
+mod print;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use cicy::agent::{self, CreateOptions};
+use cicy::conversation::message::{Content, ContentBlock, Role};
+use cicy::gateway::ApiStyle;
+use cicy::home::Home;
+use cicy::registry::Registry;
+use cicy::role::{self, ToolConfig};
+
+#[derive(Debug, Parser)]
+#[command(name = "cicy-agent", version, about = "A headless role-agent runtime", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create an agent from a role template and print its id.
+    Create {
+        /// Display title of the agent.
+        title: String,
+        /// Persona: a packaged or `$CICY_HOME/roles/<slug>` template.
+        #[arg(long, default_value = "assistant")]
+        role_template: String,
+        /// Roster label (not prompt text); `worker` and `master` are topology markers.
+        #[arg(long, default_value = "worker")]
+        role: String,
+        /// Model for this agent (overrides the role's and the config's).
+        #[arg(long)]
+        model: Option<String>,
+        /// Id of this agent's master.
+        #[arg(long)]
+        master: Option<String>,
+        /// Workspace folder (default `$CICY_HOME/workers/<id>`).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// Wire style for this agent: anthropic or openai.
+        #[arg(long, value_parser = parse_style)]
+        api_style: Option<ApiStyle>,
+    },
+    /// List agents.
+    Ls,
+    /// List role templates.
+    Roles,
+    /// Show one agent.
+    Show { id: String },
+    /// Send one message (streams the answer), or with no text read messages from stdin.
+    Chat {
+        id: String,
+        /// The message; omit it for a line-by-line session (`/exit` leaves).
+        text: Option<String>,
+        /// Print every event as one JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-run the last turn if it ended with an outcome marker (failed, cancelled, blocked).
+    Retry {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the active conversation.
+    History {
+        id: String,
+        /// Print current.json's messages as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_style(s: &str) -> Result<ApiStyle, String> {
+    ApiStyle::parse(s).ok_or_else(|| format!("`{s}` is not an API style (anthropic, openai)"))
+}
+
+/// Runs the CLI; errors are printed to stderr with their causes.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("CICY_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let home = Home::from_env()?;
+    match cli.command {
+        Command::Create { title, role_template, role, model, master, workspace, api_style } => {
+            let created = agent::create(
+                &home,
+                CreateOptions { title, role_template, role, model, master, workspace, api_style },
+            )?;
+            if let Some(w) = &created.role_warning {
+                eprintln!("warning: {w}");
+            }
+            if !created.wrote_agents_md {
+                eprintln!("note: kept the existing {}", created.record.workspace.join("AGENTS.md").display());
+            }
+            println!("{}", created.record.id);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ls => {
+            let reg = open_registry(&home)?;
+            for a in reg.list()? {
+                println!("{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Roles => {
+            let tools = ToolConfig::load(&home)?;
+            for slug in role::list_templates(&home) {
+                match role::load_template(&home, &slug, &tools) {
+                    Ok(t) => println!(
+                        "{slug}\t{}\ttools: [{}]\t{}",
+                        t.meta.name,
+                        t.tools.join(", "),
+                        t.meta.description.unwrap_or_default()
+                    ),
+                    Err(e) => println!("{slug}\t(broken: {e})"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { id } => {
+            let a = open_registry(&home)?.get(&id)?;
+            println!("id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template);
+            println!("default_model: {}", a.default_model.as_deref().unwrap_or("(config)"));
+            println!("master_id: {}", a.master_id.as_deref().unwrap_or("-"));
+            println!("workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?);
+            println!("created_at: {}\nupdated_at: {}", a.created_at, a.updated_at);
+            let store = cicy::conversation::history::HistoryStore::new(&a.workspace);
+            println!("conversation: {}", store.active_conversation().as_deref().unwrap_or("(none yet)"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
+        Command::Retry { id, json } => chat::retry(&home, &id, json),
+        Command::History { id, json } => history(&home, &id, json),
+    }
+}
+
+fn open_registry(home: &Home) -> Result<Registry> {
+    if !home.db_path().exists() {
+        anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
+    }
+    Ok(Registry::open(&home.db_path())?)
+}
+
+fn history(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
+    let a = open_registry(home)?.get(id)?;
+    let store = cicy::conversation::history::HistoryStore::new(&a.workspace);
+    let Some(conv) = store.active_conversation() else {
+        eprintln!("{id} has no conversation yet");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let path = store.conversation_dir(&conv).join("current.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let current: cicy::conversation::history::CurrentFile =
+        serde_json::from_slice(&bytes).with_context(|| format!("{} is not a valid history file", path.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&current.messages)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("conversation {conv} ({} messages)", current.messages.len());
+    for m in &current.messages {
+        let who = match m.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        let id = m.id.map(|i| i.to_string()).unwrap_or_default();
+        match &m.content {
+            Content::Text(t) => println!("[{id}] {who}: {t}"),
+            Content::Blocks(blocks) => {
+                for b in blocks {
+                    match b {
+                        ContentBlock::Text { text } => println!("[{id}] {who}: {text}"),
+                        ContentBlock::ToolUse { name, input, .. } => println!("[{id}] {who} → {name} {input}"),
+                        ContentBlock::ToolResult { content, is_error, .. } => {
+                            let tag = if *is_error { "error" } else { "result" };
+                            println!("[{id}] {tag} ← {}", cicy::event::preview(content, 400));
+                        }
+                        ContentBlock::Thinking { thinking, .. } => println!("[{id}] {who} (thinking): {thinking}"),
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

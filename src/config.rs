@@ -1,0 +1,188 @@
+//! Runtime configuration: `$CICY_HOME/config.yaml` overridden by environment (DESIGN.md §4).
+//!
+//! Owns the file's schema, the env overrides and the resulting [`Config`]. The API key is read
+//! from the environment only and is never written anywhere by the runtime.
+//!
+//! ```yaml
+//! gateway:
+//!   url: http://127.0.0.1:8080      # env CICY_GATEWAY_URL
+//!   api_style: anthropic             # or openai; env CICY_API_STYLE
+//!   api_key_env: CICY_API_KEY        # which env var holds the key; env CICY_API_KEY always wins
+//!   model: claude-sonnet-4-5         # env CICY_MODEL
+//!   connect_timeout_secs: 10
+//!   idle_timeout_secs: 300           # longest silence inside a streaming response
+//!   max_retries: 10                  # cicy: 10
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::gateway::ApiStyle;
+
+/// Env var names read by [`Config::load`].
+pub const ENV_GATEWAY_URL: &str = "CICY_GATEWAY_URL";
+pub const ENV_API_STYLE: &str = "CICY_API_STYLE";
+pub const ENV_API_KEY: &str = "CICY_API_KEY";
+pub const ENV_MODEL: &str = "CICY_MODEL";
+
+/// Errors reading the configuration; each names the file or variable at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{source_name}: api_style must be `anthropic` or `openai`, got `{value}`")]
+    ApiStyle { source_name: String, value: String },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    gateway: FileGateway,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileGateway {
+    url: Option<String>,
+    api_style: Option<String>,
+    api_key_env: Option<String>,
+    model: Option<String>,
+    connect_timeout_secs: Option<u64>,
+    idle_timeout_secs: Option<u64>,
+    max_retries: Option<u32>,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Gateway base URL (without `/v1/...`); `None` when neither the file nor env set one.
+    pub gateway_url: Option<String>,
+    pub api_style: ApiStyle,
+    /// The key itself, read from env; never persisted.
+    pub api_key: Option<String>,
+    /// The env var named by `gateway.api_key_env` (default `CICY_API_KEY`); hidden from tools.
+    pub api_key_env: String,
+    pub model: Option<String>,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// cicy: 10 retries per request.
+    pub max_retries: u32,
+}
+
+impl Config {
+    /// Reads `config_path` if it exists, then applies the `CICY_*` environment variables.
+    pub fn load(config_path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with_env(config_path, |k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+    }
+
+    /// [`Config::load`] with an injectable environment (tests).
+    pub fn load_with_env(
+        config_path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let file = match std::fs::read_to_string(config_path) {
+            Ok(text) if text.trim().is_empty() => FileConfig::default(),
+            Ok(text) => serde_yaml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
+                path: config_path.to_path_buf(),
+                message: e.to_string(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
+            Err(source) => return Err(ConfigError::Read { path: config_path.to_path_buf(), source }),
+        };
+        let g = file.gateway;
+        let api_style = match (env(ENV_API_STYLE), g.api_style) {
+            (Some(v), _) => parse_style(&v, ENV_API_STYLE)?,
+            (None, Some(v)) => parse_style(&v, &format!("{} gateway.api_style", config_path.display()))?,
+            (None, None) => ApiStyle::default(),
+        };
+        let key_env = g.api_key_env.unwrap_or_else(|| ENV_API_KEY.to_string());
+        Ok(Config {
+            gateway_url: env(ENV_GATEWAY_URL).or(g.url),
+            api_style,
+            api_key: env(ENV_API_KEY).or_else(|| env(&key_env)),
+            api_key_env: key_env,
+            model: env(ENV_MODEL).or(g.model),
+            connect_timeout: Duration::from_secs(g.connect_timeout_secs.unwrap_or(10)),
+            idle_timeout: Duration::from_secs(g.idle_timeout_secs.unwrap_or(300)),
+            max_retries: g.max_retries.unwrap_or(10),
+        })
+    }
+}
+
+fn parse_style(value: &str, source_name: &str) -> Result<ApiStyle, ConfigError> {
+    ApiStyle::parse(value).ok_or_else(|| ConfigError::ApiStyle {
+        source_name: source_name.to_string(),
+        value: value.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: BTreeMap<String, String> =
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn env_overrides_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        std::fs::write(
+            &p,
+            "gateway:\n  url: http://file\n  api_style: openai\n  model: m-file\n  api_key_env: MY_KEY\n",
+        )
+        .unwrap();
+        let c = Config::load_with_env(&p, env_of(&[("MY_KEY", "k1")])).unwrap();
+        assert_eq!(c.gateway_url.as_deref(), Some("http://file"));
+        assert_eq!(c.api_style, ApiStyle::Openai);
+        assert_eq!(c.api_key.as_deref(), Some("k1"));
+        assert_eq!(c.model.as_deref(), Some("m-file"));
+        let c = Config::load_with_env(
+            &p,
+            env_of(&[
+                ("CICY_GATEWAY_URL", "http://env"),
+                ("CICY_API_STYLE", "anthropic"),
+                ("CICY_MODEL", "m-env"),
+                ("CICY_API_KEY", "k2"),
+                ("MY_KEY", "k1"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.gateway_url.as_deref(), Some("http://env"));
+        assert_eq!(c.api_style, ApiStyle::Anthropic);
+        assert_eq!(c.model.as_deref(), Some("m-env"));
+        assert_eq!(c.api_key.as_deref(), Some("k2"));
+    }
+
+    #[test]
+    fn missing_file_gives_defaults() {
+        let c = Config::load_with_env(Path::new("/nonexistent/config.yaml"), env_of(&[])).unwrap();
+        assert_eq!(c.gateway_url, None);
+        assert_eq!(c.api_style, ApiStyle::Anthropic);
+        assert_eq!(c.max_retries, 10);
+    }
+
+    #[test]
+    fn bad_values_name_the_file_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        std::fs::write(&p, "gateway:\n  api_style: grpc\n").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("config.yaml gateway.api_style") && e.contains("grpc"), "{e}");
+        std::fs::write(&p, "gateway:\n  urll: x\n").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("config.yaml") && e.contains("urll"), "{e}");
+        std::fs::write(&p, "").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[("CICY_API_STYLE", "x")])).unwrap_err().to_string();
+        assert!(e.contains("CICY_API_STYLE"), "{e}");
+    }
+}

@@ -1,0 +1,301 @@
+//! History files under `<workspace>/.cicy/history/` (DESIGN.md §6.3).
+//!
+//! Owns `chat/<conv_id>/current.json` (the whole display history), `reply.json` (the snapshot of
+//! the running or last turn), the relative symlinks `current.json` / `reply.json` that point at
+//! the active conversation, restore after a crash, and moving unparsable files aside. It never
+//! talks to the gateway; healing the restored messages is `invariants`' job.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::invariants;
+use super::message::{Message, Usage};
+use crate::fsutil;
+
+/// `current.json`: the whole history of one conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurrentFile {
+    pub conversation_id: String,
+    pub agent_id: String,
+    pub model: String,
+    /// RFC 3339 UTC.
+    pub updated_at: String,
+    /// `idle` between turns, `running` while a turn is in flight.
+    pub status: String,
+    /// The system text of the latest request (for display; re-read from the role each turn).
+    #[serde(default)]
+    pub system: String,
+    /// The tool names of the latest request.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    pub messages: Vec<Message>,
+    /// The largest message `id` ever given in this conversation.
+    pub max_history_id: u64,
+    /// How many user prompts this conversation has received.
+    #[serde(default)]
+    pub prompts: u64,
+}
+
+impl CurrentFile {
+    /// An empty conversation with a new UUIDv4 id.
+    pub fn new(agent_id: &str, model: &str) -> Self {
+        Self {
+            conversation_id: uuid::Uuid::new_v4().to_string(),
+            agent_id: agent_id.to_string(),
+            model: model.to_string(),
+            updated_at: fsutil::now_rfc3339(),
+            status: "idle".to_string(),
+            system: String::new(),
+            tools: Vec::new(),
+            messages: Vec::new(),
+            max_history_id: 0,
+            prompts: 0,
+        }
+    }
+
+    /// Appends a message, giving it the next display id; returns that id.
+    pub fn push(&mut self, mut msg: Message) -> u64 {
+        self.max_history_id += 1;
+        msg.id = Some(self.max_history_id);
+        self.messages.push(msg);
+        self.max_history_id
+    }
+}
+
+/// Status of a turn in `reply.json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplyStatus {
+    Working,
+    Streaming,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+impl ReplyStatus {
+    /// True once the turn has ended, one way or another.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            ReplyStatus::Working | ReplyStatus::Streaming => false,
+            ReplyStatus::Completed | ReplyStatus::Failed | ReplyStatus::Cancelled => true,
+        }
+    }
+}
+
+/// `reply.json`: the snapshot of one turn, updated as it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyFile {
+    pub turn_id: String,
+    pub conversation_id: String,
+    /// Display id of the user message that started the turn.
+    pub history_id: u64,
+    pub status: ReplyStatus,
+    pub started_at: String,
+    pub updated_at: String,
+    /// The messages this turn appended after its user message, with their ids.
+    pub items: Vec<Message>,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_creation_input_tokens: u64,
+    pub cache_read_input_tokens: u64,
+    pub prefix_sha256: String,
+    pub last_stop_reason: Option<String>,
+}
+
+impl ReplyFile {
+    /// A terminal, empty snapshot (used for a new conversation).
+    pub fn idle(conversation_id: &str, model: &str) -> Self {
+        let now = fsutil::now_rfc3339();
+        Self {
+            turn_id: String::new(),
+            conversation_id: conversation_id.to_string(),
+            history_id: 0,
+            status: ReplyStatus::Completed,
+            started_at: now.clone(),
+            updated_at: now,
+            items: Vec::new(),
+            model: model.to_string(),
+            input_tokens: 0,
+            output_tokens: 0,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
+            prefix_sha256: String::new(),
+            last_stop_reason: None,
+        }
+    }
+
+    pub fn add_usage(&mut self, u: &Usage) {
+        self.input_tokens += u.input_tokens;
+        self.output_tokens += u.output_tokens;
+        self.cache_creation_input_tokens += u.cache_creation_input_tokens;
+        self.cache_read_input_tokens += u.cache_read_input_tokens;
+    }
+}
+
+/// History file errors; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path} could not be parsed ({message}); it was moved aside to {moved_to} and nothing was overwritten; the next turn starts an empty history in the same conversation")]
+    Corrupt { path: PathBuf, message: String, moved_to: PathBuf },
+}
+
+/// What [`HistoryStore::restore`] found.
+#[derive(Debug, Clone)]
+pub struct Restored {
+    pub current: CurrentFile,
+    pub reply: Option<ReplyFile>,
+    /// Human-readable notes about what was healed (empty when nothing was).
+    pub healed: Vec<String>,
+}
+
+/// The history folder of one agent.
+#[derive(Debug, Clone)]
+pub struct HistoryStore {
+    dir: PathBuf,
+}
+
+impl HistoryStore {
+    /// The store of the agent whose workspace is `workspace`.
+    pub fn new(workspace: &Path) -> Self {
+        Self { dir: workspace.join(".cicy").join("history") }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `chat/<conv_id>/`.
+    pub fn conversation_dir(&self, conv_id: &str) -> PathBuf {
+        self.dir.join("chat").join(conv_id)
+    }
+
+    /// The conversation the `current.json` symlink points at, if any.
+    pub fn active_conversation(&self) -> Option<String> {
+        let target = std::fs::read_link(self.dir.join("current.json")).ok()?;
+        let conv = target.parent()?.file_name()?.to_str()?.to_string();
+        uuid::Uuid::parse_str(&conv).ok().map(|_| conv)
+    }
+
+    /// Loads the active conversation (or starts one), merges the finished items of an
+    /// interrupted turn, heals the invariants and persists the healed state.
+    pub fn restore(&self, agent_id: &str, model: &str) -> Result<Restored, HistoryError> {
+        let Some(conv_id) = self.active_conversation() else {
+            let current = CurrentFile::new(agent_id, model);
+            self.start(&current)?;
+            return Ok(Restored { current, reply: None, healed: Vec::new() });
+        };
+        let dir = self.conversation_dir(&conv_id);
+        let mut current = match read_json::<CurrentFile>(&dir.join("current.json"))? {
+            Some(c) => c,
+            None => {
+                let mut c = CurrentFile::new(agent_id, model);
+                c.conversation_id = conv_id.clone();
+                c
+            }
+        };
+        let reply = read_json::<ReplyFile>(&dir.join("reply.json"))?;
+        let mut healed = Vec::new();
+        if let Some(r) = reply.as_ref().filter(|r| !r.status.is_terminal() && r.conversation_id == conv_id) {
+            let missing: Vec<Message> = r
+                .items
+                .iter()
+                .filter(|m| m.id.is_some_and(|id| id > current.max_history_id))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                healed.push(format!("restored {} message(s) of an interrupted turn from reply.json", missing.len()));
+            }
+            for m in missing {
+                current.max_history_id = current.max_history_id.max(m.id.unwrap_or(0));
+                current.messages.push(m);
+            }
+        }
+        let interrupted = current.status != "idle" || reply.as_ref().is_some_and(|r| !r.status.is_terminal());
+        healed.extend(invariants::heal(&mut current.messages));
+        let mut reply = reply;
+        if interrupted {
+            healed.push("the previous turn was interrupted; marked it cancelled".to_string());
+            if current.messages.last().is_some_and(|m| m.role == super::message::Role::User) {
+                current.push(Message::assistant(vec![super::message::ContentBlock::text(
+                    crate::turn::Outcome::Cancelled.marker(),
+                )]));
+            }
+            current.status = "idle".to_string();
+            if let Some(r) = reply.as_mut() {
+                r.status = ReplyStatus::Cancelled;
+                r.updated_at = fsutil::now_rfc3339();
+                self.save_reply(r)?;
+            }
+        }
+        if !healed.is_empty() {
+            self.save_current(&mut current)?;
+        }
+        Ok(Restored { current, reply, healed })
+    }
+
+    /// Makes `current` the active conversation: writes its files and repoints the symlinks.
+    pub fn start(&self, current: &CurrentFile) -> Result<(), HistoryError> {
+        let mut c = current.clone();
+        self.save_current(&mut c)?;
+        self.save_reply(&ReplyFile::idle(&c.conversation_id, &c.model))?;
+        for name in ["current.json", "reply.json"] {
+            let target = Path::new("chat").join(&c.conversation_id).join(name);
+            self.link(name, &target)?;
+        }
+        Ok(())
+    }
+
+    fn link(&self, name: &str, target: &Path) -> Result<(), HistoryError> {
+        let link = self.dir.join(name);
+        let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| HistoryError::Io { path, source }
+        };
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &link).map_err(io(&link))?;
+        fsutil::sync_dir(&self.dir).map_err(io(&self.dir))
+    }
+
+    /// Writes `chat/<conv>/current.json` atomically (updating `updated_at`).
+    pub fn save_current(&self, current: &mut CurrentFile) -> Result<(), HistoryError> {
+        current.updated_at = fsutil::now_rfc3339();
+        let path = self.conversation_dir(&current.conversation_id).join("current.json");
+        write_json(&path, current)
+    }
+
+    /// Writes `chat/<conv>/reply.json` atomically.
+    pub fn save_reply(&self, reply: &ReplyFile) -> Result<(), HistoryError> {
+        let path = self.conversation_dir(&reply.conversation_id).join("reply.json");
+        write_json(&path, reply)
+    }
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), HistoryError> {
+    let bytes = serde_json::to_vec_pretty(value)
+        .map_err(|e| HistoryError::Io { path: path.to_path_buf(), source: e.into() })?;
+    fsutil::write_atomic(path, &bytes).map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })
+}
+
+/// Reads a JSON file: `None` if missing; an unparsable file is moved aside and reported.
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, HistoryError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(HistoryError::Io { path: path.to_path_buf(), source }),
+    };
+    match serde_json::from_slice(&bytes) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            let moved_to = fsutil::move_aside(path)
+                .map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })?;
+            Err(HistoryError::Corrupt { path: path.to_path_buf(), message: e.to_string(), moved_to })
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Conversations: canonical messages, the history files and the invariants every request obeys.
+
+pub mod history;
+pub mod invariants;
+pub mod message;

@@ -1,0 +1,431 @@
+//! The gateway client: one streaming HTTP request per round, with the one retry layer.
+//!
+//! Owns: the HTTP side (reqwest 0.13, rustls), headers, endpoint URLs, timeouts, cancellation,
+//! and driving `sse.rs` + the style's accumulator over the response bytes; the retry loop (its
+//! decisions come from `retry.rs`). Must not touch: the bytes of the body (`anthropic.rs` /
+//! `openai.rs` encode them), conversation history, or anything the caller does with events.
+//!
+//! The API key goes only into its request header (marked sensitive); every error and retry
+//! reason is scrubbed of it before it leaves this module, and nothing here logs it.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use tokio_util::sync::CancellationToken;
+
+use super::retry::{self, RetryPolicy};
+use super::sse::{self, SseError, SseEvent};
+use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Prompt, Response};
+
+/// How to reach the gateway. Build with [`GatewaySettings::new`] for cicy's defaults.
+#[derive(Clone)]
+pub struct GatewaySettings {
+    /// e.g. `http://127.0.0.1:8080` (a trailing `/` is fine); `/v1/messages` or
+    /// `/v1/chat/completions` is appended.
+    pub base_url: String,
+    pub style: ApiStyle,
+    /// Sent as `x-api-key` (anthropic) or `Authorization: Bearer` (openai) when set.
+    pub api_key: Option<String>,
+    /// TCP/TLS connect timeout (default 10 s).
+    pub connect_timeout: Duration,
+    /// Max silence while waiting for the response head or between stream reads (default 300 s,
+    /// as `config.rs`'s `idle_timeout_secs`; Anthropic pings every few seconds, so only a dead
+    /// connection or a very long prompt evaluation is this quiet).
+    pub idle_timeout: Duration,
+    /// Retries after the first attempt *(cicy: 10)*.
+    pub max_retries: u32,
+    /// Backoff base: the first retry waits `retry_base_delay × jitter`, doubling up to 8 s
+    /// *(cicy: 0.5 s)*. Tests set it to a millisecond to keep retries fast.
+    pub retry_base_delay: Duration,
+}
+
+impl GatewaySettings {
+    /// Settings with cicy's defaults and no key.
+    pub fn new(base_url: impl Into<String>, style: ApiStyle) -> Self {
+        let policy = RetryPolicy::default();
+        Self {
+            base_url: base_url.into(),
+            style,
+            api_key: None,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(300),
+            max_retries: policy.max_retries,
+            retry_base_delay: policy.base_delay,
+        }
+    }
+}
+
+impl Default for GatewaySettings {
+    /// cicy's defaults with an empty `base_url`: fill it in (`..GatewaySettings::default()`).
+    fn default() -> Self {
+        Self::new(String::new(), ApiStyle::default())
+    }
+}
+
+impl std::fmt::Debug for GatewaySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewaySettings")
+            .field("base_url", &self.base_url)
+            .field("style", &self.style)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .finish()
+    }
+}
+
+/// Per-call options.
+#[derive(Debug, Clone)]
+pub struct CallOptions {
+    pub model: String,
+    /// cicy: 2048 per main round, 4096 compact summary, 2048 memory recognizer.
+    pub max_tokens: u32,
+    /// Sent as `X-Cicy-Session-Id` (the conversation id).
+    pub session_id: String,
+    /// Sent as `X-Cicy-Aux: compact|memory` on aux calls.
+    pub aux: Option<AuxKind>,
+    /// Whole call including retries and waits (e.g. 90 s for compact); `None` = no limit.
+    pub timeout: Option<Duration>,
+}
+
+/// A gateway client; cheap to share by reference, one per gateway configuration.
+pub struct GatewayClient {
+    http: reqwest::Client,
+    settings: GatewaySettings,
+    /// The endpoint URL.
+    url: String,
+    /// The endpoint URL without user info, for error messages.
+    display_url: String,
+    /// The authorization header, built once (so a bad key fails at construction).
+    auth: Option<(HeaderName, HeaderValue)>,
+    policy: RetryPolicy,
+}
+
+impl std::fmt::Debug for GatewayClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayClient").field("url", &self.display_url).field("settings", &self.settings).finish()
+    }
+}
+
+impl GatewayClient {
+    /// Errors: [`GatewayError::Connect`] (the gateway cannot be used as configured) for a base
+    /// URL that does not parse, a key that cannot be an HTTP header value, or an HTTP client that
+    /// cannot be built; the message never shows the key.
+    pub fn new(settings: GatewaySettings) -> Result<Self, GatewayError> {
+        let path = match settings.style {
+            ApiStyle::Anthropic => "/v1/messages",
+            ApiStyle::Openai => "/v1/chat/completions",
+        };
+        let url = format!("{}{path}", settings.base_url.trim_end_matches('/'));
+        let mut parsed = reqwest::Url::parse(&url).map_err(|e| GatewayError::Connect {
+            url: settings.base_url.clone(),
+            message: format!("not a valid URL: {e}"),
+        })?;
+        // Best effort: URLs that cannot carry user info simply have none to strip.
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username("");
+        let display_url = parsed.to_string();
+        let config_error = |message: &str| GatewayError::Connect { url: display_url.clone(), message: message.to_string() };
+        let auth = match &settings.api_key {
+            None => None,
+            Some(key) => {
+                let (name, value) = match settings.style {
+                    ApiStyle::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
+                    ApiStyle::Openai => (AUTHORIZATION, format!("Bearer {key}")),
+                };
+                let mut value = HeaderValue::from_str(&value)
+                    .map_err(|_| config_error("the API key contains characters an HTTP header cannot carry"))?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+        };
+        let http = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .build()
+            .map_err(|e| config_error(&format!("cannot set up the HTTP client: {e}")))?;
+        let policy = RetryPolicy {
+            max_retries: settings.max_retries,
+            base_delay: settings.retry_base_delay,
+            ..RetryPolicy::default()
+        };
+        Ok(Self { http, url, display_url, auth, settings, policy })
+    }
+
+    /// The endpoint this client posts to.
+    pub fn endpoint(&self) -> &str {
+        &self.display_url
+    }
+
+    /// Sends `prompt` and streams the answer: text/thinking deltas and retries are reported
+    /// through `on_event` as they happen; the complete [`Response`] (with `prefix_sha256`) is
+    /// returned at the end.
+    ///
+    /// Retries (see `retry.rs`) happen only before any content streamed, each announced by
+    /// [`GatewayEvent::Retry`] (`attempt` 1-based) before its wait. Errors: the last attempt's
+    /// error; [`GatewayError::Cancelled`] as soon as `cancel` fires (the stream or the wait is
+    /// dropped); [`GatewayError::Timeout`] when `opts.timeout` runs out.
+    pub async fn send(
+        &self,
+        prompt: &Prompt,
+        opts: &CallOptions,
+        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
+        cancel: &CancellationToken,
+    ) -> Result<Response, GatewayError> {
+        let encoded = match self.settings.style {
+            ApiStyle::Anthropic => anthropic::encode(prompt, &opts.model, opts.max_tokens),
+            ApiStyle::Openai => openai::encode(prompt, &opts.model, opts.max_tokens),
+        };
+        let headers = self.headers(opts)?;
+        let body = Bytes::from(encoded.body);
+        let run = async {
+            let run = self.run_with_retries(&body, &headers, on_event);
+            match opts.timeout {
+                Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or(Err(GatewayError::Timeout(limit.as_secs()))),
+                None => run.await,
+            }
+        };
+        let result = tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(GatewayError::Cancelled),
+            r = run => r,
+        };
+        match result {
+            Ok(mut response) => {
+                response.prefix_sha256 = encoded.prefix_sha256;
+                Ok(response)
+            }
+            Err(e) => Err(self.scrub(e)),
+        }
+    }
+
+    async fn run_with_retries(
+        &self,
+        body: &Bytes,
+        headers: &HeaderMap,
+        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
+    ) -> Result<Response, GatewayError> {
+        let mut retries = 0;
+        loop {
+            let mut content_started = false;
+            let err = match self.attempt(body, headers, on_event, &mut content_started).await {
+                Ok(response) => return Ok(response),
+                Err(e) => e,
+            };
+            if !self.policy.should_retry(&err, content_started, retries) {
+                return Err(err);
+            }
+            let retry_after = match &err {
+                GatewayError::Status { retry_after_ms: Some(ms), .. } => Some(Duration::from_millis(*ms)),
+                _ => None,
+            };
+            let delay = self.policy.delay_for(retries, retry_after, rand::random::<f64>);
+            retries += 1;
+            let reason = self.scrub(err).to_string();
+            tracing::warn!(attempt = retries, delay_ms = delay.as_millis() as u64, %reason, "gateway request failed; retrying");
+            on_event(GatewayEvent::Retry {
+                attempt: retries,
+                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                reason,
+            });
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One HTTP request and its stream. Sets `content_started` once the accumulator saw content.
+    async fn attempt(
+        &self,
+        body: &Bytes,
+        headers: &HeaderMap,
+        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
+        content_started: &mut bool,
+    ) -> Result<Response, GatewayError> {
+        let idle = self.settings.idle_timeout;
+        let request = self.http.post(&self.url).headers(headers.clone()).body(body.clone()).send();
+        let response = match tokio::time::timeout(idle, request).await {
+            Err(_) => return Err(GatewayError::Timeout(idle.as_secs())),
+            Ok(Err(e)) => return Err(GatewayError::Connect { url: self.display_url.clone(), message: error_chain(&e) }),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            return Err(status_error(response, idle).await);
+        }
+        let mut acc = Accumulator::new(self.settings.style);
+        let mut events = std::pin::pin!(sse::decode(response.bytes_stream()));
+        loop {
+            let next = match tokio::time::timeout(idle, events.next()).await {
+                Ok(next) => next,
+                // A complete OpenAI answer whose server never sends [DONE] nor closes.
+                Err(_) if acc.is_complete() => break,
+                Err(_) => return Err(GatewayError::Incomplete(format!("no data for {idle:?}"))),
+            };
+            match next {
+                None => break,
+                Some(Ok(ev)) => {
+                    let handled = acc.on_event(&ev, on_event);
+                    *content_started = acc.content_started();
+                    handled?;
+                    if acc.is_done() {
+                        break;
+                    }
+                }
+                Some(Err(SseError::Transport(_))) if acc.is_complete() => break,
+                Some(Err(SseError::Transport(e))) => {
+                    return Err(GatewayError::Incomplete(format!("connection lost: {}", error_chain(&e))));
+                }
+                Some(Err(e)) => return Err(GatewayError::Decode(e.to_string())),
+            }
+        }
+        acc.finish()
+    }
+
+    fn headers(&self, opts: &CallOptions) -> Result<HeaderMap, GatewayError> {
+        let mut h = HeaderMap::new();
+        if let Some((name, value)) = &self.auth {
+            h.insert(name.clone(), value.clone());
+        }
+        if self.settings.style == ApiStyle::Anthropic {
+            h.insert(HeaderName::from_static("anthropic-version"), HeaderValue::from_static("2023-06-01"));
+        }
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        let session = HeaderValue::from_str(&opts.session_id).map_err(|_| GatewayError::Connect {
+            url: self.display_url.clone(),
+            message: format!("session id `{}` cannot be an HTTP header value", opts.session_id),
+        })?;
+        h.insert(HeaderName::from_static("x-cicy-session-id"), session);
+        if let Some(aux) = opts.aux {
+            h.insert(HeaderName::from_static("x-cicy-aux"), HeaderValue::from_static(aux.header_value()));
+        }
+        Ok(h)
+    }
+
+    /// Removes the API key from every text an error carries (a gateway may echo it back).
+    fn scrub(&self, err: GatewayError) -> GatewayError {
+        let Some(key) = self.settings.api_key.as_deref().filter(|k| !k.is_empty()) else {
+            return err;
+        };
+        let clean = |s: String| s.replace(key, "[redacted]");
+        match err {
+            GatewayError::Connect { url, message } => GatewayError::Connect { url: clean(url), message: clean(message) },
+            GatewayError::Status { status, body, retry_after_ms, should_retry } => {
+                GatewayError::Status { status, body: clean(body), retry_after_ms, should_retry }
+            }
+            GatewayError::StreamError { kind, message } => GatewayError::StreamError { kind: clean(kind), message: clean(message) },
+            GatewayError::Incomplete(m) => GatewayError::Incomplete(clean(m)),
+            GatewayError::Decode(m) => GatewayError::Decode(clean(m)),
+            e @ (GatewayError::Timeout(_) | GatewayError::Cancelled) => e,
+        }
+    }
+}
+
+/// Builds [`GatewayError::Status`] from a non-2xx answer: `retry-after-ms` or `retry-after`,
+/// `x-should-retry`, and the body (trimmed, at most 2000 bytes).
+async fn status_error(response: reqwest::Response, idle: Duration) -> GatewayError {
+    let status = response.status().as_u16();
+    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let retry_after = header("retry-after-ms")
+        .and_then(|v| retry::parse_retry_after_ms(&v))
+        .or_else(|| header("retry-after").and_then(|v| retry::parse_retry_after(&v, SystemTime::now())));
+    let should_retry = header("x-should-retry").and_then(|v| retry::parse_should_retry(&v));
+    // The body is only for the message: a slow or broken one is not worth waiting for.
+    let body = match tokio::time::timeout(idle, response.text()).await {
+        Ok(Ok(text)) => truncate(text.trim(), 2000),
+        _ => String::new(),
+    };
+    GatewayError::Status {
+        status,
+        body,
+        retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        should_retry,
+    }
+}
+
+/// An error and its sources, joined with `: ` (reqwest hides the OS reason in the sources).
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(e) = source {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = e.source();
+    }
+    parts.join(": ")
+}
+
+/// Either style's accumulator.
+enum Accumulator {
+    Anthropic(anthropic::Accumulator),
+    Openai(openai::Accumulator),
+}
+
+impl Accumulator {
+    fn new(style: ApiStyle) -> Self {
+        match style {
+            ApiStyle::Anthropic => Self::Anthropic(anthropic::Accumulator::new()),
+            ApiStyle::Openai => Self::Openai(openai::Accumulator::new()),
+        }
+    }
+
+    fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
+        match self {
+            Self::Anthropic(a) => a.on_event(ev, emit),
+            Self::Openai(a) => a.on_event(ev, emit),
+        }
+    }
+
+    fn content_started(&self) -> bool {
+        match self {
+            Self::Anthropic(a) => a.content_started(),
+            Self::Openai(a) => a.content_started(),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            Self::Anthropic(a) => a.is_done(),
+            Self::Openai(a) => a.is_done(),
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        match self {
+            Self::Anthropic(a) => a.is_complete(),
+            Self::Openai(a) => a.is_complete(),
+        }
+    }
+
+    fn finish(self) -> Result<Response, GatewayError> {
+        match self {
+            Self::Anthropic(a) => a.finish(),
+            Self::Openai(a) => a.finish(),
+        }
+    }
+}
+
+/// Decodes a recorded response stream offline exactly as [`GatewayClient::send`] reads one
+/// (same SSE stage, same accumulator, same stop rule), given as the reads it arrived in.
+/// Returns the response (with an empty `prefix_sha256`) and the events emitted. For tests,
+/// replays of captured traffic, and benchmarks.
+pub fn replay<I>(style: ApiStyle, reads: I) -> Result<(Response, Vec<GatewayEvent>), GatewayError>
+where
+    I: IntoIterator,
+    I::Item: AsRef<[u8]>,
+{
+    let events = sse::decode_chunks(reads).map_err(|e| GatewayError::Decode(e.to_string()))?;
+    let mut acc = Accumulator::new(style);
+    let mut emitted = Vec::new();
+    for ev in &events {
+        acc.on_event(ev, &mut |e| emitted.push(e))?;
+        if acc.is_done() {
+            break;
+        }
+    }
+    Ok((acc.finish()?, emitted))
+}

@@ -1,0 +1,199 @@
+//! The AI gateway client (DESIGN.md §4).
+//!
+//! Owns the two wire styles (Anthropic Messages, OpenAI chat completions), SSE decoding, the
+//! translation of streamed responses back into canonical content blocks, usage, and the one
+//! retry layer. It knows nothing of agents, history files or the terminal: it takes an assembled
+//! [`Prompt`] and reports progress through a callback of [`GatewayEvent`]s.
+
+pub mod anthropic;
+pub mod client;
+pub mod openai;
+pub mod retry;
+pub mod sse;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::conversation::message::{ContentBlock, Role, Usage};
+
+pub use client::{CallOptions, GatewayClient, GatewaySettings};
+
+/// Which wire protocol a gateway speaks. Default: Anthropic Messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiStyle {
+    /// `POST {base}/v1/messages`, Anthropic Messages streaming.
+    #[default]
+    Anthropic,
+    /// `POST {base}/v1/chat/completions`, OpenAI chat completions streaming.
+    Openai,
+}
+
+impl ApiStyle {
+    /// Parses `anthropic` or `openai` (case-insensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "anthropic" => Some(ApiStyle::Anthropic),
+            "openai" => Some(ApiStyle::Openai),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiStyle::Anthropic => "anthropic",
+            ApiStyle::Openai => "openai",
+        }
+    }
+}
+
+/// Which internal call an aux request is; sent as `X-Cicy-Aux`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuxKind {
+    Compact,
+    Memory,
+}
+
+impl AuxKind {
+    pub fn header_value(self) -> &'static str {
+        match self {
+            AuxKind::Compact => "compact",
+            AuxKind::Memory => "memory",
+        }
+    }
+}
+
+/// One block of the system prompt; `cache` puts a cache breakpoint on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemBlock {
+    pub text: String,
+    pub cache: bool,
+}
+
+/// A tool offered to the model: name, description and JSON Schema of its input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// One content block of an outgoing message; `cache` puts a cache breakpoint on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptBlock {
+    pub block: ContentBlock,
+    pub cache: bool,
+}
+
+/// One outgoing message (always in block form on the wire).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptMessage {
+    pub role: Role,
+    pub blocks: Vec<PromptBlock>,
+}
+
+/// A fully assembled request, independent of the wire style (built by `crate::prompt`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prompt {
+    pub system: Vec<SystemBlock>,
+    /// Sorted by name; empty on the final round.
+    pub tools: Vec<ToolSpec>,
+    /// Puts a cache breakpoint on the last tool.
+    pub tools_cache: bool,
+    pub messages: Vec<PromptMessage>,
+}
+
+/// An encoded request body and its cache-prefix digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedRequest {
+    /// The exact JSON bytes sent as the HTTP body (compact, fixed key order).
+    pub body: Vec<u8>,
+    /// Lowercase hex sha256 of the Anthropic-shaped body up to and including the end of its last
+    /// `"cache_control":{"type":"ephemeral"}` object (the whole body when there is none), whatever
+    /// the wire style (DESIGN.md §5 "prefix_sha256").
+    pub prefix_sha256: String,
+}
+
+/// Progress reported while a request runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatewayEvent {
+    TextDelta(String),
+    ThinkingDelta(String),
+    /// The request failed before any content and will be sent again after `delay_ms`.
+    Retry { attempt: u32, delay_ms: u64, reason: String },
+}
+
+/// A complete response, translated into canonical blocks.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Response {
+    pub content: Vec<ContentBlock>,
+    /// Anthropic `stop_reason` (`end_turn`, `tool_use`, `max_tokens`, …); OpenAI's
+    /// `finish_reason` is mapped (`stop` → `end_turn`, `tool_calls` → `tool_use`, `length` →
+    /// `max_tokens`).
+    pub stop_reason: Option<String>,
+    pub usage: Usage,
+    /// sha256 (hex) of the Anthropic-shaped request body up to the end of its last cache
+    /// breakpoint, whatever the wire style, so digests compare across rounds and styles.
+    pub prefix_sha256: String,
+}
+
+/// Why a gateway call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error("cannot reach the gateway at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("gateway answered HTTP {status}: {body}")]
+    Status { status: u16, body: String, retry_after_ms: Option<u64>, should_retry: Option<bool> },
+    #[error("gateway stream error ({kind}): {message}")]
+    StreamError { kind: String, message: String },
+    #[error("the gateway stream ended before the response was complete ({0})")]
+    Incomplete(String),
+    #[error("cannot decode the gateway stream: {0}")]
+    Decode(String),
+    #[error("the request timed out after {0} s")]
+    Timeout(u64),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Serialises `value` as compact JSON onto `out`.
+///
+/// Writing into a `Vec<u8>` cannot fail, and neither can serialising the types used here (`str`,
+/// numbers, `serde_json::Value`, whose map keys are always strings), so there is no error to
+/// report and none is swallowed in practice.
+pub(crate) fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// Merges usage numbers reported in several places of one response: a non-zero value replaces
+/// the one seen before (gateways put the real numbers in `message_start`, in `message_delta`,
+/// or in both — DESIGN.md §4 "usage merges").
+pub(crate) fn merge_usage(into: &mut Usage, from: &Usage) {
+    for (dst, src) in [
+        (&mut into.input_tokens, from.input_tokens),
+        (&mut into.output_tokens, from.output_tokens),
+        (&mut into.cache_creation_input_tokens, from.cache_creation_input_tokens),
+        (&mut into.cache_read_input_tokens, from.cache_read_input_tokens),
+    ] {
+        if src != 0 {
+            *dst = src;
+        }
+    }
+}
+
+/// Reads a JSON unsigned integer field, treating absent, `null` or non-numbers as 0.
+pub(crate) fn json_u64(v: &Value, key: &str) -> u64 {
+    v.get(key).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary (for error messages).
+pub(crate) fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,19 @@
+//! cicy: a headless role-agent runtime.
+//!
+//! Agents are created from role templates, keep their identity in an editable AGENTS.md, and
+//! hold conversations against an AI gateway through a turn loop with tools, byte-stable prompts
+//! and history files that survive a crash. The contract is `DESIGN.md`; each module names the
+//! section it implements.
+
+pub mod agent;
+pub mod config;
+pub mod conversation;
+pub mod event;
+pub mod fsutil;
+pub mod gateway;
+pub mod home;
+pub mod prompt;
+pub mod registry;
+pub mod role;
+pub mod tools;
+pub mod turn;

@@ -1,0 +1,293 @@
+//! The agent registry: table `agent_config` in `$CICY_HOME/cicy.db` (DESIGN.md §3).
+//!
+//! Owns the SQLite schema (versioned with `PRAGMA user_version`, migrations in code) and the
+//! agent rows. It does not create workspaces or read role templates; `crate::agent` does.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+use crate::gateway::ApiStyle;
+
+/// The per-agent `config` JSON column. Unknown keys written by later versions are kept.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lang: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_style: Option<ApiStyle>,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One row of `agent_config`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentRecord {
+    /// `w-<n>`.
+    pub id: String,
+    pub title: String,
+    pub workspace: PathBuf,
+    /// Always `cicy` for now.
+    pub agent_type: String,
+    /// Roster label; `worker` (default) and `master` are topology markers. Never prompt text.
+    pub role: String,
+    pub role_template: String,
+    pub default_model: Option<String>,
+    pub master_id: Option<String>,
+    pub config: AgentSettings,
+    /// RFC 3339 UTC.
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// What `create` supplies; the registry assigns the id and timestamps.
+#[derive(Debug, Clone)]
+pub struct NewAgent {
+    pub title: String,
+    /// `None`: `$CICY_HOME/workers/<id>`, resolved by the caller through `workspace_for`.
+    pub workspace: Option<PathBuf>,
+    pub role: String,
+    pub role_template: String,
+    pub default_model: Option<String>,
+    pub master_id: Option<String>,
+    pub config: AgentSettings,
+}
+
+/// Registry errors; each names the database or the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("registry {path}: {source}")]
+    Sql { path: PathBuf, source: rusqlite::Error },
+    #[error("registry {path} has schema version {found}, newer than this cicy-agent understands ({supported}); upgrade cicy-agent")]
+    TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("no agent `{0}` (see `cicy-agent ls`)")]
+    NotFound(String),
+    #[error("master `{0}` does not exist")]
+    NoMaster(String),
+    #[error("agent {id}: the config column is not valid JSON: {message}")]
+    BadConfig { id: String, message: String },
+}
+
+/// Schema migrations; index i upgrades `user_version` i → i+1.
+const MIGRATIONS: &[&str] = &["CREATE TABLE agent_config (
+        id            TEXT PRIMARY KEY,
+        n             INTEGER NOT NULL UNIQUE,
+        title         TEXT NOT NULL,
+        workspace     TEXT NOT NULL,
+        agent_type    TEXT NOT NULL DEFAULT 'cicy',
+        role          TEXT NOT NULL DEFAULT 'worker',
+        role_template TEXT NOT NULL,
+        default_model TEXT,
+        master_id     TEXT REFERENCES agent_config(id),
+        config        TEXT NOT NULL DEFAULT '{}',
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL
+    );"];
+
+/// An open registry.
+pub struct Registry {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl Registry {
+    /// Opens (creating if needed) the database and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, RegistryError> {
+        let sql = |source| RegistryError::Sql { path: path.to_path_buf(), source };
+        let conn = Connection::open(path).map_err(sql)?;
+        conn.busy_timeout(Duration::from_secs(10)).map_err(sql)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
+        let mut reg = Self { conn, path: path.to_path_buf() };
+        reg.migrate()?;
+        Ok(reg)
+    }
+
+    fn sql_err(&self, source: rusqlite::Error) -> RegistryError {
+        RegistryError::Sql { path: self.path.clone(), source }
+    }
+
+    fn migrate(&mut self) -> Result<(), RegistryError> {
+        let supported = MIGRATIONS.len() as i64;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|source| RegistryError::Sql { path: self.path.clone(), source })?;
+        let version: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(|source| RegistryError::Sql { path: self.path.clone(), source })?;
+        if version > supported {
+            return Err(RegistryError::TooNew { path: self.path.clone(), found: version, supported });
+        }
+        for (i, m) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(m)
+                .and_then(|_| tx.pragma_update(None, "user_version", i as i64 + 1))
+                .map_err(|source| RegistryError::Sql { path: self.path.clone(), source })?;
+        }
+        tx.commit().map_err(|source| RegistryError::Sql { path: self.path.clone(), source })
+    }
+
+    /// Inserts a new agent with the next free `w-<n>` and returns its row.
+    /// `workspace_for(id)` gives the default workspace when `new.workspace` is `None`.
+    pub fn create(
+        &mut self,
+        new: NewAgent,
+        workspace_for: impl FnOnce(&str) -> PathBuf,
+    ) -> Result<AgentRecord, RegistryError> {
+        let path = self.path.clone();
+        let sql = |source| RegistryError::Sql { path: path.clone(), source };
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
+        if let Some(m) = &new.master_id {
+            let found: Option<String> = tx
+                .query_row("SELECT id FROM agent_config WHERE id = ?1", [m], |r| r.get(0))
+                .optional()
+                .map_err(sql)?;
+            if found.is_none() {
+                return Err(RegistryError::NoMaster(m.clone()));
+            }
+        }
+        let n: i64 =
+            tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
+        let id = format!("w-{n}");
+        let workspace = new.workspace.unwrap_or_else(|| workspace_for(&id));
+        let now = crate::fsutil::now_rfc3339();
+        let config_json = serde_json::to_string(&new.config).unwrap_or_else(|_| "{}".to_string());
+        tx.execute(
+            "INSERT INTO agent_config (id, n, title, workspace, agent_type, role, role_template,
+                default_model, master_id, config, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, 'cicy', ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+            params![
+                id,
+                n,
+                new.title,
+                workspace.to_string_lossy(),
+                new.role,
+                new.role_template,
+                new.default_model,
+                new.master_id,
+                config_json,
+                now
+            ],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        self.get(&id)
+    }
+
+    /// The agent with this id.
+    pub fn get(&self, id: &str) -> Result<AgentRecord, RegistryError> {
+        let row = self
+            .conn
+            .query_row(&format!("{SELECT} WHERE id = ?1"), [id], read_row)
+            .optional()
+            .map_err(|e| self.sql_err(e))?;
+        row.ok_or_else(|| RegistryError::NotFound(id.to_string()))?.into_record()
+    }
+
+    /// All agents in creation order.
+    pub fn list(&self) -> Result<Vec<AgentRecord>, RegistryError> {
+        let mut stmt = self.conn.prepare(&format!("{SELECT} ORDER BY n")).map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map([], read_row).map_err(|e| self.sql_err(e))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(r.map_err(|e| self.sql_err(e))?.into_record()?);
+        }
+        Ok(out)
+    }
+}
+
+const SELECT: &str = "SELECT id, title, workspace, agent_type, role, role_template, default_model,
+    master_id, config, created_at, updated_at FROM agent_config";
+
+struct RawRow {
+    record: AgentRecord,
+    config: String,
+}
+
+impl RawRow {
+    fn into_record(self) -> Result<AgentRecord, RegistryError> {
+        let mut record = self.record;
+        record.config = serde_json::from_str(&self.config)
+            .map_err(|e| RegistryError::BadConfig { id: record.id.clone(), message: e.to_string() })?;
+        Ok(record)
+    }
+}
+
+fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        record: AgentRecord {
+            id: r.get(0)?,
+            title: r.get(1)?,
+            workspace: PathBuf::from(r.get::<_, String>(2)?),
+            agent_type: r.get(3)?,
+            role: r.get(4)?,
+            role_template: r.get(5)?,
+            default_model: r.get(6)?,
+            master_id: r.get(7)?,
+            config: AgentSettings::default(),
+            created_at: r.get(9)?,
+            updated_at: r.get(10)?,
+        },
+        config: r.get(8)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_agent(title: &str) -> NewAgent {
+        NewAgent {
+            title: title.into(),
+            workspace: None,
+            role: "worker".into(),
+            role_template: "assistant".into(),
+            default_model: None,
+            master_id: None,
+            config: AgentSettings::default(),
+        }
+    }
+
+    #[test]
+    fn ids_are_allocated_in_order_and_rows_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cicy.db");
+        let mut reg = Registry::open(&db).unwrap();
+        let a = reg.create(new_agent("one"), |id| dir.path().join(id)).unwrap();
+        let mut b = new_agent("two");
+        b.master_id = Some("w-1".into());
+        b.config.api_style = Some(ApiStyle::Openai);
+        let b = reg.create(b, |id| dir.path().join(id)).unwrap();
+        assert_eq!((a.id.as_str(), b.id.as_str()), ("w-1", "w-2"));
+        assert_eq!(b.workspace, dir.path().join("w-2"));
+        drop(reg);
+        let reg = Registry::open(&db).unwrap();
+        let got = reg.get("w-2").unwrap();
+        assert_eq!(got.master_id.as_deref(), Some("w-1"));
+        assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
+        assert_eq!(reg.list().unwrap().len(), 2);
+        let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, 1);
+    }
+
+    #[test]
+    fn unknown_master_and_unknown_agent_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut reg = Registry::open(&dir.path().join("cicy.db")).unwrap();
+        let mut a = new_agent("x");
+        a.master_id = Some("w-9".into());
+        assert_eq!(reg.create(a, |id| dir.path().join(id)).unwrap_err().to_string(), "master `w-9` does not exist");
+        assert_eq!(reg.get("w-3").unwrap_err().to_string(), "no agent `w-3` (see `cicy-agent ls`)");
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cicy.db");
+        Connection::open(&db).unwrap().pragma_update(None, "user_version", 99).unwrap();
+        let e = Registry::open(&db).err().unwrap().to_string();
+        assert!(e.contains("schema version 99"), "{e}");
+    }
+}

@@ -1,0 +1,408 @@
+//! The `skill` tool and the installed-skills list: `$CICY_HOME/skills/<folder>/SKILL.md`.
+//!
+//! Owns finding installed skills, reading their YAML front matter (`name`, `description`) and
+//! the tool's list and read results. Read-only: it never installs, edits or removes a skill, and
+//! it knows nothing of prompt assembly beyond handing [`list_skills`] to the assembler.
+//!
+//! A skill is a folder under the skills dir holding a `SKILL.md` file. Folders whose name starts
+//! with `.` or is not UTF-8 are not skills. A UTF-8 BOM and CRLF line ends are accepted; text
+//! is returned with the BOM removed and line ends as `\n`.
+
+use std::fs;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ToolContext, ToolOutput};
+
+pub const NAME: &str = "skill";
+
+/// One installed skill as the list shows it: both fields are single-line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillInfo {
+    /// `name` from the front matter, else the folder name.
+    pub name: String,
+    /// `description` from the front matter (may be empty), or a note in parentheses saying why
+    /// the SKILL.md could not be read or parsed.
+    pub description: String,
+}
+
+/// The tool description shown to the model.
+pub fn description() -> &'static str {
+    "Read installed skills: folders of instructions for particular kinds of task. Call with no \
+     `name` to list them (`- name: description`), or with a `name` from that list to get the \
+     skill's whole SKILL.md, then follow it."
+}
+
+/// JSON Schema of the input: `name` (string, optional).
+pub fn input_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {
+                "type": "string",
+                "description": "The skill to read, as listed. Omit to list installed skills."
+            }
+        }
+    })
+}
+
+/// Without `name` (or with `null`): the list of installed skills, one `- name: description`
+/// line each in folder-name order, or a "no skills installed" text; never an error. With
+/// `name`: the whole SKILL.md of the skill whose folder, or else front-matter name, equals it.
+/// Errors: `name` not a string, empty, containing `/`, `\` or `..`, or starting with `.`; no
+/// such skill (the error lists the installed names); an unreadable file.
+pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
+    match input.get("name") {
+        None | Some(Value::Null) => ToolOutput::ok(list_text(&ctx.skills_dir)),
+        Some(Value::String(name)) => read_skill(&ctx.skills_dir, name),
+        Some(other) => ToolOutput::error(format!(
+            "invalid input: \"name\" must be a string, got {other}"
+        )),
+    }
+}
+
+/// Installed skills sorted by folder name (byte order), for the system prompt's skills block.
+/// A missing or unreadable skills dir gives an empty list. The same files always give the same
+/// list, so the prompt bytes stay stable.
+pub fn list_skills(skills_dir: &Path) -> Vec<SkillInfo> {
+    scan(skills_dir)
+        .into_iter()
+        .map(|skill| skill.info)
+        .collect()
+}
+
+/// A skill and the folder it was found in, which may differ from its front-matter name.
+struct Skill {
+    folder: String,
+    info: SkillInfo,
+}
+
+fn scan(skills_dir: &Path) -> Vec<Skill> {
+    let Ok(entries) = fs::read_dir(skills_dir) else {
+        return Vec::new();
+    };
+    let mut skills: Vec<Skill> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let folder = entry.file_name().into_string().ok()?;
+            let path = entry.path().join("SKILL.md");
+            // `is_file` follows symlinks, so a skill linked in from elsewhere counts.
+            (!folder.starts_with('.') && path.is_file()).then(|| Skill {
+                info: read_info(&folder, &path),
+                folder,
+            })
+        })
+        .collect();
+    skills.sort_by(|a, b| a.folder.cmp(&b.folder));
+    skills
+}
+
+fn read_info(folder: &str, path: &Path) -> SkillInfo {
+    let parsed = match fs::read(path) {
+        Ok(bytes) => front_matter(&normalize(&bytes)),
+        Err(err) => Err(format!("SKILL.md could not be read: {err}")),
+    };
+    match parsed {
+        Ok(front) => {
+            let name = one_line(front.name.as_deref().unwrap_or_default());
+            SkillInfo {
+                name: if name.is_empty() {
+                    folder.to_owned()
+                } else {
+                    name
+                },
+                description: one_line(front.description.as_deref().unwrap_or_default()),
+            }
+        }
+        Err(problem) => SkillInfo {
+            name: folder.to_owned(),
+            description: format!("({})", one_line(&problem)),
+        },
+    }
+}
+
+/// The front-matter fields the runtime reads; others (`license`, `metadata`, …) are ignored.
+#[derive(Debug, Default, Deserialize)]
+struct FrontMatter {
+    name: Option<String>,
+    description: Option<String>,
+}
+
+/// Parses a leading `---` … `---` block. Text without one has empty front matter; an
+/// unterminated block or bad YAML is an error text.
+fn front_matter(text: &str) -> Result<FrontMatter, String> {
+    let mut lines = text.split_inclusive('\n');
+    if lines.next().map(str::trim_end) != Some("---") {
+        return Ok(FrontMatter::default());
+    }
+    let mut yaml = String::new();
+    for line in lines {
+        if line.trim_end() == "---" {
+            if yaml.trim().is_empty() {
+                return Ok(FrontMatter::default());
+            }
+            return serde_yaml::from_str(&yaml)
+                .map_err(|err| format!("front matter could not be parsed: {err}"));
+        }
+        yaml.push_str(line);
+    }
+    Err("front matter has no closing `---` line".to_owned())
+}
+
+/// Lossy UTF-8 without a BOM and with `\n` line ends.
+fn normalize(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.strip_prefix('\u{feff}')
+        .unwrap_or(&text)
+        .replace("\r\n", "\n")
+}
+
+/// Collapses whitespace runs (a folded YAML description, a multi-line error) to single spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn list_text(skills_dir: &Path) -> String {
+    let skills = list_skills(skills_dir);
+    if skills.is_empty() {
+        return "No skills installed.".to_owned();
+    }
+    let mut text = "Installed skills (read one with {\"name\": \"<name>\"}):".to_owned();
+    for skill in &skills {
+        text.push_str("\n- ");
+        text.push_str(&skill.name);
+        if !skill.description.is_empty() {
+            text.push_str(": ");
+            text.push_str(&skill.description);
+        }
+    }
+    text
+}
+
+fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
+    if name.is_empty() {
+        return ToolOutput::error("invalid input: \"name\" must not be empty");
+    }
+    // The name becomes a path component: nothing may step outside the skills dir.
+    if name.contains(['/', '\\']) || name.contains("..") || name.starts_with('.') {
+        return ToolOutput::error(format!(
+            "invalid input: \"name\" must be a skill name without \"/\", \"\\\", \"..\" or a \
+             leading \".\", got {name:?}"
+        ));
+    }
+    let skills = scan(skills_dir);
+    let found = skills
+        .iter()
+        .find(|skill| skill.folder == name)
+        .or_else(|| skills.iter().find(|skill| skill.info.name == name));
+    let Some(skill) = found else {
+        let names: Vec<&str> = skills
+            .iter()
+            .map(|skill| skill.info.name.as_str())
+            .collect();
+        let installed = if names.is_empty() {
+            "no skills are installed".to_owned()
+        } else {
+            format!("installed skills: {}", names.join(", "))
+        };
+        return ToolOutput::error(format!("unknown skill {name:?}; {installed}"));
+    };
+    let path = skills_dir.join(&skill.folder).join("SKILL.md");
+    match fs::read(&path) {
+        Ok(bytes) => ToolOutput::ok(normalize(&bytes)),
+        Err(err) => ToolOutput::error(format!("could not read {}: {err}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_util::sync::CancellationToken;
+
+    fn context(skills_dir: &Path) -> ToolContext {
+        let cancel = CancellationToken::new();
+        ToolContext {
+            workspace: skills_dir.into(),
+            skills_dir: skills_dir.into(),
+            cancel,
+            hidden_env: vec!["CICY_TEST_SECRET".to_string()],
+        }
+    }
+
+    fn install(skills_dir: &Path, folder: &str, text: &str) {
+        fs::create_dir_all(skills_dir.join(folder)).unwrap();
+        fs::write(skills_dir.join(folder).join("SKILL.md"), text).unwrap();
+    }
+
+    fn info(name: &str, description: &str) -> SkillInfo {
+        SkillInfo {
+            name: name.to_owned(),
+            description: description.to_owned(),
+        }
+    }
+
+    fn output(content: &str, is_error: bool) -> ToolOutput {
+        ToolOutput {
+            content: content.to_owned(),
+            is_error,
+        }
+    }
+
+    #[test]
+    fn a_missing_or_empty_skills_dir_lists_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(list_skills(&dir.path().join("missing")), []);
+        assert_eq!(list_skills(dir.path()), []);
+    }
+
+    #[test]
+    fn skills_are_listed_in_folder_order_with_front_matter_names_and_fallbacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let skills = dir.path();
+        install(
+            skills,
+            "b-pdf",
+            "---\nname: pdf\ndescription: Fill PDF forms.\n---\n# PDF\n",
+        );
+        install(skills, "a-plain", "# No front matter\n");
+        install(
+            skills,
+            "c-unnamed",
+            "---\ndescription: >\n  Folded\n  text.\n---\nbody\n",
+        );
+        install(skills, "d-empty", "---\n---\nbody\n");
+        install(
+            skills,
+            "e-extra",
+            "---\nname: ' x '\nlicense: MIT\nmetadata: {a: 1}\n---\n",
+        );
+        install(skills, ".hidden", "---\nname: hidden\n---\n");
+        fs::create_dir(skills.join("no-skill-md")).unwrap();
+        fs::write(skills.join("README.md"), "not a skill").unwrap();
+        let expected = [
+            info("a-plain", ""),
+            info("pdf", "Fill PDF forms."),
+            info("c-unnamed", "Folded text."),
+            info("d-empty", ""),
+            info("x", ""),
+        ];
+        assert_eq!(list_skills(skills), expected);
+    }
+
+    #[test]
+    fn a_bom_and_crlf_line_ends_are_tolerated() {
+        let dir = tempfile::tempdir().unwrap();
+        install(
+            dir.path(),
+            "win",
+            "\u{feff}---\r\nname: win\r\ndescription: CRLF.\r\n---\r\nx\r\n",
+        );
+        assert_eq!(list_skills(dir.path()), [info("win", "CRLF.")]);
+    }
+
+    #[test]
+    fn a_broken_skill_md_is_listed_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        install(
+            dir.path(),
+            "bad-yaml",
+            "---\ndescription: use when: editing\n---\n",
+        );
+        install(dir.path(), "ok", "---\nname: ok\ndescription: Fine.\n---\n");
+        install(dir.path(), "unclosed", "---\nname: unclosed\n");
+        install(dir.path(), "wrong-type", "---\nname: [a, b]\n---\n");
+        // YAML positions count from the first line inside the `---` block.
+        let unparsable = "(front matter could not be parsed: ";
+        let expected = [
+            info("bad-yaml", &format!("{unparsable}mapping values are not allowed in this context at line 1 column 22)")),
+            info("ok", "Fine."),
+            info("unclosed", "(front matter has no closing `---` line)"),
+            info("wrong-type", &format!("{unparsable}name: invalid type: sequence, expected a string at line 1 column 7)")),
+        ];
+        assert_eq!(list_skills(dir.path()), expected);
+    }
+
+    #[tokio::test]
+    async fn without_a_name_the_tool_lists_installed_skills() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        assert_eq!(
+            run(&json!({}), &ctx).await,
+            output("No skills installed.", false)
+        );
+        install(
+            dir.path(),
+            "pdf",
+            "---\nname: pdf\ndescription: Fill PDF forms.\n---\n",
+        );
+        install(dir.path(), "notes", "just text\n");
+        let listing = "Installed skills (read one with {\"name\": \"<name>\"}):\n\
+                       - notes\n\
+                       - pdf: Fill PDF forms.";
+        assert_eq!(run(&json!({}), &ctx).await, output(listing, false));
+        assert_eq!(
+            run(&json!({"name": null}), &ctx).await,
+            output(listing, false)
+        );
+    }
+
+    #[tokio::test]
+    async fn with_a_name_the_tool_returns_the_whole_skill_md() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let text = "---\nname: pdf\ndescription: Fill PDF forms.\n---\n# PDF\n\nSteps.\n";
+        install(dir.path(), "pdf-tools", text);
+        install(
+            dir.path(),
+            "win",
+            "\u{feff}---\r\nname: win\r\n---\r\nbody\r\n",
+        );
+        assert_eq!(
+            run(&json!({"name": "pdf-tools"}), &ctx).await,
+            output(text, false)
+        );
+        assert_eq!(
+            run(&json!({"name": "pdf"}), &ctx).await,
+            output(text, false)
+        );
+        let win = "---\nname: win\n---\nbody\n";
+        assert_eq!(run(&json!({"name": "win"}), &ctx).await, output(win, false));
+    }
+
+    #[tokio::test]
+    async fn bad_or_unknown_names_are_error_results() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let unknown = "unknown skill \"pdf\"; no skills are installed";
+        assert_eq!(
+            run(&json!({"name": "pdf"}), &ctx).await,
+            output(unknown, true)
+        );
+        install(dir.path(), "b", "---\nname: beta\n---\n");
+        install(dir.path(), "a", "---\nname: alpha\n---\n");
+        let unknown = "unknown skill \"pdf\"; installed skills: alpha, beta";
+        assert_eq!(
+            run(&json!({"name": "pdf"}), &ctx).await,
+            output(unknown, true)
+        );
+        let empty = "invalid input: \"name\" must not be empty";
+        assert_eq!(run(&json!({"name": ""}), &ctx).await, output(empty, true));
+        let not_string = "invalid input: \"name\" must be a string, got 3";
+        assert_eq!(
+            run(&json!({"name": 3}), &ctx).await,
+            output(not_string, true)
+        );
+        for name in ["a/b", "a\\b", "..", "../a", "a..b", ".hidden", "."] {
+            let rejected = format!(
+                "invalid input: \"name\" must be a skill name without \"/\", \"\\\", \"..\" or a \
+                 leading \".\", got {name:?}"
+            );
+            assert_eq!(
+                run(&json!({"name": name}), &ctx).await,
+                output(&rejected, true)
+            );
+        }
+    }
+}

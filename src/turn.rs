@@ -1,0 +1,352 @@
+//! The turn loop (DESIGN.md §6.1–6.2).
+//!
+//! Owns one turn: append the user text, run rounds (assemble → send → stream → run tools) until
+//! a tool-free answer or the round budget, write the history before every round, end every
+//! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. It knows nothing
+//! of the terminal or HTTP; the caller supplies the emitter and the cancel token.
+
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentError, Session, TurnMaterials};
+use crate::conversation::history::{ReplyFile, ReplyStatus};
+use crate::conversation::message::{Content, ContentBlock, Message, Role};
+use crate::event::{preview, Emitter, EventKind, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
+use crate::fsutil;
+use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response};
+use crate::prompt::{self, PromptInputs};
+use crate::tools::ToolContext;
+
+/// cicy: a round that fails after the gateway's retries is re-run at most 2 more times.
+pub const ROUND_RERUNS: u32 = 2;
+
+/// The result text of a tool call that the user cancelled.
+pub const CANCELLED_RESULT: &str = "error: cancelled by user";
+
+/// How an abnormal turn is recorded in the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Cancelled,
+    Blocked,
+    Failed,
+}
+
+impl Outcome {
+    /// The assistant text that marks this outcome (cicy's markers).
+    pub fn marker(self) -> &'static str {
+        match self {
+            Outcome::Cancelled => "(no reply this turn · cancelled)",
+            Outcome::Blocked => "(no reply this turn · blocked)",
+            Outcome::Failed => "(no reply this turn · generation failed)",
+        }
+    }
+
+    /// The outcome whose marker is `text`, if it is one.
+    pub fn from_marker(text: &str) -> Option<Self> {
+        [Outcome::Cancelled, Outcome::Blocked, Outcome::Failed].into_iter().find(|o| o.marker() == text)
+    }
+
+    fn event(self) -> TurnOutcome {
+        match self {
+            Outcome::Cancelled => TurnOutcome::Cancelled,
+            Outcome::Blocked => TurnOutcome::Blocked,
+            Outcome::Failed => TurnOutcome::Failed,
+        }
+    }
+}
+
+/// The outcome marker a message is, if any.
+pub fn marker_of(m: &Message) -> Option<Outcome> {
+    (m.role == Role::Assistant).then(|| Outcome::from_marker(m.plain_text().trim())).flatten()
+}
+
+/// Index of the user message that started the last turn: the last user message that is not
+/// only tool results.
+fn last_turn_start(messages: &[Message]) -> Option<usize> {
+    messages.iter().rposition(|m| {
+        m.role == Role::User
+            && match &m.content {
+                Content::Text(_) => true,
+                Content::Blocks(b) => b.iter().any(|x| !matches!(x, ContentBlock::ToolResult { .. })),
+            }
+    })
+}
+
+/// Removes the last turn if it ended with an outcome marker of one of `kinds`; returns its
+/// user text.
+fn pop_turn_with_marker(session: &mut Session, kinds: &[Outcome]) -> Option<String> {
+    let msgs = &mut session.current.messages;
+    let marker = msgs.last().and_then(marker_of)?;
+    if !kinds.contains(&marker) {
+        return None;
+    }
+    let start = last_turn_start(msgs)?;
+    let text = msgs[start].plain_text();
+    msgs.truncate(start);
+    Some(text)
+}
+
+/// Runs one user turn. Errors are returned only for what stops a turn from starting or its
+/// files from being written; gateway failures end the turn with an outcome instead.
+pub async fn run_turn(
+    session: &mut Session,
+    text: &str,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<TurnOutcome, AgentError> {
+    let materials = session.materials()?;
+    pop_turn_with_marker(session, &[Outcome::Failed]);
+    run_user_turn(session, text, materials, events, cancel).await
+}
+
+/// `cicy-agent retry`: pops the last turn if it ended with any outcome marker and runs the same
+/// user text again. `Ok(None)` when there is nothing to retry.
+pub async fn retry_turn(
+    session: &mut Session,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<Option<TurnOutcome>, AgentError> {
+    let materials = session.materials()?;
+    let Some(text) = pop_turn_with_marker(session, &[Outcome::Failed, Outcome::Cancelled, Outcome::Blocked]) else {
+        return Ok(None);
+    };
+    run_user_turn(session, &text, materials, events, cancel).await.map(Some)
+}
+
+async fn run_user_turn(
+    session: &mut Session,
+    text: &str,
+    m: TurnMaterials,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<TurnOutcome, AgentError> {
+    let cur = &mut session.current;
+    cur.model = m.model.clone();
+    cur.tools = m.template.tools.clone();
+    cur.system = m.template.system_md.trim().to_string();
+    cur.status = "running".to_string();
+    cur.prompts += 1;
+    let history_id = cur.push(Message::user_text(text));
+    let now = fsutil::now_rfc3339();
+    let mut reply = ReplyFile {
+        turn_id: uuid::Uuid::new_v4().to_string(),
+        history_id,
+        status: ReplyStatus::Working,
+        started_at: now.clone(),
+        updated_at: now,
+        ..ReplyFile::idle(&cur.conversation_id, &m.model)
+    };
+    session.store.save_current(&mut session.current)?;
+    session.store.save_reply(&reply)?;
+    events.emit(EventKind::TurnStarted {
+        turn_id: reply.turn_id.clone(),
+        conv_id: session.current.conversation_id.clone(),
+    });
+
+    let outcome = rounds(session, &m, &mut reply, events, cancel).await?;
+    if let Some(o) = outcome {
+        let cur = &mut session.current;
+        let id = cur.push(Message::assistant(vec![ContentBlock::text(o.marker())]));
+        reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+        debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+    }
+    reply.status = match outcome {
+        None => ReplyStatus::Completed,
+        Some(Outcome::Cancelled) => ReplyStatus::Cancelled,
+        Some(Outcome::Blocked | Outcome::Failed) => ReplyStatus::Failed,
+    };
+    reply.updated_at = fsutil::now_rfc3339();
+    session.current.status = "idle".to_string();
+    session.store.save_current(&mut session.current)?;
+    session.store.save_reply(&reply)?;
+    let ended = outcome.map(Outcome::event).unwrap_or(TurnOutcome::Completed);
+    events.emit(EventKind::TurnEnded { outcome: ended });
+    Ok(ended)
+}
+
+/// Runs the rounds of a turn; `Ok(None)` when it ended normally.
+async fn rounds(
+    session: &mut Session,
+    m: &TurnMaterials,
+    reply: &mut ReplyFile,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<Option<Outcome>, AgentError> {
+    let max_rounds = m.template.max_tool_rounds();
+    let specs = m.tools.specs();
+    let tool_ctx = ToolContext {
+        workspace: session.record.workspace.clone(),
+        skills_dir: session.home.skills_dir(),
+        cancel: cancel.clone(),
+        hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
+    };
+    let opts = CallOptions {
+        model: m.model.clone(),
+        max_tokens: m.max_tokens,
+        session_id: session.current.conversation_id.clone(),
+        aux: None,
+        timeout: None,
+    };
+    for round in 0..max_rounds {
+        if cancel.is_cancelled() {
+            return Ok(Some(Outcome::Cancelled));
+        }
+        events.emit(EventKind::RoundStarted { round });
+        let final_round = round + 1 == max_rounds;
+        let prompt = prompt::assemble(&PromptInputs {
+            system_md: &m.template.system_md,
+            skills: &m.skills,
+            tools: &specs,
+            final_round,
+            history: &session.current.messages,
+            agents_md: &m.agents_md,
+            memory_md: &m.memory_md,
+        });
+        session.store.save_current(&mut session.current)?;
+        let resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
+            Ok(r) => r,
+            Err(GatewayError::Cancelled) => return Ok(Some(Outcome::Cancelled)),
+            Err(e) => {
+                let outcome = match &e {
+                    GatewayError::Status { status, .. } if (400..500).contains(status) => Outcome::Blocked,
+                    _ => Outcome::Failed,
+                };
+                events.emit(EventKind::Error { kind: error_kind(&e).to_string(), message: e.to_string() });
+                return Ok(Some(outcome));
+            }
+        };
+        reply.add_usage(&resp.usage);
+        reply.prefix_sha256 = resp.prefix_sha256.clone();
+        reply.last_stop_reason = resp.stop_reason.clone();
+        events.emit(EventKind::Usage {
+            input: resp.usage.input_tokens,
+            output: resp.usage.output_tokens,
+            cache_creation: resp.usage.cache_creation_input_tokens,
+            cache_read: resp.usage.cache_read_input_tokens,
+            prefix_sha256: resp.prefix_sha256.clone(),
+        });
+        let content: Vec<ContentBlock> = resp.content.into_iter().filter(|b| !b.is_empty()).collect();
+        let calls: Vec<(String, String, serde_json::Value)> = content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolUse { id, name, input } => Some((id.clone(), name.clone(), input.clone())),
+                _ => None,
+            })
+            .collect();
+        if !content.is_empty() {
+            append(session, reply, Message::assistant(content))?;
+        }
+        if calls.is_empty() {
+            return Ok(None);
+        }
+        let run_them = resp.stop_reason.as_deref() == Some("tool_use") && !final_round;
+        let mut results = Vec::with_capacity(calls.len());
+        let mut cancelled = false;
+        for (id, name, input) in &calls {
+            let output = if cancelled || cancel.is_cancelled() {
+                cancelled = true;
+                crate::tools::ToolOutput::error(CANCELLED_RESULT)
+            } else if !run_them {
+                crate::tools::ToolOutput::error(format!(
+                    "error: not run: the response ended with stop_reason `{}`",
+                    resp.stop_reason.as_deref().unwrap_or("none")
+                ))
+            } else {
+                events.emit(EventKind::ToolStarted { id: id.clone(), name: name.clone(), input: input.clone() });
+                let started = Instant::now();
+                let out = m.tools.run(name, input, &tool_ctx).await;
+                let out = if cancel.is_cancelled() {
+                    cancelled = true;
+                    crate::tools::ToolOutput::error(out.content)
+                } else {
+                    out
+                };
+                events.emit(EventKind::ToolFinished {
+                    id: id.clone(),
+                    name: name.clone(),
+                    result: preview(&out.content, TOOL_RESULT_PREVIEW_CHARS),
+                    is_error: out.is_error,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                });
+                out
+            };
+            results.push(ContentBlock::ToolResult { tool_use_id: id.clone(), content: output.content, is_error: output.is_error });
+        }
+        append(session, reply, Message::user_blocks(results))?;
+        if cancelled {
+            return Ok(Some(Outcome::Cancelled));
+        }
+        if !run_them {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// Appends a message to the history and the reply snapshot, and persists the snapshot so a
+/// crash before the next round loses nothing.
+fn append(session: &mut Session, reply: &mut ReplyFile, msg: Message) -> Result<(), AgentError> {
+    let cur = &mut session.current;
+    cur.push(msg);
+    reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+    reply.updated_at = fsutil::now_rfc3339();
+    session.store.save_reply(reply)?;
+    Ok(())
+}
+
+/// Sends one round; a failure after the gateway's own retries is re-run up to
+/// [`ROUND_RERUNS`] times from the same history (nothing of a failed round was appended).
+async fn send_with_reruns(
+    session: &Session,
+    prompt: &crate::gateway::Prompt,
+    opts: &CallOptions,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<Response, GatewayError> {
+    let mut attempt = 0;
+    loop {
+        let mut on_event = |ev: GatewayEvent| match ev {
+            GatewayEvent::TextDelta(text) => events.emit(EventKind::TextDelta { text }),
+            GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
+            GatewayEvent::Retry { attempt, delay_ms, reason } => {
+                events.emit(EventKind::Retry { attempt, delay_ms, reason })
+            }
+        };
+        let result = session.client.send(prompt, opts, &mut on_event, cancel).await;
+        match result {
+            Ok(resp) => {
+                if resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
+                    events.emit(EventKind::TextEnd);
+                }
+                return Ok(resp);
+            }
+            Err(GatewayError::Cancelled) => return Err(GatewayError::Cancelled),
+            Err(e @ GatewayError::Status { should_retry: Some(false), .. }) => return Err(e),
+            Err(e @ GatewayError::Status { status, .. }) if (400..500).contains(&status) && status != 408 && status != 409 && status != 429 => {
+                return Err(e)
+            }
+            // The gateway layer already tried this connection 1 + max_retries times.
+            Err(e @ GatewayError::Connect { .. }) => return Err(e),
+            Err(e) if attempt < ROUND_RERUNS => {
+                attempt += 1;
+                events.emit(EventKind::System {
+                    text: format!("round failed ({e}); running it again ({attempt}/{ROUND_RERUNS})"),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn error_kind(e: &GatewayError) -> &'static str {
+    match e {
+        GatewayError::Connect { .. } => "connect",
+        GatewayError::Status { .. } => "http_status",
+        GatewayError::StreamError { .. } => "stream_error",
+        GatewayError::Incomplete(_) => "incomplete_stream",
+        GatewayError::Decode(_) => "decode",
+        GatewayError::Timeout(_) => "timeout",
+        GatewayError::Cancelled => "cancelled",
+    }
+}

@@ -1,0 +1,189 @@
+//! The `cicy-agent` binary as a user runs it: real processes, a temporary `$CICY_HOME`, the
+//! scripted gateway. Covers create/ls/roles/show/chat/history and bad input.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::gateway::*;
+use tokio::io::AsyncWriteExt;
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
+    cmd.args(args)
+        .env("CICY_HOME", home)
+        .env("CICY_GATEWAY_URL", gateway)
+        .env("CICY_MODEL", "test-model")
+        .env_remove("CICY_API_STYLE")
+        .env_remove("CICY_API_KEY")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn cicy-agent");
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+        drop(pipe);
+    }
+    let out = child.wait_with_output().await.expect("wait");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn home() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+#[tokio::test]
+async fn create_ls_roles_show() {
+    let h = home();
+    let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "Ada"], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "w-1\n"), "{}", o.stderr);
+    let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "Bo", "--role-template", "concierge", "--role", "front desk"], None).await;
+    assert_eq!(o.stdout, "w-2\n");
+    assert!(o.stderr.contains("warning: --role `front desk` is only a roster label"), "{}", o.stderr);
+    let agents_md = std::fs::read_to_string(h.path().join("workers/w-1/AGENTS.md")).unwrap();
+    let ws = h.path().join("workers/w-1");
+    assert_eq!(
+        agents_md,
+        format!("# Role\n\nYou are Ada (agent w-1), a general assistant.\nYour workspace is {}; keep your files there unless the user says otherwise.\n", ws.display())
+    );
+    let o = cicy(h.path(), "", &["ls"], None).await;
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("w-1\tAda\tassistant\tworker\t"), "{}", lines[0]);
+    assert!(lines[1].starts_with("w-2\tBo\tconcierge\tfront desk\t"), "{}", lines[1]);
+    let o = cicy(h.path(), "", &["roles"], None).await;
+    assert!(o.stdout.contains("assistant\tAssistant\ttools: [shell, skill]"), "{}", o.stdout);
+    assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
+    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [shell, skill]"), "{}", o.stdout);
+    let o = cicy(h.path(), "", &["show", "w-2"], None).await;
+    assert!(o.stdout.contains("role_template: concierge\n"), "{}", o.stdout);
+    assert!(o.stdout.contains("conversation: (none yet)\n"), "{}", o.stdout);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_at_create_and_at_turn_time() {
+    let h = home();
+    let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "X", "--role-template", "wizard"], None).await;
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr.trim(), "error: unknown role template `wizard` (available: assistant, concierge, coordinator)");
+    let role = h.path().join("roles/broken");
+    std::fs::create_dir_all(&role).unwrap();
+    std::fs::write(role.join("meta.yaml"), "tools: [core, teleport]\n").unwrap();
+    let o = cicy(h.path(), "", &["create", "X", "--role-template", "broken"], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("roles/broken/meta.yaml: tools: `teleport` is neither a tool group nor a tool"), "{}", o.stderr);
+    std::fs::write(role.join("meta.yaml"), "tools: [core\n").unwrap();
+    let o = cicy(h.path(), "", &["create", "X", "--role-template", "broken"], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("roles/broken/meta.yaml:"), "{}", o.stderr);
+    assert!(!h.path().join("workers").exists(), "a failed create must not make a workspace");
+
+    // Broken after create: the turn refuses to start and the history is untouched.
+    std::fs::write(role.join("meta.yaml"), "tools: [core]\n").unwrap();
+    let o = cicy(h.path(), "", &["create", "X", "--role-template", "broken"], None).await;
+    assert_eq!(o.stdout, "w-1\n", "{}", o.stderr);
+    std::fs::write(role.join("meta.yaml"), "tools: [teleport]\n").unwrap();
+    let gw = ScriptedGateway::start().await;
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "hi"], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("`teleport` is neither a tool group nor a tool"), "{}", o.stderr);
+    assert!(gw.requests().is_empty());
+}
+
+#[tokio::test]
+async fn chat_streams_text_to_stdout_and_json_events() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Hello there, friend.")));
+    gw.push(Reply::sse(anthropic_text("Second answer.")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = cicy(h.path(), &url, &["chat", "w-1", "hi"], None).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "Hello there, friend.\n");
+    assert!(o.stderr.contains("· usage: input 25, output 15, cache write 10, cache read 100"), "{}", o.stderr);
+
+    let o = cicy(h.path(), &url, &["chat", "w-1", "again", "--json"], None).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let events: Vec<serde_json::Value> = o.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        ["turn_started", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<u64>>());
+    assert_eq!(events[7]["outcome"], "completed");
+    assert!(events.iter().all(|e| e["agent_id"] == "w-1"));
+
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(&lines[1..], ["[1] user: hi", "[2] assistant: Hello there, friend.", "[3] user: again", "[4] assistant: Second answer."]);
+}
+
+#[tokio::test]
+async fn a_line_by_line_session_reads_stdin_until_exit() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("one")));
+    gw.push(Reply::sse(anthropic_text("two")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = cicy(h.path(), &url, &["chat", "w-1"], Some("first\n\nsecond\n/exit\nnever sent\n")).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "one\ntwo\n");
+    assert!(o.stderr.contains("Hi, I'm your assistant."), "greeting shown: {}", o.stderr);
+    assert_eq!(gw.requests().len(), 2);
+    let greeting_sent = gw.requests().iter().any(|r| r.body_str().contains("Hi, I'm your assistant."));
+    assert!(!greeting_sent, "the greeting is never sent to the model");
+}
+
+#[tokio::test]
+async fn a_corrupt_history_is_moved_aside_named_and_not_overwritten() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("fine")));
+    gw.push(Reply::sse(anthropic_text("fresh start")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    cicy(h.path(), &url, &["chat", "w-1", "hi"], None).await;
+    let link = h.path().join("workers/w-1/.cicy/history/current.json");
+    let real = link.parent().unwrap().join(std::fs::read_link(&link).unwrap());
+    std::fs::write(&real, b"{\"conversation_id\": truncated").unwrap();
+    let o = cicy(h.path(), &url, &["chat", "w-1", "hello?"], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("current.json could not be parsed"), "{}", o.stderr);
+    assert!(o.stderr.contains("moved aside to"), "{}", o.stderr);
+    let aside: Vec<_> = std::fs::read_dir(real.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("current.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    let kept = std::fs::read(real.parent().unwrap().join(&aside[0])).unwrap();
+    assert_eq!(kept, b"{\"conversation_id\": truncated");
+    assert_eq!(gw.requests().len(), 1, "nothing is sent while the history is broken");
+    let o = cicy(h.path(), &url, &["chat", "w-1", "hello again"], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "fresh start\n"), "{}", o.stderr);
+}
+
+#[tokio::test]
+async fn no_gateway_configured_is_a_clear_error() {
+    let h = home();
+    cicy(h.path(), "", &["create", "Ada"], None).await;
+    let o = cicy(h.path(), "", &["chat", "w-1", "hi"], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no gateway configured: set CICY_GATEWAY_URL or gateway.url in"), "{}", o.stderr);
+}

@@ -1,0 +1,328 @@
+//! A scripted AI gateway for integration tests (DESIGN.md §10).
+//!
+//! Owns: an axum server on 127.0.0.1:0 inside the test that records every request and answers
+//! with queued [`Reply`]s in order (any method, any path), plus builders of real-looking SSE
+//! streams in both wire styles. When the script runs out it answers HTTP 500 saying so, so a
+//! test that sends too many requests fails loudly.
+//!
+//! Must not touch: the product's code paths — it talks to the client only over HTTP.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Router;
+use bytes::Bytes;
+use futures_util::{stream, StreamExt};
+use serde_json::json;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// HTTP 200 `text/event-stream`, the chunks written one by one with `delay` between them.
+    Sse { chunks: Vec<Vec<u8>>, delay: Duration },
+    /// Any status with headers and a body (e.g. 429 with `retry-after`).
+    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    /// HTTP 200 stream: the chunks, then the connection stays open without ever ending.
+    SseThenHang { chunks: Vec<Vec<u8>> },
+}
+
+impl Reply {
+    /// An SSE reply without delays between chunks.
+    pub fn sse(chunks: Vec<Vec<u8>>) -> Self {
+        Reply::Sse { chunks, delay: Duration::ZERO }
+    }
+
+    pub fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
+        Reply::Status {
+            status,
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            body: body.to_string(),
+        }
+    }
+}
+
+/// A request as the gateway received it.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Lowercased names, in the order received.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RecordedRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn body_str(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("request body is UTF-8")
+    }
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    requests: Vec<RecordedRequest>,
+}
+
+/// The running gateway; the server stops when this is dropped.
+pub struct ScriptedGateway {
+    addr: SocketAddr,
+    script: Arc<Mutex<Script>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl ScriptedGateway {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let script = Arc::new(Mutex::new(Script::default()));
+        let app = Router::new().fallback(handle).with_state(script.clone());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.expect("scripted gateway server");
+        });
+        Self { addr, script, server }
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Queues a reply; replies are served in the order pushed.
+    pub fn push(&self, reply: Reply) {
+        self.script.lock().expect("script lock").replies.push_back(reply);
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.script.lock().expect("script lock").requests.clone()
+    }
+}
+
+impl Drop for ScriptedGateway {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    let reply = {
+        let mut s = script.lock().expect("script lock");
+        s.requests.push(RecordedRequest {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                .collect(),
+            body: body.to_vec(),
+        });
+        s.replies.pop_front()
+    };
+    let sse = |body: Body| {
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+            .body(body)
+            .expect("response")
+    };
+    match reply {
+        None => Response::builder()
+            .status(StatusCode::INTERNAL_SERVER_ERROR)
+            .body(Body::from("scripted gateway: the script ran out of replies (unexpected extra request)"))
+            .expect("response"),
+        Some(Reply::Status { status, headers, body }) => {
+            let mut b = Response::builder().status(status);
+            for (k, v) in headers {
+                b = b.header(k, v);
+            }
+            b.body(Body::from(body)).expect("response")
+        }
+        Some(Reply::Sse { chunks, delay }) => {
+            let s = stream::iter(chunks.into_iter().enumerate()).then(move |(i, c)| async move {
+                if i > 0 && !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                Ok::<_, Infallible>(Bytes::from(c))
+            });
+            sse(Body::from_stream(s))
+        }
+        Some(Reply::SseThenHang { chunks }) => {
+            let s = stream::iter(chunks.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c)))).chain(stream::pending());
+            sse(Body::from_stream(s))
+        }
+    }
+}
+
+// ---- SSE builders --------------------------------------------------------------------------------
+
+/// One SSE event: `event: <name>\ndata: <data>\n\n`.
+pub fn event(name: &str, data: &str) -> Vec<u8> {
+    format!("event: {name}\ndata: {data}\n\n").into_bytes()
+}
+
+/// One data-only SSE event (OpenAI style): `data: <data>\n\n`.
+pub fn data(data: &str) -> Vec<u8> {
+    format!("data: {data}\n\n").into_bytes()
+}
+
+/// Splits `s` into up to `n` non-empty pieces on character boundaries.
+pub fn pieces(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    let size = chars.len().div_ceil(n.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// Usage reported by the Anthropic builders: message_start carries input 25, cache creation
+/// 10, cache read 100, output 1; message_delta carries output 15.
+pub const ANTHROPIC_USAGE: (u64, u64, u64, u64) = (25, 15, 10, 100);
+
+fn anthropic_start() -> Vec<Vec<u8>> {
+    vec![
+        event(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_test","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"cache_creation_input_tokens":10,"cache_read_input_tokens":100,"output_tokens":1}}}"#,
+        ),
+        event("ping", r#"{"type": "ping"}"#),
+    ]
+}
+
+fn anthropic_end(stop_reason: &str) -> Vec<Vec<u8>> {
+    vec![
+        event(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 15}})
+                .to_string(),
+        ),
+        event("message_stop", r#"{"type":"message_stop"}"#),
+    ]
+}
+
+fn anthropic_text_block(index: u32, text: &str) -> Vec<Vec<u8>> {
+    let mut out = vec![event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}).to_string(),
+    )];
+    for p in pieces(text, 3) {
+        out.push(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}}).to_string(),
+        ));
+    }
+    out.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index}).to_string()));
+    out
+}
+
+fn anthropic_tool_block(index: u32, id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>> {
+    let mut out = vec![event(
+        "content_block_start",
+        &json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})
+            .to_string(),
+    )];
+    // Real streams begin with an empty fragment, then cut the JSON anywhere.
+    let mut frags = vec![String::new()];
+    frags.extend(pieces(input_json, 4));
+    for f in frags {
+        out.push(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": f}})
+                .to_string(),
+        ));
+    }
+    out.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index}).to_string()));
+    out
+}
+
+/// A complete Anthropic stream answering `text` (in three deltas), stop_reason `end_turn`.
+pub fn anthropic_text(text: &str) -> Vec<Vec<u8>> {
+    [anthropic_start(), anthropic_text_block(0, text), anthropic_end("end_turn")].concat()
+}
+
+/// A complete Anthropic stream with one tool_use whose input is streamed as several
+/// `input_json_delta` fragments; stop_reason `tool_use`.
+pub fn anthropic_tool_use(id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>> {
+    [anthropic_start(), anthropic_tool_block(0, id, name, input_json), anthropic_end("tool_use")].concat()
+}
+
+/// Text (block 0) then a tool_use (block 1); stop_reason `tool_use`.
+pub fn anthropic_text_and_tool(text: &str, id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>> {
+    [anthropic_start(), anthropic_text_block(0, text), anthropic_tool_block(1, id, name, input_json), anthropic_end("tool_use")]
+        .concat()
+}
+
+/// The two events that open an Anthropic stream (message_start, ping) — for cut-off streams.
+pub fn anthropic_prelude() -> Vec<Vec<u8>> {
+    anthropic_start()
+}
+
+/// An in-stream Anthropic error event.
+pub fn anthropic_error(kind: &str, message: &str) -> Vec<u8> {
+    event("error", &json!({"type": "error", "error": {"type": kind, "message": message}}).to_string())
+}
+
+/// Usage reported by the OpenAI builders: prompt 125 (100 cached), completion 15 — which cicy
+/// reports as input 25, cache read 100, output 15.
+pub const OPENAI_USAGE: &str =
+    r#"{"prompt_tokens":125,"completion_tokens":15,"total_tokens":140,"prompt_tokens_details":{"cached_tokens":100}}"#;
+
+fn openai_chunk(delta: serde_json::Value, finish: Option<&str>) -> Vec<u8> {
+    data(
+        &json!({"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string(),
+    )
+}
+
+fn openai_end() -> Vec<Vec<u8>> {
+    vec![
+        data(&format!(
+            r#"{{"id":"chatcmpl-test","object":"chat.completion.chunk","created":1,"model":"gpt-test","choices":[],"usage":{OPENAI_USAGE}}}"#
+        )),
+        data("[DONE]"),
+    ]
+}
+
+/// A complete OpenAI stream answering `text` (in three deltas), then the usage chunk and
+/// `[DONE]`.
+pub fn openai_text(text: &str) -> Vec<Vec<u8>> {
+    let mut out = vec![openai_chunk(json!({"role": "assistant", "content": ""}), None)];
+    for p in pieces(text, 3) {
+        out.push(openai_chunk(json!({"content": p}), None));
+    }
+    out.push(openai_chunk(json!({}), Some("stop")));
+    [out, openai_end()].concat()
+}
+
+/// A complete OpenAI stream with one tool call: id and name in the first fragment only,
+/// arguments in several fragments; finish_reason `tool_calls`.
+pub fn openai_tool_call(id: &str, name: &str, args: &str) -> Vec<Vec<u8>> {
+    let mut out = vec![openai_chunk(
+        json!({"role": "assistant", "content": null,
+               "tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+        None,
+    )];
+    for p in pieces(args, 4) {
+        out.push(openai_chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": p}}]}), None));
+    }
+    out.push(openai_chunk(json!({}), Some("tool_calls")));
+    [out, openai_end()].concat()
+}

@@ -1,0 +1,337 @@
+//! The turn loop against the scripted gateway (DESIGN.md §5, §6): tool rounds through `shell`,
+//! the final tool-free round, the exact request bytes, cancel, and failures that leave a
+//! well-formed history.
+
+mod common;
+
+use std::time::Duration;
+
+use cicy::conversation::invariants;
+use cicy::conversation::message::{ContentBlock, Message};
+use cicy::event::{EventKind, TurnOutcome};
+use cicy::prompt::WRAP_UP_NOTICE;
+use cicy::turn;
+use common::fixture::{cached_prefix, collector, kinds, TestHome, TEST_SYSTEM};
+use common::gateway::*;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+fn body(r: &RecordedRequest) -> Value {
+    serde_json::from_slice(&r.body).expect("request body is JSON")
+}
+
+fn messages(id: &str, t: &TestHome) -> Vec<Message> {
+    serde_json::from_value(t.current_json(id)["messages"].clone()).expect("messages parse")
+}
+
+#[tokio::test]
+async fn a_tool_round_trip_runs_shell_and_sends_its_result_back() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text_and_tool("Let me look.", "toolu_1", "shell", r#"{"command":"echo hello-from-tool"}"#)));
+    gw.push(Reply::sse(anthropic_text("It printed hello-from-tool.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "run echo", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Completed);
+
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/v1/messages");
+    let second = body(&reqs[1]);
+    let msgs = second["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[1]["content"][1], json!({"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {"command": "echo hello-from-tool"}}));
+    assert_eq!(msgs[2]["content"][0], json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello-from-tool\nexit code: 0", "cache_control": {"type": "ephemeral"}}));
+
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 4);
+    assert_eq!(invariants::check(&hist), Ok(()));
+    assert_eq!(hist[3].plain_text(), "It printed hello-from-tool.");
+    let k = kinds(&ev);
+    assert!(k.contains(&EventKind::ToolStarted { id: "toolu_1".into(), name: "shell".into(), input: json!({"command": "echo hello-from-tool"}) }));
+    let finished = k.iter().find_map(|e| match e {
+        EventKind::ToolFinished { result, is_error, .. } => Some((result.clone(), *is_error)),
+        _ => None,
+    });
+    assert_eq!(finished, Some(("hello-from-tool\nexit code: 0".to_string(), false)));
+    let text: String = k.iter().filter_map(|e| match e { EventKind::TextDelta { text } => Some(text.as_str()), _ => None }).collect();
+    assert_eq!(text, "Let me look.It printed hello-from-tool.");
+    assert_eq!(k.last(), Some(&EventKind::TurnEnded { outcome: TurnOutcome::Completed }));
+    let reply = t.reply_json(&id);
+    assert_eq!(reply["status"], "completed");
+    assert_eq!(reply["input_tokens"], 50);
+    assert_eq!(reply["cache_read_input_tokens"], 200);
+    assert_eq!(reply["items"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn the_final_round_sends_no_tools_and_the_wrap_up_notice() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"true"}"#)));
+    // On the final round the model still asks for a tool: it must not run.
+    gw.push(Reply::sse(anthropic_text_and_tool("Out of budget.", "t2", "shell", r#"{"command":"touch should-not-exist"}"#)));
+    let t = TestHome::new(&gw.url(), 0);
+    t.write_role("tight", "[core]", 2);
+    let id = t.create("tight", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    let first = body(&reqs[0]);
+    let last = body(&reqs[1]);
+    assert!(first.get("tools").is_some());
+    assert!(last.get("tools").is_none(), "final round must not offer tools");
+    assert_eq!(first["system"][0]["text"], TEST_SYSTEM);
+    assert_eq!(last["system"][0]["text"], format!("{TEST_SYSTEM}\n\n{WRAP_UP_NOTICE}"));
+    assert!(!t.workspace(&id).join("should-not-exist").exists());
+    let hist = messages(&id, &t);
+    assert_eq!(invariants::check(&hist), Ok(()));
+    match &hist.last().unwrap().content {
+        cicy::conversation::message::Content::Blocks(b) => assert!(matches!(&b[0], ContentBlock::ToolResult { is_error: true, .. })),
+        other => panic!("expected the unrun call's result, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn request_bytes_are_exact_and_the_prefix_is_stable_across_rounds() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"echo hi"}"#)));
+    gw.push(Reply::sse(anthropic_text("done")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mem = t.workspace(&id).join(".cicy/memory");
+    std::fs::create_dir_all(&mem).unwrap();
+    std::fs::write(mem.join("MEMORY.md"), "- [preference★4] favourite colour: teal\n").unwrap();
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap();
+    let reqs = gw.requests();
+    let first = &reqs[0];
+    assert_eq!(first.header("x-cicy-session-id"), Some(s.current.conversation_id.as_str()));
+    assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(first.header("x-cicy-aux"), None);
+    insta::assert_snapshot!("first_request_body", first.body_str());
+
+    for r in &reqs {
+        let b = body(r);
+        let msgs = b["messages"].as_array().unwrap();
+        let first_blocks = msgs[0]["content"].as_array().unwrap();
+        assert_eq!(first_blocks[0]["text"], "<role>\n# Role\n\nYou are Tess, the test agent.\n</role>");
+        let last_blocks = msgs.last().unwrap()["content"].as_array().unwrap();
+        let memories = last_blocks.last().unwrap()["text"].as_str().unwrap();
+        assert!(memories.starts_with("<memories>\n- [preference★4] favourite colour: teal\n"));
+        assert!(memories.ends_with("\n</memories>"));
+        assert_eq!(r.body_str().matches(r#""cache_control":{"type":"ephemeral"}"#).count(), 3);
+        assert_eq!(last_blocks[last_blocks.len() - 2]["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(b["system"].as_array().unwrap().last().unwrap()["cache_control"], json!({"type": "ephemeral"}));
+        assert_eq!(b["tools"].as_array().unwrap().last().unwrap()["cache_control"], json!({"type": "ephemeral"}));
+    }
+    assert!(reqs[1].body.starts_with(cached_prefix(&reqs[0].body)), "round 2 must repeat round 1's cached prefix byte for byte");
+}
+
+#[tokio::test]
+async fn the_same_history_gives_the_same_bytes_every_time() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(500, &[("x-should-retry", "false")], "boom"));
+    gw.push(Reply::status(500, &[("x-should-retry", "false")], "boom"));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let (em, _ev) = collector(&id);
+    // Two separate processes' worth of sessions: a failed turn is replaced by the next one.
+    let mut s = t.open(&id);
+    turn::run_turn(&mut s, "same question", &em, &CancellationToken::new()).await.unwrap();
+    let mut s = t.open(&id);
+    turn::run_turn(&mut s, "same question", &em, &CancellationToken::new()).await.unwrap();
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2, "x-should-retry: false is neither retried nor re-run");
+    assert_eq!(reqs[0].body, reqs[1].body);
+}
+
+#[tokio::test]
+async fn cancel_during_a_stream_leaves_a_marker_and_loadable_files() {
+    let gw = ScriptedGateway::start().await;
+    let mut chunks = anthropic_prelude();
+    chunks.push(event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#));
+    chunks.push(event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"partial"}}"#));
+    gw.push(Reply::SseThenHang { chunks });
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let ev2 = ev.clone();
+    tokio::spawn(async move {
+        while !kinds(&ev2).iter().any(|k| matches!(k, EventKind::TextDelta { .. })) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        c.cancel();
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(20), turn::run_turn(&mut s, "talk", &em, &cancel)).await.unwrap().unwrap();
+    assert_eq!(outcome, TurnOutcome::Cancelled);
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[1].plain_text(), "(no reply this turn · cancelled)");
+    assert_eq!(t.reply_json(&id)["status"], "cancelled");
+    assert_eq!(t.current_json(&id)["status"], "idle");
+    let reopened = t.open(&id);
+    assert_eq!(reopened.current.messages.len(), 2);
+    assert!(reopened.restore_notes.is_empty(), "{:?}", reopened.restore_notes);
+}
+
+#[tokio::test]
+async fn cancel_during_a_tool_kills_its_process_group() {
+    let gw = ScriptedGateway::start().await;
+    let cmd = r#"{"command":"(sleep 30; touch late-child) & sleep 30; touch late-parent"}"#;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", cmd)));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let cancel = CancellationToken::new();
+    let (c, ev2) = (cancel.clone(), ev.clone());
+    tokio::spawn(async move {
+        while !kinds(&ev2).iter().any(|k| matches!(k, EventKind::ToolStarted { .. })) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.cancel();
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(20), turn::run_turn(&mut s, "sleep", &em, &cancel)).await.unwrap().unwrap();
+    assert_eq!(outcome, TurnOutcome::Cancelled);
+    let hist = messages(&id, &t);
+    assert_eq!(invariants::check(&hist), Ok(()));
+    assert_eq!(hist.len(), 4, "{hist:?}");
+    match &hist[2].content {
+        cicy::conversation::message::Content::Blocks(b) => match &b[0] {
+            ContentBlock::ToolResult { is_error, content, .. } => {
+                assert!(*is_error);
+                assert!(content.contains("cancelled"), "{content}");
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(hist[3].plain_text(), "(no reply this turn · cancelled)");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ps = std::process::Command::new("pgrep").args(["-f", "touch late-"]).output().unwrap();
+    assert!(ps.stdout.is_empty(), "the tool's processes survived the cancel: {}", String::from_utf8_lossy(&ps.stdout));
+}
+
+#[tokio::test]
+async fn an_unreachable_gateway_fails_the_turn_clearly_and_keeps_history() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let t = TestHome::new(&format!("http://127.0.0.1:{port}"), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "anyone there?", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Failed);
+    let err = kinds(&ev).into_iter().find_map(|k| match k {
+        EventKind::Error { kind, message } => Some((kind, message)),
+        _ => None,
+    });
+    let (kind, message) = err.expect("an error event");
+    assert_eq!(kind, "connect");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    let hist = messages(&id, &t);
+    assert_eq!(hist[0].plain_text(), "anyone there?");
+    assert_eq!(hist[1].plain_text(), "(no reply this turn · generation failed)");
+    assert_eq!(t.reply_json(&id)["status"], "failed");
+}
+
+#[tokio::test]
+async fn a_stream_cut_inside_tool_input_never_runs_the_tool() {
+    let gw = ScriptedGateway::start().await;
+    let full = anthropic_tool_use("t1", "shell", r#"{"command":"touch ran"}"#);
+    // message_start, ping, block start, "" fragment, first fragment — then EOF, three times.
+    for _ in 0..3 {
+        gw.push(Reply::sse(full[..5].to_vec()));
+    }
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "touch it", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Failed);
+    assert_eq!(gw.requests().len(), 3, "one send and two re-runs of the failed round");
+    assert!(!t.workspace(&id).join("ran").exists());
+    assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::ToolStarted { .. })));
+    assert_eq!(invariants::check(&messages(&id, &t)), Ok(()));
+}
+
+#[tokio::test]
+async fn a_retry_after_a_failure_replays_the_same_user_turn() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"nope"}}"#));
+    gw.push(Reply::sse(anthropic_text("second time lucky")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    let o = turn::run_turn(&mut s, "question", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(o, TurnOutcome::Blocked);
+    assert_eq!(messages(&id, &t)[1].plain_text(), "(no reply this turn · blocked)");
+    let o = turn::retry_turn(&mut s, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(o, Some(TurnOutcome::Completed));
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 2);
+    assert_eq!(hist[0].plain_text(), "question");
+    assert_eq!(hist[1].plain_text(), "second time lucky");
+    assert_eq!(turn::retry_turn(&mut s, &em, &CancellationToken::new()).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn openai_style_tool_round_trip_and_final_round() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(openai_tool_call("call_1", "shell", r#"{"command":"echo via-openai"}"#)));
+    gw.push(Reply::sse(openai_text("All done.")));
+    let t = TestHome::new(&gw.url(), 0);
+    t.write_role("tight", "[core]", 2);
+    let id = t.create("tight", Some(cicy::gateway::ApiStyle::Openai));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let o = turn::run_turn(&mut s, "echo please", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(o, TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].path, "/v1/chat/completions");
+    let first = body(&reqs[0]);
+    let second = body(&reqs[1]);
+    assert_eq!(first["stream_options"], json!({"include_usage": true}));
+    assert!(first.get("tools").is_some());
+    assert!(second.get("tools").is_none(), "final round must not offer tools");
+    let msgs = second["messages"].as_array().unwrap();
+    assert_eq!(msgs[0]["role"], "system");
+    assert!(msgs[0]["content"].as_str().unwrap().ends_with(WRAP_UP_NOTICE));
+    assert_eq!(msgs[2]["tool_calls"][0]["function"], json!({"name": "shell", "arguments": "{\"command\":\"echo via-openai\"}"}));
+    assert_eq!(msgs[3], json!({"role": "tool", "tool_call_id": "call_1", "content": "via-openai\nexit code: 0"}));
+    let usage = kinds(&ev).into_iter().find_map(|k| match k {
+        EventKind::Usage { input, output, cache_read, .. } => Some((input, output, cache_read)),
+        _ => None,
+    });
+    assert_eq!(usage, Some((25, 15, 100)));
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 4);
+    assert_eq!(hist[3].plain_text(), "All done.");
+}
+
+#[tokio::test]
+async fn a_pure_chat_role_sends_no_tools() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Welcome.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("concierge", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hi", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let b = body(&gw.requests()[0]);
+    assert!(b.get("tools").is_none());
+}
