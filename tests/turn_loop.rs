@@ -335,3 +335,36 @@ async fn a_pure_chat_role_sends_no_tools() {
     let b = body(&gw.requests()[0]);
     assert!(b.get("tools").is_none());
 }
+
+#[tokio::test]
+async fn openai_style_retries_a_529_and_never_runs_a_cut_tool_call() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(529, &[], r#"{"error":{"type":"overloaded_error","message":"busy"}}"#));
+    gw.push(Reply::sse(openai_text("after the retry")));
+    let cut = openai_tool_call("call_9", "shell", r#"{"command":"touch ran"}"#);
+    for _ in 0..3 {
+        gw.push(Reply::sse(cut[..3].to_vec()));
+    }
+    let t = TestHome::new(&gw.url(), 1);
+    let id = t.create("tester", Some(cicy::gateway::ApiStyle::Openai));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let o = turn::run_turn(&mut s, "first", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(o, TurnOutcome::Completed);
+    let retry = kinds(&ev).into_iter().find_map(|k| match k {
+        EventKind::Retry { attempt, reason, .. } => Some((attempt, reason)),
+        _ => None,
+    });
+    let (attempt, reason) = retry.expect("a retry event");
+    assert_eq!(attempt, 1);
+    assert!(reason.contains("529"), "{reason}");
+    assert_eq!(gw.requests()[0].body, gw.requests()[1].body);
+
+    let o = turn::run_turn(&mut s, "second", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(o, TurnOutcome::Failed);
+    assert_eq!(gw.requests().len(), 5);
+    assert!(!t.workspace(&id).join("ran").exists());
+    let hist = messages(&id, &t);
+    assert_eq!(invariants::check(&hist), Ok(()));
+    assert_eq!(hist.last().unwrap().plain_text(), "(no reply this turn · generation failed)");
+}
