@@ -81,15 +81,14 @@ pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
         },
         |id| home.default_workspace(id),
     )?;
-    std::fs::create_dir_all(&record.workspace)
-        .map_err(|source| AgentError::Io { path: record.workspace.clone(), source })?;
-    let agents_md = record.workspace.join("AGENTS.md");
-    let wrote_agents_md = !agents_md.exists();
-    if wrote_agents_md {
-        let text = role::seed_agents_md(&template.role_md, &record.id, &record.title, &record.workspace);
-        crate::fsutil::write_atomic(&agents_md, text.as_bytes())
-            .map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
-    }
+    let wrote_agents_md = match make_workspace(&record, &template) {
+        Ok(wrote) => wrote,
+        Err(e) => {
+            // Leave no agent without a workspace behind.
+            reg.delete(&record.id)?;
+            return Err(e);
+        }
+    };
     let role_warning = match opts.role.as_str() {
         "worker" | "master" => None,
         other => Some(format!(
@@ -97,6 +96,20 @@ pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
         )),
     };
     Ok(Created { record, wrote_agents_md, role_warning })
+}
+
+/// Makes the workspace and writes AGENTS.md if it is missing; returns whether it wrote it.
+fn make_workspace(record: &AgentRecord, template: &RoleTemplate) -> Result<bool, AgentError> {
+    std::fs::create_dir_all(&record.workspace)
+        .map_err(|source| AgentError::Io { path: record.workspace.clone(), source })?;
+    let agents_md = record.workspace.join("AGENTS.md");
+    if agents_md.exists() {
+        return Ok(false);
+    }
+    let text = role::seed_agents_md(&template.role_md, &record.id, &record.title, &record.workspace);
+    crate::fsutil::write_atomic(&agents_md, text.as_bytes())
+        .map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
+    Ok(true)
 }
 
 fn absolute(p: &std::path::Path) -> PathBuf {

@@ -186,6 +186,12 @@ impl Registry {
         row.ok_or_else(|| RegistryError::NotFound(id.to_string()))?.into_record()
     }
 
+    /// Removes agent `id`'s row (used to undo a `create` whose workspace could not be made).
+    pub fn delete(&self, id: &str) -> Result<(), RegistryError> {
+        self.conn.execute("DELETE FROM agent_config WHERE id = ?1", [id]).map_err(|e| self.sql_err(e))?;
+        Ok(())
+    }
+
     /// All agents in creation order.
     pub fn list(&self) -> Result<Vec<AgentRecord>, RegistryError> {
         let mut stmt = self.conn.prepare(&format!("{SELECT} ORDER BY n")).map_err(|e| self.sql_err(e))?;

@@ -187,3 +187,18 @@ async fn no_gateway_configured_is_a_clear_error() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("no gateway configured: set CICY_GATEWAY_URL or gateway.url in"), "{}", o.stderr);
 }
+
+#[tokio::test]
+async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
+    let h = home();
+    let blocker = h.path().join("a-file");
+    std::fs::write(&blocker, "not a folder").unwrap();
+    let ws = blocker.join("ws");
+    let o = cicy(h.path(), "", &["create", "X", "--workspace", ws.to_str().unwrap()], None).await;
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("a-file/ws"), "{}", o.stderr);
+    let o = cicy(h.path(), "", &["ls"], None).await;
+    assert_eq!(o.stdout, "");
+    let o = cicy(h.path(), "", &["create", "Y"], None).await;
+    assert_eq!(o.stdout, "w-1\n", "the failed create gave its id back: {}", o.stderr);
+}

@@ -117,6 +117,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Ls => {
+            if !home.db_path().exists() {
+                eprintln!("no agents yet (create one with `cicy-agent create <title>`)");
+                return Ok(ExitCode::SUCCESS);
+            }
             let reg = open_registry(&home)?;
             for a in reg.list()? {
                 println!("{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display());
