@@ -202,3 +202,42 @@ async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
     let o = cicy(h.path(), "", &["create", "Y"], None).await;
     assert_eq!(o.stdout, "w-1\n", "the failed create gave its id back: {}", o.stderr);
 }
+
+#[tokio::test]
+async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"sleep 30; touch finished"}"#)));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(["chat", "w-1", "wait"])
+        .env("CICY_HOME", h.path())
+        .env("CICY_GATEWAY_URL", &url)
+        .env("CICY_MODEL", "test-model")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    loop {
+        let line = stderr.next_line().await.unwrap().expect("the tool starts before stderr closes");
+        if line.starts_with("→ shell") {
+            break;
+        }
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let pid = child.id().unwrap() as libc::pid_t;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert_eq!(lines.last(), Some(&"[4] assistant: (no reply this turn · cancelled)"), "{}", o.stdout);
+    assert!(lines[3].starts_with("[3] error ← "), "{}", o.stdout);
+    let ps = std::process::Command::new("pgrep").args(["-f", "sleep 30; touch finished"]).output().unwrap();
+    assert!(ps.stdout.is_empty(), "the tool's process group survived SIGINT");
+    assert!(!h.path().join("workers/w-1/finished").exists());
+}
