@@ -61,16 +61,20 @@ pub fn marker_of(m: &Message) -> Option<Outcome> {
     (m.role == Role::Assistant).then(|| Outcome::from_marker(m.plain_text().trim())).flatten()
 }
 
-/// Index of the user message that started the last turn: the last user message that is not
-/// only tool results.
+/// Index of the user message that started the last turn: the last user message that is
+/// neither only tool results nor a compact summary. `None` when that turn began before the
+/// last summary: compaction folded its start into the summary, so it cannot be cut out.
 fn last_turn_start(messages: &[Message]) -> Option<usize> {
-    messages.iter().rposition(|m| {
+    let start = messages.iter().rposition(|m| {
         m.role == Role::User
+            && !m.is_summary()
             && match &m.content {
                 Content::Text(_) => true,
                 Content::Blocks(b) => b.iter().any(|x| !matches!(x, ContentBlock::ToolResult { .. })),
             }
-    })
+    })?;
+    let fence = messages.iter().rposition(Message::is_summary);
+    fence.is_none_or(|f| start > f).then_some(start)
 }
 
 /// Removes the last turn if it ended with an outcome marker of one of `kinds`; returns its
