@@ -11,16 +11,19 @@ use axum::response::Response;
 use axum::Router;
 use futures_util::TryStreamExt;
 
+/// (path, body) of each request received.
+type Recorded = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 #[derive(Clone)]
 struct Shared {
     upstream: String,
-    bodies: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    bodies: Recorded,
     http: reqwest::Client,
 }
 
 pub struct RecordingProxy {
     addr: SocketAddr,
-    bodies: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    bodies: Recorded,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -28,7 +31,7 @@ impl RecordingProxy {
     pub async fn start(upstream: &str) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let bodies: Recorded = Arc::new(Mutex::new(Vec::new()));
         let shared = Shared { upstream: upstream.trim_end_matches('/').to_string(), bodies: bodies.clone(), http: reqwest::Client::new() };
         let app = Router::new().fallback(forward).with_state(shared);
         let server = tokio::spawn(async move {
