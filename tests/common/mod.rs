@@ -7,4 +7,5 @@
 
 pub mod fixture;
 pub mod gateway;
+pub mod history;
 pub mod proxy;
