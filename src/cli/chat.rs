@@ -194,7 +194,12 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
                 .and_then(|a| a.current.file_name())
                 .map(|n| format!("; the state before is archived as {}", n.to_string_lossy()))
                 .unwrap_or_default();
-            events.emit(EventKind::System { text: format!("/compact done with {} summary call(s){archived}", done.requests) });
+            events.emit(EventKind::System {
+                text: format!(
+                    "/compact done: {} summary call(s), input {} / output {} tokens{archived}",
+                    done.requests, done.usage.input_tokens, done.usage.output_tokens
+                ),
+            });
             Ok(ExitCode::SUCCESS)
         }
         Err(CompactError::Gateway(GatewayError::Cancelled)) => {
