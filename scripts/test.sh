@@ -19,4 +19,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo test --all-targets -j 2 "$@"
+# Tool shells are login shells (`bash -lc`). The tests give them a throwaway HOME so they do not
+# read the login profile of whoever runs the tests: a profile can be slow, and one killed in the
+# middle (the tests cancel and time out shells on purpose) can leave locks behind, e.g. pyenv's
+# rehash lock, that stall every later shell.
+export CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
+export RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}"
+if [ -d "$HOME/.pyenv" ]; then
+    export PYENV_ROOT="${PYENV_ROOT:-$HOME/.pyenv}"
+fi
+test_home="$(mktemp -d)"
+trap 'cleanup; rm -rf "$test_home"' EXIT
+HOME="$test_home" cargo test --all-targets -j 2 "$@"

@@ -11,6 +11,7 @@ use crate::config::{Config, ConfigError};
 use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore};
 use crate::gateway::{ApiStyle, GatewayClient, GatewayError, GatewaySettings};
 use crate::home::{Home, HomeError};
+use crate::lock::{LockError, TurnLock};
 use crate::registry::{AgentRecord, AgentSettings, NewAgent, Registry, RegistryError};
 use crate::role::{self, RoleError, RoleTemplate, ToolConfig};
 use crate::tools::skill::{self, SkillInfo};
@@ -31,6 +32,8 @@ pub enum AgentError {
     History(#[from] HistoryError),
     #[error(transparent)]
     Gateway(#[from] GatewayError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("no gateway configured: set CICY_GATEWAY_URL or gateway.url in {0}")]
@@ -178,6 +181,37 @@ impl Session {
         session.current = restored.current;
         session.restore_notes = restored.healed;
         Ok(session)
+    }
+
+    /// Opens agent `id` holding its turn lock. The lock is taken before the history is
+    /// restored, so a restore never "heals" a turn that another process is running.
+    ///
+    /// Errors: [`AgentError::Lock`] with [`LockError::Busy`] when another holder has it, and
+    /// whatever [`Session::open`] reports.
+    pub fn open_locked(home: &Home, id: &str) -> Result<(Self, TurnLock), AgentError> {
+        let record = Registry::open(&home.db_path())?.get(id)?;
+        let lock = TurnLock::try_acquire(&record.workspace, id)?;
+        Ok((Self::open(home, id)?, lock))
+    }
+
+    /// Reads the history from disk again, restoring and healing it as [`Session::open`] does:
+    /// between two turns of a long session another process may have compacted or cleared it.
+    /// Call it holding the turn lock.
+    pub fn reload(&mut self) -> Result<(), AgentError> {
+        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
+        let restored = self.store.restore(&self.record.id, &model)?;
+        self.current = restored.current;
+        self.restore_notes = restored.healed;
+        Ok(())
+    }
+
+    /// `/clear`: starts a new, empty conversation and makes it the active one (see
+    /// [`HistoryStore::clear`]); returns the id of the conversation it replaced, which stays on
+    /// disk. AGENTS.md, memory and the registry are not touched. Call it holding the turn lock.
+    pub fn clear(&mut self) -> Result<String, AgentError> {
+        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
+        let old = std::mem::replace(&mut self.current, self.store.clear(&self.record.id, &model)?);
+        Ok(old.conversation_id)
     }
 
     /// Re-reads the role template, tool config, AGENTS.md, MEMORY.md and skills.

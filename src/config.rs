@@ -12,6 +12,13 @@
 //!   connect_timeout_secs: 10
 //!   idle_timeout_secs: 300           # longest silence inside a streaming response
 //!   max_retries: 10                  # cicy: 10
+//! compaction:                        # DESIGN.md §7, automatic compaction before a round
+//!   auto: true
+//!   max_messages: 300                # cicy: compact when the window has more messages
+//!   context_percent: 85              # cicy: … or its estimated tokens exceed this share
+//!   keep_recent: 160                 # cicy: messages kept after the summary
+//!   hard_cap: 600                    # cicy: never send more messages than this
+//!   context_window: 200000           # tokens, for a model whose role meta.yaml names none
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -36,6 +43,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{source_name}: api_style must be `anthropic` or `openai`, got `{value}`")]
     ApiStyle { source_name: String, value: String },
+    #[error("{path}: compaction: {message}")]
+    Compaction { path: PathBuf, message: String },
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -43,6 +52,73 @@ pub enum ConfigError {
 struct FileConfig {
     #[serde(default)]
     gateway: FileGateway,
+    #[serde(default)]
+    compaction: FileCompaction,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCompaction {
+    auto: Option<bool>,
+    max_messages: Option<usize>,
+    context_percent: Option<u8>,
+    keep_recent: Option<usize>,
+    hard_cap: Option<usize>,
+    context_window: Option<u64>,
+}
+
+/// When and how much automatic compaction summarizes (DESIGN.md §7); `compaction:` in
+/// config.yaml. Defaults are cicy's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionConfig {
+    /// Compact automatically before a round (manual `/compact` works either way).
+    pub auto: bool,
+    /// cicy: 300. Compact when the window holds more messages than this.
+    pub max_messages: usize,
+    /// cicy: 85. Compact when the window's estimated tokens exceed this percentage of the
+    /// model's context window.
+    pub context_percent: u8,
+    /// cicy: 160. How many recent messages stay in the window after the summary (at most).
+    pub keep_recent: usize,
+    /// cicy: 600. A window is never sent with more messages than this.
+    pub hard_cap: usize,
+    /// Tokens; the context window of a model whose role meta.yaml gives none. 200000 is the
+    /// context window of the Claude models the Anthropic wire style targets.
+    pub context_window: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self { auto: true, max_messages: 300, context_percent: 85, keep_recent: 160, hard_cap: 600, context_window: 200_000 }
+    }
+}
+
+impl CompactionConfig {
+    fn from_file(f: FileCompaction, path: &Path) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let c = Self {
+            auto: f.auto.unwrap_or(d.auto),
+            max_messages: f.max_messages.unwrap_or(d.max_messages),
+            context_percent: f.context_percent.unwrap_or(d.context_percent),
+            keep_recent: f.keep_recent.unwrap_or(d.keep_recent),
+            hard_cap: f.hard_cap.unwrap_or(d.hard_cap),
+            context_window: f.context_window.unwrap_or(d.context_window),
+        };
+        let bad = |message: String| Err(ConfigError::Compaction { path: path.to_path_buf(), message });
+        if c.context_percent == 0 || c.context_percent > 100 {
+            return bad(format!("context_percent must be 1..=100, got {}", c.context_percent));
+        }
+        if c.keep_recent >= c.max_messages {
+            return bad(format!("keep_recent ({}) must be below max_messages ({})", c.keep_recent, c.max_messages));
+        }
+        if c.max_messages > c.hard_cap {
+            return bad(format!("max_messages ({}) must not exceed hard_cap ({})", c.max_messages, c.hard_cap));
+        }
+        if c.context_window == 0 {
+            return bad("context_window must be above 0".to_string());
+        }
+        Ok(c)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -72,6 +148,7 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// cicy: 10 retries per request.
     pub max_retries: u32,
+    pub compaction: CompactionConfig,
 }
 
 impl Config {
@@ -94,6 +171,7 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(source) => return Err(ConfigError::Read { path: config_path.to_path_buf(), source }),
         };
+        let compaction = CompactionConfig::from_file(file.compaction, config_path)?;
         let g = file.gateway;
         let api_style = match (env(ENV_API_STYLE), g.api_style) {
             (Some(v), _) => parse_style(&v, ENV_API_STYLE)?,
@@ -110,6 +188,7 @@ impl Config {
             connect_timeout: Duration::from_secs(g.connect_timeout_secs.unwrap_or(10)),
             idle_timeout: Duration::from_secs(g.idle_timeout_secs.unwrap_or(300)),
             max_retries: g.max_retries.unwrap_or(10),
+            compaction,
         })
     }
 }
@@ -169,6 +248,32 @@ mod tests {
         assert_eq!(c.gateway_url, None);
         assert_eq!(c.api_style, ApiStyle::Anthropic);
         assert_eq!(c.max_retries, 10);
+        assert_eq!(
+            c.compaction,
+            CompactionConfig { auto: true, max_messages: 300, context_percent: 85, keep_recent: 160, hard_cap: 600, context_window: 200_000 }
+        );
+    }
+
+    #[test]
+    fn compaction_keys_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        std::fs::write(&p, "compaction:\n  auto: false\n  max_messages: 40\n  keep_recent: 12\n  context_window: 32000\n").unwrap();
+        let c = Config::load_with_env(&p, env_of(&[])).unwrap().compaction;
+        assert_eq!(
+            c,
+            CompactionConfig { auto: false, max_messages: 40, context_percent: 85, keep_recent: 12, hard_cap: 600, context_window: 32000 }
+        );
+        for (yaml, wanted) in [
+            ("compaction:\n  keep_recent: 300\n", "keep_recent (300) must be below max_messages (300)"),
+            ("compaction:\n  max_messages: 700\n", "max_messages (700) must not exceed hard_cap (600)"),
+            ("compaction:\n  context_percent: 0\n", "context_percent must be 1..=100, got 0"),
+            ("compaction:\n  keep: 3\n", "unknown field `keep`"),
+        ] {
+            std::fs::write(&p, yaml).unwrap();
+            let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+            assert!(e.contains("config.yaml") && e.contains(wanted), "{yaml}: {e}");
+        }
     }
 
     #[test]

@@ -6,12 +6,14 @@
 //! section it implements.
 
 pub mod agent;
+pub mod compact;
 pub mod config;
 pub mod conversation;
 pub mod event;
 pub mod fsutil;
 pub mod gateway;
 pub mod home;
+pub mod lock;
 pub mod prompt;
 pub mod registry;
 pub mod role;

@@ -13,7 +13,7 @@ use crate::gateway::{Prompt, PromptBlock, PromptMessage, SystemBlock, ToolSpec};
 use crate::tools::skill::SkillInfo;
 
 /// Start of the user message that carries a compact summary; the window starts there (§7).
-pub const SUMMARY_PREFIX: &str = "[Compressed summary of the earlier conversation, kept for context continuity; the most recent original messages follow.]\n\n";
+pub use crate::conversation::message::SUMMARY_PREFIX;
 
 /// Appended to the system text on the final round, which offers no tools.
 pub const WRAP_UP_NOTICE: &str = "[System notice] The tool budget for this turn is used up: no more tools can be called. Give your best final answer now from what you already have, and say clearly what remains undone.";
@@ -106,17 +106,15 @@ fn skills_block(skills: &[SkillInfo]) -> String {
 
 /// Index of the last compact-summary message, where the wire window starts.
 pub fn window_start(history: &[Message]) -> usize {
-    history
-        .iter()
-        .rposition(|m| m.role == Role::User && m.plain_text().starts_with(SUMMARY_PREFIX))
-        .unwrap_or(0)
+    history.iter().rposition(Message::is_summary).unwrap_or(0)
 }
 
 /// The wire window: from the last summary to the end, healed, ids stripped, starting with a
-/// user message.
+/// user message. On the wire the summary is an ordinary user message, so a user message right
+/// after it merges into it (in the history files the two stay apart: the summary is a fence).
 fn window(history: &[Message]) -> Vec<PromptMessage> {
     let mut msgs: Vec<Message> = history[window_start(history)..].to_vec();
-    invariants::heal(&mut msgs);
+    invariants::heal_window(&mut msgs);
     if msgs.first().is_some_and(|m| m.role == Role::Assistant) {
         msgs.insert(0, Message::user_text(WINDOW_START_PLACEHOLDER));
     }

@@ -2,7 +2,8 @@
 //!
 //! Owns one turn: append the user text, run rounds (assemble → send → stream → run tools) until
 //! a tool-free answer or the round budget, write the history before every round, end every
-//! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. It knows nothing
+//! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. Before each round
+//! it lets `crate::compact` compact the history if it has grown too large. It knows nothing
 //! of the terminal or HTTP; the caller supplies the emitter and the cancel token.
 
 use std::time::Instant;
@@ -10,6 +11,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, Session, TurnMaterials};
+use crate::compact;
 use crate::conversation::history::{ReplyFile, ReplyStatus};
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{preview, Emitter, EventKind, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
@@ -61,16 +63,20 @@ pub fn marker_of(m: &Message) -> Option<Outcome> {
     (m.role == Role::Assistant).then(|| Outcome::from_marker(m.plain_text().trim())).flatten()
 }
 
-/// Index of the user message that started the last turn: the last user message that is not
-/// only tool results.
+/// Index of the user message that started the last turn: the last user message that is
+/// neither only tool results nor a compact summary. `None` when that turn began before the
+/// last summary: compaction folded its start into the summary, so it cannot be cut out.
 fn last_turn_start(messages: &[Message]) -> Option<usize> {
-    messages.iter().rposition(|m| {
+    let start = messages.iter().rposition(|m| {
         m.role == Role::User
+            && !m.is_summary()
             && match &m.content {
                 Content::Text(_) => true,
                 Content::Blocks(b) => b.iter().any(|x| !matches!(x, ContentBlock::ToolResult { .. })),
             }
-    })
+    })?;
+    let fence = messages.iter().rposition(Message::is_summary);
+    fence.is_none_or(|f| start > f).then_some(start)
 }
 
 /// Removes the last turn if it ended with an outcome marker of one of `kinds`; returns its
@@ -188,11 +194,16 @@ async fn rounds(
         aux: None,
         timeout: None,
     };
+    let mut auto_compact = compact::AutoState::default();
     for round in 0..max_rounds {
         if cancel.is_cancelled() {
             return Ok(Some(Outcome::Cancelled));
         }
         events.emit(EventKind::RoundStarted { round });
+        compact::before_round(session, m, &specs, reply, &mut auto_compact, events, cancel).await?;
+        if cancel.is_cancelled() {
+            return Ok(Some(Outcome::Cancelled));
+        }
         let final_round = round + 1 == max_rounds;
         let prompt = prompt::assemble(&PromptInputs {
             system_md: &m.template.system_md,
@@ -234,7 +245,9 @@ async fn rounds(
                 _ => None,
             })
             .collect();
-        if !content.is_empty() {
+        if content.is_empty() {
+            events.emit(EventKind::System { text: "the model answered with no content at all".to_string() });
+        } else {
             append(session, reply, Message::assistant(content))?;
         }
         if calls.is_empty() {

@@ -1,8 +1,13 @@
-//! `chat` and `retry`: run turns with Ctrl-C wired to cancellation.
+//! `chat`, `retry`, `compact` and `clear`: run turns and conversation commands with Ctrl-C
+//! wired to cancellation and the agent's turn lock held.
 //!
-//! One-shot: one turn, exit code 0 (completed), 130 (cancelled) or 1 (failed/blocked).
-//! Session: one turn per stdin line until `/exit` or EOF; Ctrl-C cancels the running turn, and
-//! at the prompt leaves.
+//! One-shot: one turn (or `/compact`, `/clear` given as the text), exit code 0 (completed), 130
+//! (cancelled) or 1 (failed/blocked/refused). Session: one line at a time from stdin until
+//! `/exit` or EOF; `/compact` and `/clear` typed as a whole line run between turns; Ctrl-C
+//! cancels the running turn, and at the prompt leaves. The lock is held for each line and
+//! released between lines, and the history is re-read before each line, so `cicy-agent
+//! compact|clear` from another terminal can run between two turns of a session; while a turn
+//! runs, they are refused with a message that says they were NOT executed.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -12,9 +17,12 @@ use anyhow::Result;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
-use cicy::agent::Session;
+use cicy::agent::{AgentError, Session};
+use cicy::compact::{self, CompactError};
 use cicy::event::{Emitter, EventKind, TurnOutcome};
+use cicy::gateway::GatewayError;
 use cicy::home::Home;
+use cicy::lock::{LockError, TurnLock};
 use cicy::turn;
 
 use super::print;
@@ -39,8 +47,11 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
+/// The token Ctrl-C cancels; `None` between turns (Ctrl-C then leaves).
+type Current = Arc<Mutex<Option<CancellationToken>>>;
+
 /// Cancels whatever token is current on each Ctrl-C; with none current, exits the process.
-fn watch_ctrl_c(current: Arc<Mutex<Option<CancellationToken>>>) {
+fn watch_ctrl_c(current: Current) {
     tokio::spawn(async move {
         while tokio::signal::ctrl_c().await.is_ok() {
             let token = current.lock().ok().and_then(|g| g.clone());
@@ -52,27 +63,71 @@ fn watch_ctrl_c(current: Arc<Mutex<Option<CancellationToken>>>) {
     });
 }
 
-fn open(home: &Home, id: &str, events: &Emitter) -> Result<Session> {
-    let session = Session::open(home, id)?;
+/// A fresh token that Ctrl-C cancels from now on.
+fn arm(current: &Current) -> CancellationToken {
+    let token = CancellationToken::new();
+    if let Ok(mut g) = current.lock() {
+        *g = Some(token.clone());
+    }
+    token
+}
+
+fn unset(current: &Current) {
+    if let Ok(mut g) = current.lock() {
+        *g = None;
+    }
+}
+
+/// What a line asks for: the conversation commands must be the whole line.
+fn what(line: &str) -> &'static str {
+    match line.trim() {
+        "/compact" => "/compact",
+        "/clear" => "/clear",
+        _ => "the message",
+    }
+}
+
+/// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it.
+fn open_locked(home: &Home, id: &str, what: &str, events: &Emitter) -> Result<Option<(Session, TurnLock)>> {
+    match Session::open_locked(home, id) {
+        Ok((session, lock)) => {
+            notes(&session, events);
+            Ok(Some((session, lock)))
+        }
+        Err(AgentError::Lock(e @ LockError::Busy { .. })) => {
+            refused(what, &e, events);
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn refused(what: &str, e: &LockError, events: &Emitter) {
+    events.emit(EventKind::Error { kind: "busy".to_string(), message: format!("{what} was NOT executed: {e}") });
+}
+
+fn notes(session: &Session, events: &Emitter) {
     for note in &session.restore_notes {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }
-    Ok(session)
 }
 
 pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
-        let mut session = open(home, id, &events)?;
-        let current = Arc::new(Mutex::new(None::<CancellationToken>));
+        let current: Current = Arc::new(Mutex::new(None));
         watch_ctrl_c(current.clone());
         if let Some(text) = text {
-            let token = CancellationToken::new();
-            set(&current, Some(token.clone()));
-            let outcome = turn::run_turn(&mut session, &text, &events, &token).await?;
-            return Ok(exit_code(outcome));
+            let Some((mut session, _lock)) = open_locked(home, id, what(&text), &events)? else {
+                return Ok(ExitCode::from(1));
+            };
+            return run_line(&mut session, &text, &events, &current).await;
         }
+        let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
+            return Ok(ExitCode::from(1));
+        };
+        drop(lock);
         if session.current.messages.is_empty() {
             if let Some(g) = session.materials()?.template.meta.greeting.filter(|g| !g.trim().is_empty()) {
                 events.emit(EventKind::System { text: g });
@@ -93,37 +148,114 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             if line == "/exit" {
                 break;
             }
-            let token = CancellationToken::new();
-            set(&current, Some(token.clone()));
-            let outcome = turn::run_turn(&mut session, line, &events, &token).await;
-            set(&current, None);
-            last = exit_code(outcome?);
+            let _lock = match TurnLock::try_acquire(&session.record.workspace, id) {
+                Ok(lock) => lock,
+                Err(e @ LockError::Busy { .. }) => {
+                    refused(what(line), &e, &events);
+                    last = ExitCode::from(1);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            session.reload()?;
+            notes(&session, &events);
+            last = run_line(&mut session, line, &events, &current).await?;
         }
         Ok(last)
     })
+}
+
+/// Runs one chat line: `/compact`, `/clear` or a user turn. Holds no lock itself.
+async fn run_line(session: &mut Session, line: &str, events: &Emitter, current: &Current) -> Result<ExitCode> {
+    match line.trim() {
+        "/compact" => compact_now(session, 0, events, current).await,
+        "/clear" => clear_now(session, events),
+        _ => {
+            let token = arm(current);
+            let outcome = turn::run_turn(session, line, events, &token).await;
+            unset(current);
+            Ok(exit_code(outcome?))
+        }
+    }
+}
+
+async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, current: &Current) -> Result<ExitCode> {
+    let token = arm(current);
+    let result = compact::compact_session(session, keep, events, &token).await;
+    unset(current);
+    let failed = |message: String| {
+        events.emit(EventKind::Error { kind: "compact".to_string(), message });
+    };
+    match result {
+        Ok(done) => {
+            let archived = done
+                .archive
+                .as_ref()
+                .and_then(|a| a.current.file_name())
+                .map(|n| format!("; the state before is archived as {}", n.to_string_lossy()))
+                .unwrap_or_default();
+            events.emit(EventKind::System {
+                text: format!(
+                    "/compact done: {} summary call(s), input {} / output {} tokens{archived}",
+                    done.requests, done.usage.input_tokens, done.usage.output_tokens
+                ),
+            });
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(CompactError::Gateway(GatewayError::Cancelled)) => {
+            failed("/compact was cancelled; nothing was changed".to_string());
+            Ok(ExitCode::from(130))
+        }
+        Err(CompactError::History(e)) => Err(e.into()),
+        Err(CompactError::Agent(e)) => Err((*e).into()),
+        Err(e @ (CompactError::Nothing | CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
+            failed(format!("/compact failed: {e}; nothing was changed"));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn clear_now(session: &mut Session, events: &Emitter) -> Result<ExitCode> {
+    let old = session.clear()?;
+    events.emit(EventKind::System {
+        text: format!("/clear: new conversation {}; the previous one ({old}) is kept on disk", session.current.conversation_id),
+    });
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
-        let mut session = open(home, id, &events)?;
-        let current = Arc::new(Mutex::new(None::<CancellationToken>));
+        let current: Current = Arc::new(Mutex::new(None));
         watch_ctrl_c(current.clone());
-        let token = CancellationToken::new();
-        set(&current, Some(token.clone()));
+        let Some((mut session, _lock)) = open_locked(home, id, "retry", &events)? else {
+            return Ok(ExitCode::from(1));
+        };
+        let token = arm(&current);
         match turn::retry_turn(&mut session, &events, &token).await? {
             Some(outcome) => Ok(exit_code(outcome)),
             None => {
-                eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker");
+                eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)");
                 Ok(ExitCode::from(1))
             }
         }
     })
 }
 
-fn set(current: &Arc<Mutex<Option<CancellationToken>>>, token: Option<CancellationToken>) {
-    if let Ok(mut g) = current.lock() {
-        *g = token;
-    }
+/// `cicy-agent compact <id>` and `cicy-agent clear <id>`.
+pub fn command(home: &Home, id: &str, line: &str, keep: usize, json: bool) -> Result<ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let events = emitter(id, json);
+        let current: Current = Arc::new(Mutex::new(None));
+        watch_ctrl_c(current.clone());
+        let Some((mut session, _lock)) = open_locked(home, id, line, &events)? else {
+            return Ok(ExitCode::from(1));
+        };
+        match line {
+            "/compact" => compact_now(&mut session, keep, &events, &current).await,
+            _ => clear_now(&mut session, &events),
+        }
+    })
 }

@@ -2,16 +2,16 @@
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
 mod chat;
+mod history;
 mod print;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use cicy::agent::{self, CreateOptions};
-use cicy::conversation::message::{Content, ContentBlock, Role};
 use cicy::gateway::ApiStyle;
 use cicy::home::Home;
 use cicy::registry::Registry;
@@ -70,10 +70,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print the active conversation.
+    /// Summarize the active conversation into one message (`/compact` in chat); refused while
+    /// a turn is running. The state before is archived beside it; nothing is deleted.
+    Compact {
+        id: String,
+        /// Keep this many of the newest messages after the summary (moved so no tool call is
+        /// separated from its result).
+        #[arg(long, default_value_t = 0)]
+        keep: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new, empty conversation (`/clear` in chat); the old one stays on disk. Refused
+    /// while a turn is running.
+    Clear {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the active conversation: the window from the last compaction on.
     History {
         id: String,
-        /// Print current.json's messages as JSON.
+        /// Also list the archived snapshots and every message before the last compaction.
+        #[arg(long)]
+        all: bool,
+        /// Print current.json's messages as JSON (with --all: with the archives).
         #[arg(long)]
         json: bool,
     },
@@ -155,7 +176,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
         Command::Retry { id, json } => chat::retry(&home, &id, json),
-        Command::History { id, json } => history(&home, &id, json),
+        Command::Compact { id, keep, json } => chat::command(&home, &id, "/compact", keep, json),
+        Command::Clear { id, json } => chat::command(&home, &id, "/clear", 0, json),
+        Command::History { id, all, json } => history::history(&home, &id, all, json),
     }
 }
 
@@ -164,46 +187,4 @@ fn open_registry(home: &Home) -> Result<Registry> {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
     Ok(Registry::open(&home.db_path())?)
-}
-
-fn history(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
-    let a = open_registry(home)?.get(id)?;
-    let store = cicy::conversation::history::HistoryStore::new(&a.workspace);
-    let Some(conv) = store.active_conversation() else {
-        eprintln!("{id} has no conversation yet");
-        return Ok(ExitCode::SUCCESS);
-    };
-    let path = store.conversation_dir(&conv).join("current.json");
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-    let current: cicy::conversation::history::CurrentFile =
-        serde_json::from_slice(&bytes).with_context(|| format!("{} is not a valid history file", path.display()))?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&current.messages)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("conversation {conv} ({} messages)", current.messages.len());
-    for m in &current.messages {
-        let who = match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        };
-        let id = m.id.map(|i| i.to_string()).unwrap_or_default();
-        match &m.content {
-            Content::Text(t) => println!("[{id}] {who}: {t}"),
-            Content::Blocks(blocks) => {
-                for b in blocks {
-                    match b {
-                        ContentBlock::Text { text } => println!("[{id}] {who}: {text}"),
-                        ContentBlock::ToolUse { name, input, .. } => println!("[{id}] {who} → {name} {input}"),
-                        ContentBlock::ToolResult { content, is_error, .. } => {
-                            let tag = if *is_error { "error" } else { "result" };
-                            println!("[{id}] {tag} ← {}", cicy::event::preview(content, 400));
-                        }
-                        ContentBlock::Thinking { thinking, .. } => println!("[{id}] {who} (thinking): {thinking}"),
-                    }
-                }
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }

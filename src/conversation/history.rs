@@ -1,9 +1,11 @@
 //! History files under `<workspace>/.cicy/history/` (DESIGN.md §6.3).
 //!
 //! Owns `chat/<conv_id>/current.json` (the whole display history), `reply.json` (the snapshot of
-//! the running or last turn), the relative symlinks `current.json` / `reply.json` that point at
-//! the active conversation, restore after a crash, and moving unparsable files aside. It never
-//! talks to the gateway; healing the restored messages is `invariants`' job.
+//! the running or last turn), the archived snapshots `current.<unix>.json` / `reply.<unix>.json`
+//! a compaction leaves (§7), the relative symlinks `current.json` / `reply.json` that point at
+//! the active conversation, starting a new conversation (`/clear`), restore after a crash, and
+//! moving unparsable files aside. It never talks to the gateway; healing the restored messages
+//! is `invariants`' job, deciding what to compact is `crate::compact`'s.
 
 use std::path::{Path, PathBuf};
 
@@ -153,6 +155,20 @@ pub struct Restored {
     pub healed: Vec<String>,
 }
 
+/// One archived snapshot of a conversation, taken by a compaction before it changed anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archive {
+    /// Seconds since the Unix epoch when it was taken.
+    pub unix: u64,
+    /// 0 for `current.<unix>.json`, n for `current.<unix>-<n>.json` (a second compaction within
+    /// the same second).
+    pub seq: u32,
+    /// `chat/<conv>/current.<unix>[-<n>].json`.
+    pub current: PathBuf,
+    /// `chat/<conv>/reply.<unix>[-<n>].json`, when there was a reply.json to copy.
+    pub reply: Option<PathBuf>,
+}
+
 /// The history folder of one agent.
 #[derive(Debug, Clone)]
 pub struct HistoryStore {
@@ -190,6 +206,7 @@ impl HistoryStore {
             return Ok(Restored { current, reply: None, healed: Vec::new() });
         };
         let dir = self.conversation_dir(&conv_id);
+        self.repair_reply_link(&conv_id)?;
         let mut current = match read_json::<CurrentFile>(&dir.join("current.json"))? {
             Some(c) => c,
             None => {
@@ -248,6 +265,79 @@ impl HistoryStore {
             self.link(name, &target)?;
         }
         Ok(())
+    }
+
+    /// `/clear`: starts a new, empty conversation (UUIDv4) with a terminal reply.json and points
+    /// the symlinks at it. The old `chat/<conv_id>/` folder is kept as it is.
+    pub fn clear(&self, agent_id: &str, model: &str) -> Result<CurrentFile, HistoryError> {
+        let current = CurrentFile::new(agent_id, model);
+        self.start(&current)?;
+        Ok(current)
+    }
+
+    /// Points `reply.json` at the active conversation again when a crash between the two
+    /// symlink updates of [`Self::start`] left it at the old one (or left none).
+    fn repair_reply_link(&self, conv_id: &str) -> Result<(), HistoryError> {
+        let target = Path::new("chat").join(conv_id).join("reply.json");
+        if std::fs::read_link(self.dir.join("reply.json")).ok().as_deref() == Some(target.as_path()) {
+            return Ok(());
+        }
+        self.link("reply.json", &target)
+    }
+
+    /// Copies the conversation's current.json and reply.json to `current.<unix>.json` /
+    /// `reply.<unix>.json` beside them (atomic writes; `-<n>` is added when a snapshot of the
+    /// same second exists). Nothing is written when current.json does not exist.
+    pub fn archive(&self, conv_id: &str) -> Result<Option<Archive>, HistoryError> {
+        let dir = self.conversation_dir(conv_id);
+        let read = |path: &Path| match std::fs::read(path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(HistoryError::Io { path: path.to_path_buf(), source }),
+        };
+        let Some(current) = read(&dir.join("current.json"))? else { return Ok(None) };
+        let reply = read(&dir.join("reply.json"))?;
+        let unix = fsutil::unix_now();
+        let mut seq = 0;
+        let name = |kind: &str, seq: u32| match seq {
+            0 => format!("{kind}.{unix}.json"),
+            n => format!("{kind}.{unix}-{n}.json"),
+        };
+        while dir.join(name("current", seq)).exists() || dir.join(name("reply", seq)).exists() {
+            seq += 1;
+        }
+        let write = |path: PathBuf, bytes: &[u8]| {
+            fsutil::write_atomic(&path, bytes).map_err(|source| HistoryError::Io { path: path.clone(), source })?;
+            Ok::<PathBuf, HistoryError>(path)
+        };
+        // reply first: an archive counts as taken once its current.<unix>.json exists.
+        let reply = reply.map(|b| write(dir.join(name("reply", seq)), &b)).transpose()?;
+        let current = write(dir.join(name("current", seq)), &current)?;
+        Ok(Some(Archive { unix, seq, current, reply }))
+    }
+
+    /// The archived snapshots of a conversation, oldest first.
+    pub fn archives(&self, conv_id: &str) -> Result<Vec<Archive>, HistoryError> {
+        let dir = self.conversation_dir(conv_id);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(HistoryError::Io { path: dir, source }),
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(stamp) = name.strip_prefix("current.").and_then(|n| n.strip_suffix(".json")) else { continue };
+            let (unix, seq) = match stamp.split_once('-') {
+                Some((u, n)) => (u.parse::<u64>(), n.parse::<u32>()),
+                None => (stamp.parse::<u64>(), Ok(0)),
+            };
+            let (Ok(unix), Ok(seq)) = (unix, seq) else { continue };
+            let reply = dir.join(format!("reply.{stamp}.json"));
+            out.push(Archive { unix, seq, current: entry.path(), reply: reply.exists().then_some(reply) });
+        }
+        out.sort_by_key(|a| (a.unix, a.seq));
+        Ok(out)
     }
 
     fn link(&self, name: &str, target: &Path) -> Result<(), HistoryError> {

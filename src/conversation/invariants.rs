@@ -1,12 +1,18 @@
 //! The history invariants every request obeys (DESIGN.md §6.4).
 //!
-//! Owns [`heal`], which repairs a message list in place, and [`check`], which reports the first
-//! violation. Invariants: every `tool_use` has exactly one `tool_result` in the next user
-//! message and every `tool_result` has its `tool_use` (a missing result gets a synthetic one,
-//! an orphan result becomes plain text); no empty text blocks or messages; roles alternate
-//! (same-role neighbours merge, a user message keeps its `tool_result`s first). Whether the
-//! window starts with a user message is the prompt assembler's concern, since only the wire
-//! copy may gain a placeholder.
+//! Owns [`heal`] / [`heal_window`], which repair a message list in place, and [`check`] /
+//! [`check_history`], which report the first violation. Invariants: every `tool_use` has
+//! exactly one `tool_result` in the next user message and every `tool_result` has its
+//! `tool_use` (a missing result gets a synthetic one, an orphan result becomes plain text); no
+//! empty text blocks or messages; roles alternate (same-role neighbours merge, a user message
+//! keeps its `tool_result`s first). Whether the window starts with a user message is the prompt
+//! assembler's concern, since only the wire copy may gain a placeholder.
+//!
+//! A persisted history is a chain of segments separated by compact summaries (*fences*, see
+//! [`Message::is_summary`]): the wire window is the last fence and what follows it. Healing a
+//! history works on each stretch between fences on its own and never merges a fence with a
+//! neighbour, so a summary stays a message of its own and the window keeps starting at it; on
+//! the wire ([`heal_window`]) the summary is an ordinary user message and merges as any other.
 
 use std::collections::HashSet;
 
@@ -15,25 +21,76 @@ use super::message::{Content, ContentBlock, Message, Role};
 /// The text of a synthetic `tool_result` for a call whose result was lost.
 pub const SYNTHETIC_RESULT: &str = "unavailable: the previous turn was interrupted";
 
-/// Repairs `messages` so [`check`] passes; returns one note per kind of repair made.
+/// What one healing pass changed.
+#[derive(Debug, Default, Clone, Copy)]
+struct Repairs {
+    /// Messages merged into a neighbour or dropped as empty.
+    removed: usize,
+    synthetic: usize,
+    orphans: usize,
+}
+
+impl Repairs {
+    fn add(&mut self, other: Repairs) {
+        self.removed += other.removed;
+        self.synthetic += other.synthetic;
+        self.orphans += other.orphans;
+    }
+
+    fn notes(self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.removed > 0 && self.synthetic == 0 {
+            notes.push(format!("merged or dropped {} empty or same-role message(s)", self.removed));
+        }
+        if self.synthetic > 0 {
+            notes.push(format!("added {} synthetic tool_result(s) for interrupted tool calls", self.synthetic));
+        }
+        if self.orphans > 0 {
+            notes.push(format!("turned {} orphan tool_result(s) into text", self.orphans));
+        }
+        notes
+    }
+}
+
+/// Repairs a persisted history so [`check_history`] passes: each stretch between compact
+/// summaries is healed on its own; the summaries are kept as they are. Returns one note per
+/// kind of repair made (empty when nothing changed).
 pub fn heal(messages: &mut Vec<Message>) -> Vec<String> {
-    let mut notes = Vec::new();
+    if !messages.iter().any(Message::is_summary) {
+        return heal_stretch(messages).notes();
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    let mut stretch = Vec::new();
+    let mut repairs = Repairs::default();
+    for m in messages.drain(..) {
+        if m.is_summary() {
+            repairs.add(heal_stretch(&mut stretch));
+            out.append(&mut stretch);
+            out.push(m);
+        } else {
+            stretch.push(m);
+        }
+    }
+    repairs.add(heal_stretch(&mut stretch));
+    out.append(&mut stretch);
+    *messages = out;
+    repairs.notes()
+}
+
+/// Repairs a wire window (the messages of one request) so [`check`] passes: the whole slice is
+/// one conversation, a summary included. Returns one note per kind of repair made.
+pub fn heal_window(messages: &mut Vec<Message>) -> Vec<String> {
+    heal_stretch(messages).notes()
+}
+
+fn heal_stretch(messages: &mut Vec<Message>) -> Repairs {
     let before = messages.len();
     drop_empty(messages);
     merge_neighbours(messages);
     let (synthetic, orphans) = pair_tool_calls(messages);
     drop_empty(messages);
     merge_neighbours(messages);
-    if messages.len() != before && synthetic == 0 {
-        notes.push(format!("merged or dropped {} empty or same-role message(s)", before.abs_diff(messages.len())));
-    }
-    if synthetic > 0 {
-        notes.push(format!("added {synthetic} synthetic tool_result(s) for interrupted tool calls"));
-    }
-    if orphans > 0 {
-        notes.push(format!("turned {orphans} orphan tool_result(s) into text"));
-    }
-    notes
+    Repairs { removed: before.abs_diff(messages.len()), synthetic, orphans }
 }
 
 /// A broken invariant, with the index of the message at fault.
@@ -51,7 +108,32 @@ pub enum Violation {
     DuplicateResult(usize, String),
 }
 
-/// Checks every invariant; `Ok` when `messages` may be sent.
+/// Checks a persisted history: every stretch between compact summaries must pass [`check`] on
+/// its own, and each summary must be non-empty. Indexes in the error are of `messages`.
+pub fn check_history(messages: &[Message]) -> Result<(), Violation> {
+    let mut start = 0;
+    for (i, m) in messages.iter().enumerate() {
+        if m.is_summary() {
+            check(&messages[start..i]).map_err(|v| v.shifted(start))?;
+            start = i + 1;
+        }
+    }
+    check(&messages[start..]).map_err(|v| v.shifted(start))
+}
+
+impl Violation {
+    fn shifted(self, by: usize) -> Self {
+        match self {
+            Violation::Empty(i) => Violation::Empty(i + by),
+            Violation::SameRole(i) => Violation::SameRole(i + by),
+            Violation::MissingResult(i, id) => Violation::MissingResult(i + by, id),
+            Violation::OrphanResult(i, id) => Violation::OrphanResult(i + by, id),
+            Violation::DuplicateResult(i, id) => Violation::DuplicateResult(i + by, id),
+        }
+    }
+}
+
+/// Checks every invariant of one request's messages; `Ok` when `messages` may be sent.
 pub fn check(messages: &[Message]) -> Result<(), Violation> {
     for (i, m) in messages.iter().enumerate() {
         let empty_block = matches!(&m.content, Content::Blocks(b) if b.iter().any(ContentBlock::is_empty));
@@ -264,6 +346,32 @@ mod tests {
         assert_eq!(h[1].content, Content::Blocks(vec![ContentBlock::text("x")]));
     }
 
+    fn summary(text: &str) -> Message {
+        Message::user_text(format!("{}{text}", super::super::message::SUMMARY_PREFIX))
+    }
+
+    #[test]
+    fn a_summary_is_a_fence_in_the_history_and_an_ordinary_user_message_on_the_wire() {
+        let mut h = vec![
+            Message::user_text("old question"),
+            summary("what happened"),
+            Message::user_text("new question"),
+            Message::assistant(vec![tool_use("A")]),
+        ];
+        let notes = heal(&mut h);
+        assert_eq!(notes, vec!["added 1 synthetic tool_result(s) for interrupted tool calls".to_string()]);
+        assert_eq!(check_history(&h), Ok(()));
+        assert_eq!(check(&h), Err(Violation::SameRole(0)), "the history keeps the fence apart");
+        assert_eq!(h.len(), 5);
+        assert!(h[1].is_summary());
+        let mut wire = h[1..].to_vec();
+        heal_window(&mut wire);
+        assert_eq!(check(&wire), Ok(()));
+        assert_eq!(wire.len(), 3);
+        assert!(wire[0].is_summary(), "the merged message still starts with the summary");
+        assert_eq!(wire[0].plain_text(), format!("{}what happened\nnew question", super::super::message::SUMMARY_PREFIX));
+    }
+
     fn arb_block() -> impl Strategy<Value = ContentBlock> {
         let id = prop::sample::select(vec!["A", "B", "C"]);
         prop_oneof![
@@ -287,6 +395,31 @@ mod tests {
             let mut again = h.clone();
             heal(&mut again);
             prop_assert_eq!(again, h);
+        }
+
+        #[test]
+        fn heal_keeps_every_summary_and_every_window_is_valid(
+            msgs in prop::collection::vec((0u8..3, prop::collection::vec(arb_block(), 0..4)), 0..14)
+        ) {
+            let mut h: Vec<Message> = msgs
+                .into_iter()
+                .map(|(kind, b)| match kind {
+                    0 => Message::user_blocks(b),
+                    1 => Message::assistant(b),
+                    _ => summary("s"),
+                })
+                .collect();
+            let summaries = h.iter().filter(|m| m.is_summary()).count();
+            heal(&mut h);
+            prop_assert_eq!(check_history(&h), Ok(()));
+            prop_assert_eq!(h.iter().filter(|m| m.is_summary()).count(), summaries);
+            let mut again = h.clone();
+            heal(&mut again);
+            prop_assert_eq!(&again, &h);
+            let start = h.iter().rposition(Message::is_summary).unwrap_or(0);
+            let mut wire = h[start..].to_vec();
+            heal_window(&mut wire);
+            prop_assert_eq!(check(&wire), Ok(()));
         }
     }
 }

@@ -8,6 +8,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Start of the user message that carries a compact summary (DESIGN.md §7). Such a message is a
+/// *fence*: the wire window starts at the last one, and healing never merges across one.
+pub const SUMMARY_PREFIX: &str = "[Compressed summary of the earlier conversation, kept for context continuity; the most recent original messages follow.]\n\n";
+
 /// Who wrote a message. Anthropic Messages has only these two in `messages`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,6 +122,19 @@ impl Message {
             ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
             _ => None,
         })
+    }
+
+    /// A user message holding the summary of a compaction (its text starts with
+    /// [`SUMMARY_PREFIX`]).
+    pub fn is_summary(&self) -> bool {
+        let first_text = match &self.content {
+            Content::Text(t) => Some(t.as_str()),
+            Content::Blocks(b) => b.iter().find_map(|x| match x {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            }),
+        };
+        self.role == Role::User && first_text.is_some_and(|t| t.starts_with(SUMMARY_PREFIX))
     }
 
     /// All text of the message's text blocks, joined with newlines.

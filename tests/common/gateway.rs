@@ -2,8 +2,10 @@
 //!
 //! Owns: an axum server on 127.0.0.1:0 inside the test that records every request and answers
 //! with queued [`Reply`]s in order (any method, any path), plus builders of real-looking SSE
-//! streams in both wire styles. When the script runs out it answers HTTP 500 saying so, so a
-//! test that sends too many requests fails loudly.
+//! streams in both wire styles. Optionally, aux requests (`x-cicy-aux`) get a standing reply of
+//! their own ([`ScriptedGateway::on_aux`]) and an empty queue falls back to a generator
+//! ([`ScriptedGateway::fallback`]). When the script runs out it answers HTTP 500 saying so, so
+//! a test that sends too many requests fails loudly.
 //!
 //! Must not touch: the product's code paths — it talks to the client only over HTTP.
 
@@ -70,10 +72,16 @@ impl RecordedRequest {
     }
 }
 
+/// Makes the reply to the `n`-th main request (0-based, aux requests not counted).
+pub type Generator = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
+    aux: Option<Reply>,
+    fallback: Option<Generator>,
+    main_served: usize,
 }
 
 /// The running gateway; the server stops when this is dropped.
@@ -105,6 +113,17 @@ impl ScriptedGateway {
         self.script.lock().expect("script lock").replies.push_back(reply);
     }
 
+    /// Answers every request carrying `x-cicy-aux` with a copy of `reply` (the queue is left to
+    /// the main requests).
+    pub fn on_aux(&self, reply: Reply) {
+        self.script.lock().expect("script lock").aux = Some(reply);
+    }
+
+    /// Answers main requests with `f(n)` whenever the queue is empty.
+    pub fn fallback(&self, f: impl Fn(usize) -> Reply + Send + Sync + 'static) {
+        self.script.lock().expect("script lock").fallback = Some(Arc::new(f));
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.script.lock().expect("script lock").requests.clone()
@@ -132,7 +151,16 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
                 .collect(),
             body: body.to_vec(),
         });
-        s.replies.pop_front()
+        let is_aux = parts.headers.contains_key("x-cicy-aux");
+        match (&s.aux, is_aux) {
+            (Some(aux), true) => Some(aux.clone()),
+            _ => {
+                let n = s.main_served;
+                s.main_served += 1;
+                let queued = s.replies.pop_front();
+                queued.or_else(|| s.fallback.as_ref().map(|f| f(n)))
+            }
+        }
     };
     let sse = |body: Body| {
         Response::builder()
@@ -250,6 +278,11 @@ fn anthropic_tool_block(index: u32, id: &str, name: &str, input_json: &str) -> V
     }
     out.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index}).to_string()));
     out
+}
+
+/// A complete Anthropic stream with no content block at all, stop_reason `end_turn`.
+pub fn anthropic_empty() -> Vec<Vec<u8>> {
+    [anthropic_start(), anthropic_end("end_turn")].concat()
 }
 
 /// A complete Anthropic stream answering `text` (in three deltas), stop_reason `end_turn`.

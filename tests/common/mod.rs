@@ -5,6 +5,8 @@
 // Every test file compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod fixture;
 pub mod gateway;
+pub mod history;
 pub mod proxy;

@@ -1,0 +1,121 @@
+//! The bookkeeping of a compaction on a 600-message history, without the gateway call, and the
+//! size of the request before and after.
+//!
+//! History: the same 600 messages (~400 KB) as `benches/assembly.rs`. Measured:
+//! - `compact_bookkeeping_600_keep_0`: `/compact` — archive current.json + reply.json (two
+//!   atomic, fsynced copies), append the summary, heal, rewrite current.json atomically;
+//! - `compact_bookkeeping_600_keep_160`: the same with automatic compaction's cut (the summary
+//!   inserted before the last 160 messages);
+//! - `choose_cut_and_build_transcript_600`: the CPU part before the gateway call.
+//!
+//! Printed once: the encoded request size before and after each kind of compaction.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use serde_json::json;
+
+use cicy::compact::{self, cut, summary, Settings};
+use cicy::config::CompactionConfig;
+use cicy::conversation::history::{CurrentFile, HistoryStore};
+use cicy::conversation::message::{ContentBlock, Message};
+use cicy::gateway::{anthropic, ToolSpec};
+use cicy::prompt::{assemble, PromptInputs};
+
+fn history() -> Vec<Message> {
+    let mut h = Vec::with_capacity(600);
+    for i in 0..150 {
+        h.push(Message::user_text(format!("Request {i}: please check the build log and tell me what failed. {}", "Context line. ".repeat(20))));
+        h.push(Message::assistant(vec![
+            ContentBlock::text(format!("Looking at step {i}.")),
+            ContentBlock::ToolUse { id: format!("toolu_{i:04}"), name: "shell".into(), input: json!({"command": format!("grep -n error build-{i}.log | tail -50"), "timeout": 60}) },
+        ]));
+        h.push(Message::user_blocks(vec![ContentBlock::ToolResult {
+            tool_use_id: format!("toolu_{i:04}"),
+            content: format!("{i}: error[E0308]: mismatched types in src/lib.rs\n").repeat(30),
+            is_error: false,
+        }]));
+        h.push(Message::assistant(vec![ContentBlock::text(format!("Step {i}: the type mismatch comes from the new signature. {}", "Explanation. ".repeat(25)))]));
+    }
+    h
+}
+
+/// A summary of a realistic length (~6 KB, ~1500 tokens) in the eight sections.
+fn summary_text() -> String {
+    (1..=8).map(|s| format!("{s}. Section {s}:\n{}\n", "- a specific point with names, paths and numbers kept exactly.\n".repeat(12))).collect()
+}
+
+fn tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec { name: "shell".into(), description: cicy::tools::shell::description().into(), input_schema: cicy::tools::shell::input_schema() },
+        ToolSpec { name: "skill".into(), description: cicy::tools::skill::description().into(), input_schema: cicy::tools::skill::input_schema() },
+    ]
+}
+
+fn request_bytes(history: &[Message], tools: &[ToolSpec]) -> usize {
+    let inputs = PromptInputs {
+        system_md: "You are a capable assistant.",
+        skills: &[],
+        tools,
+        final_round: false,
+        history,
+        agents_md: "# Role\n\nYou are Ada.",
+        memory_md: "",
+    };
+    anthropic::encode(&assemble(&inputs), "model", 2048).body.len()
+}
+
+/// A fresh agent folder whose active conversation is `history`, as a turn left it.
+fn fresh(history: &[Message]) -> (tempfile::TempDir, HistoryStore, CurrentFile) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = HistoryStore::new(dir.path());
+    let mut current = CurrentFile::new("w-1", "model");
+    for m in history {
+        current.push(m.clone());
+    }
+    // Writes current.json and an idle reply.json, as a finished turn leaves them.
+    store.start(&current).expect("start");
+    (dir, store, current)
+}
+
+fn bench(c: &mut Criterion) {
+    let history = history();
+    let tools = tools();
+    let summary = summary_text();
+    let settings = Settings::new(&CompactionConfig::default(), None);
+    let before = request_bytes(&history, &tools);
+    for keep in [0, 160] {
+        let (_dir, store, mut current) = fresh(&history);
+        let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens()).expect("a cut");
+        compact::apply(&store, &mut current, cut, &summary).expect("apply");
+        let after = request_bytes(&current.messages, &tools);
+        eprintln!(
+            "request with {} messages: {before} bytes before, {after} bytes after compaction with keep {keep} (cut at {cut}; summary {} bytes)",
+            history.len(),
+            summary.len()
+        );
+    }
+    for keep in [0, 160] {
+        c.bench_function(&format!("compact_bookkeeping_600_keep_{keep}"), |b| {
+            b.iter_batched(
+                || {
+                    let (dir, store, current) = fresh(&history);
+                    let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens()).expect("a cut");
+                    (dir, store, current, cut)
+                },
+                |(dir, store, mut current, cut)| {
+                    compact::apply(&store, &mut current, cut, &summary).expect("apply");
+                    (dir, current)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    c.bench_function("choose_cut_and_build_transcript_600", |b| {
+        b.iter(|| {
+            let cut = cut::choose(&history, 0, 160, settings.tail_tokens()).expect("a cut");
+            summary::chunks(&summary::transcript(&history[..cut]), settings.chunk_tokens())
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,51 @@
+//! Runs the `cicy-agent` binary as a user would: a temporary `$CICY_HOME`, the gateway from the
+//! environment, and `HOME` pointed at the temporary home so the `shell` tool's login shell reads
+//! no profile of the machine running the tests. Test fixtures only.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// The command, ready to spawn: env set, stdio piped (stdin null).
+pub fn command(home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
+    cmd.args(args)
+        .env("CICY_HOME", home)
+        .env("HOME", home)
+        .env("CICY_GATEWAY_URL", gateway)
+        .env("CICY_MODEL", "test-model")
+        .env_remove("CICY_API_STYLE")
+        .env_remove("CICY_API_KEY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Runs `cicy-agent <args>` to the end, feeding `stdin` when given.
+pub async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    let mut cmd = command(home, gateway, args);
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("spawn cicy-agent");
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+        drop(pipe);
+    }
+    let out = child.wait_with_output().await.expect("wait");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

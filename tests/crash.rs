@@ -1,0 +1,135 @@
+//! Crash safety (DESIGN.md §6.4: "a kill -9 at any point leaves files that load, heal and
+//! send"): a real `cicy-agent chat` session runs tool rounds and automatic compactions against
+//! the scripted gateway and is killed with SIGKILL at varied moments, again and again. After
+//! every kill each history file must parse and heal into a valid history; every request any
+//! process sent must satisfy the invariants; each restart must get going again; a last run
+//! must finish cleanly.
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use cicy::conversation::history::{CurrentFile, ReplyFile};
+use cicy::conversation::invariants;
+use common::cli::{cicy, command};
+use common::gateway::*;
+use common::history::{assert_valid_request, split_aux};
+use tokio::io::AsyncWriteExt;
+
+/// cicy's contract is about any point; 60 kills spread over start-up, streaming, tool runs,
+/// summary calls and file writes.
+const KILLS: usize = 60;
+
+/// Main replies: five tool rounds (a short `shell` command each), then an answer; streamed with
+/// small gaps so a kill can land inside a stream.
+fn main_reply(n: usize) -> Reply {
+    let chunks = if n % 6 == 5 {
+        anthropic_text(&format!("turn done {n}"))
+    } else {
+        anthropic_text_and_tool(&format!("step {n}"), &format!("toolu_{n}"), "shell", &format!(r#"{{"command":"sleep 0.03; echo {n}"}}"#))
+    };
+    Reply::Sse { chunks, delay: Duration::from_millis(2) }
+}
+
+/// A small deterministic generator (xorshift64), so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Every `.json` file under the history folder parses (following the symlinks), current.json
+/// files as histories that heal into a valid one, reply.json files as snapshots.
+fn check_files(history: &Path) {
+    let mut stack = vec![history.to_path_buf()];
+    let mut seen = 0;
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read history dir") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            // `.tmp-*` and `.<link>.<pid>.tmp` are atomic writes a kill interrupted; never read.
+            if name.starts_with('.') || !name.ends_with(".json") {
+                continue;
+            }
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            if name.starts_with("current") {
+                let mut c: CurrentFile =
+                    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+                invariants::heal(&mut c.messages);
+                assert_eq!(invariants::check_history(&c.messages), Ok(()), "{}", path.display());
+            } else {
+                serde_json::from_slice::<ReplyFile>(&bytes).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 2, "no history files under {}", history.display());
+}
+
+#[tokio::test]
+async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_and_send() {
+    let gw = ScriptedGateway::start().await;
+    gw.fallback(main_reply);
+    gw.on_aux(Reply::Sse { chunks: anthropic_text("Summary: shell steps ran; keep going."), delay: Duration::from_millis(3) });
+    let h = tempfile::tempdir().unwrap();
+    let url = gw.url();
+    std::fs::write(h.path().join("config.yaml"), "gateway:\n  max_retries: 0\ncompaction:\n  max_messages: 30\n  keep_recent: 10\n").unwrap();
+    assert_eq!(cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
+    let history = h.path().join("workers/w-1/.cicy/history");
+
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut restarts_that_sent = 0;
+    for i in 0..KILLS {
+        let before = gw.requests().len();
+        let mut child = command(h.path(), &url, &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let lines: String = (0..20).map(|k| format!("task {i}.{k}: run the next steps\n")).collect();
+        stdin.write_all(lines.as_bytes()).await.expect("write stdin");
+        // Mostly anywhere in the first 700 ms; every fifth kill lands within start-up.
+        let delay = if i % 5 == 4 { rng.next() % 40 } else { 40 + rng.next() % 660 };
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            let out = child.wait_with_output().await.expect("output");
+            panic!("kill {i}: the session ended by itself ({status}) instead of running: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        child.start_kill().expect("SIGKILL");
+        let status = child.wait().await.expect("wait");
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "kill {i}");
+        drop(stdin);
+        check_files(&history);
+        if gw.requests().len() > before {
+            restarts_that_sent += 1;
+        }
+    }
+    assert!(restarts_that_sent >= KILLS * 3 / 5, "only {restarts_that_sent} of {KILLS} runs got to send a request");
+
+    // A last run, not killed: it loads what the kills left, heals it and finishes its turn.
+    let o = cicy(h.path(), &url, &["chat", "w-1", "wrap up"], None).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let reqs = gw.requests();
+    let (aux, main) = split_aux(&reqs);
+    assert!(!aux.is_empty(), "automatic compaction ran during the kills");
+    for r in &aux {
+        assert_eq!(r.header("x-cicy-aux"), Some("compact"));
+        assert!(!r.body_str().contains("\"tool_use\""));
+    }
+    for r in &main {
+        assert_valid_request(r);
+        assert!(common::history::wire_messages(r).len() <= 31, "the window stays compacted");
+    }
+    let current: CurrentFile = serde_json::from_slice(&std::fs::read(history.join("current.json")).unwrap()).unwrap();
+    assert_eq!(invariants::check_history(&current.messages), Ok(()));
+    assert_eq!(current.status, "idle");
+    eprintln!("{KILLS} kills, {} main and {} aux requests, {} messages kept", main.len(), aux.len(), current.messages.len());
+}
