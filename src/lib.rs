@@ -12,6 +12,7 @@ pub mod event;
 pub mod fsutil;
 pub mod gateway;
 pub mod home;
+pub mod memory;
 pub mod prompt;
 pub mod registry;
 pub mod role;
