@@ -1,12 +1,15 @@
 //! `chat` and `retry`: run turns with Ctrl-C wired to cancellation.
 //!
-//! One-shot: one turn, exit code 0 (completed), 130 (cancelled) or 1 (failed/blocked).
-//! Session: one turn per stdin line until `/exit` or EOF; Ctrl-C cancels the running turn, and
-//! at the prompt leaves.
+//! One-shot: one turn, exit code 0 (completed), 130 (cancelled) or 1 (failed/blocked); a
+//! memory buffer that became due while no process ran is flushed first (DESIGN.md §8).
+//! Session: one turn per stdin line until `/exit` or EOF; Ctrl-C cancels the running turn (or
+//! memory flush), and at the prompt leaves. While waiting for a line, the memory timer flushes
+//! the buffer when it is due (after the configured idle period).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -15,11 +18,12 @@ use tokio_util::sync::CancellationToken;
 use cicy::agent::Session;
 use cicy::event::{Emitter, EventKind, TurnOutcome};
 use cicy::home::Home;
+use cicy::memory::FlushReason;
 use cicy::turn;
 
 use super::print;
 
-fn emitter(id: &str, json: bool) -> Emitter {
+pub(super) fn emitter(id: &str, json: bool) -> Emitter {
     if json {
         Emitter::new(id, print::json)
     } else {
@@ -35,7 +39,7 @@ fn exit_code(o: TurnOutcome) -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
@@ -70,6 +74,7 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
         if let Some(text) = text {
             let token = CancellationToken::new();
             set(&current, Some(token.clone()));
+            flush_memory(&session, None, &events, &token).await;
             let outcome = turn::run_turn(&mut session, &text, &events, &token).await?;
             return Ok(exit_code(outcome));
         }
@@ -81,11 +86,26 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
         let interactive = std::io::stdin().is_terminal();
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         let mut last = ExitCode::SUCCESS;
+        let memory = session.memory();
         loop {
             if interactive {
                 eprint!("> ");
             }
-            let Some(line) = lines.next_line().await? else { break };
+            // `next_line` is cancel-safe: a line that arrives while the timer wins is kept.
+            let next = tokio::select! {
+                biased;
+                () = sleep_until(memory.next_due().ok().flatten()) => None,
+                line = lines.next_line() => Some(line?),
+            };
+            let Some(next) = next else {
+                let token = CancellationToken::new();
+                set(&current, Some(token.clone()));
+                let reason = memory.due(SystemTime::now()).ok().flatten().unwrap_or(FlushReason::Idle);
+                flush_memory(&session, Some(reason), &events, &token).await;
+                set(&current, None);
+                continue;
+            };
+            let Some(line) = next else { break };
             let line = line.trim();
             if line.is_empty() {
                 continue;
@@ -112,6 +132,7 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         watch_ctrl_c(current.clone());
         let token = CancellationToken::new();
         set(&current, Some(token.clone()));
+        flush_memory(&session, None, &events, &token).await;
         match turn::retry_turn(&mut session, &events, &token).await? {
             Some(outcome) => Ok(exit_code(outcome)),
             None => {
@@ -120,6 +141,41 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             }
         }
     })
+}
+
+/// Flushes the memory buffer: when it is due (`reason` `None`: a one-shot process catching up
+/// on a buffer that became due while nothing ran), or always with `Some(reason)` (the resident
+/// timer). Returns false when a flush failed; every problem is reported as an event.
+async fn flush_memory(session: &Session, reason: Option<FlushReason>, events: &Emitter, cancel: &CancellationToken) -> bool {
+    let memory = session.memory();
+    let reason = match reason {
+        Some(r) => r,
+        None => match memory.due(SystemTime::now()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return true,
+            Err(e) => {
+                events.emit(EventKind::Error { kind: "memory".into(), message: e.to_string() });
+                return false;
+            }
+        },
+    };
+    let model = match session.materials() {
+        Ok(m) => m.model,
+        Err(e) => {
+            events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot flush memory: {e}") });
+            return false;
+        }
+    };
+    memory.flush_and_report(&session.aux_target(&model), reason, events, cancel).await
+}
+
+/// Sleeps until `at` (not at all when it has passed), or forever when there is nothing to wait
+/// for.
+async fn sleep_until(at: Option<SystemTime>) {
+    match at {
+        Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn set(current: &Arc<Mutex<Option<CancellationToken>>>, token: Option<CancellationToken>) {

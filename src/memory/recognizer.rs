@@ -188,7 +188,7 @@ fn validate(item: &Value) -> Result<Record, Rejection> {
     if chars > MAX_CONTENT_CHARS {
         return Err(reject(format!("content is {chars} characters (at most {MAX_CONTENT_CHARS})")));
     }
-    let mem_id = store::slug(raw_id).ok_or_else(|| reject("the mem_id has no usable characters".into()))?;
+    let mem_id = store::slug(raw_id).ok_or_else(|| reject("the mem_id gives no usable file name".into()))?;
     let title: String = text("title").chars().take(MAX_TITLE_CHARS).collect();
     let salience = item
         .get("salience")
@@ -265,7 +265,7 @@ mod tests {
                 ("fact_long", "content is 400 characters (at most 200)"),
                 ("", "no mem_id"),
                 ("fact_empty", "no content"),
-                ("../..", "the mem_id has no usable characters"),
+                ("../..", "the mem_id gives no usable file name"),
                 ("", "not a JSON object"),
             ]
         );
