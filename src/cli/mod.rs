@@ -2,6 +2,7 @@
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
 mod chat;
+mod memory;
 mod print;
 
 use std::path::PathBuf;
@@ -69,6 +70,12 @@ enum Command {
         id: String,
         #[arg(long)]
         json: bool,
+    },
+    /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
+    Memory {
+        id: String,
+        #[command(subcommand)]
+        action: memory::Action,
     },
     /// Print the active conversation.
     History {
@@ -152,6 +159,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
         Command::Retry { id, json } => chat::retry(&home, &id, json),
         Command::History { id, json } => history(&home, &id, json),
+        Command::Memory { id, action } => memory::run(&home, &id, action),
     }
 }
 
