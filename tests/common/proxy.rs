@@ -11,16 +11,19 @@ use axum::response::Response;
 use axum::Router;
 use futures_util::TryStreamExt;
 
+/// The recorded requests: (path, body) in arrival order.
+type Bodies = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 #[derive(Clone)]
 struct Shared {
     upstream: String,
-    bodies: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    bodies: Bodies,
     http: reqwest::Client,
 }
 
 pub struct RecordingProxy {
     addr: SocketAddr,
-    bodies: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    bodies: Bodies,
     server: tokio::task::JoinHandle<()>,
 }
 
