@@ -4,7 +4,8 @@
 //! (atomically when it changed; here it never does, so its time is refreshed), read it back.
 //! `index_text_fresh_120`: what every turn pays when nothing changed — stat the files and read
 //! MEMORY.md. `index_text_after_hand_edit_120`: one file touched before each read, so every
-//! read rebuilds. Target (issue 3): rebuild + read under 5 ms.
+//! read rebuilds. `parse_one`: the text of one file to a record (front matter split + YAML), to
+//! see how much of a rebuild is parsing. Target (issue 3): rebuild + read under 5 ms.
 
 use std::time::{Duration, SystemTime};
 
@@ -43,6 +44,8 @@ fn bench(c: &mut Criterion) {
         })
     });
     c.bench_function("index_text_fresh_120", |b| b.iter(|| memory.index_text().expect("index text")));
+    let one = std::fs::read_to_string(dir.join("fact_item_001.md")).expect("read one");
+    c.bench_function("parse_one", |b| b.iter(|| store::parse("fact_item_001", &one).expect("parse")));
     let touched = dir.join("fact_item_001.md");
     c.bench_function("index_text_after_hand_edit_120", |b| {
         b.iter(|| {

@@ -161,8 +161,13 @@ pub struct Appended {
 }
 
 /// Reads the buffer in `dir`. A file that does not parse is moved aside (never overwritten)
-/// and the buffer starts empty.
+/// and the buffer starts empty. Without a buffer file nothing is created (listing an agent's
+/// memory must not make its folder); the file only ever appears by an atomic rename, so
+/// checking for it before taking the lock is safe.
 pub fn load(dir: &Path) -> Result<Loaded, MemoryError> {
+    if !dir.join(FILE).exists() {
+        return Ok(Loaded::default());
+    }
     with_lock(dir, || read_unlocked(dir))
 }
 
@@ -341,6 +346,8 @@ mod tests {
     fn append_load_and_remove_keep_turns_added_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
+        assert_eq!(load(&d.join("none")).unwrap(), Loaded::default());
+        assert!(!d.join("none").exists(), "reading an empty buffer creates nothing");
         let a = append(d, turn_at("one", SystemTime::now())).unwrap();
         assert_eq!((a.turns.len(), a.dropped), (1, 0));
         let b = append(d, turn_at("two", SystemTime::now())).unwrap();

@@ -233,8 +233,14 @@ pub fn read(path: &Path) -> Result<Stored, BadFile> {
         Some(s) => return Err(bad(format!("the file name is not a memory id; rename it to `{s}.md`"))),
         None => return Err(bad("the file name is not a memory id (use lowercase letters, digits, `_`, `-`)".into())),
     }
-    let (bytes, modified) = std::fs::read(path)
-        .and_then(|b| Ok((b, std::fs::metadata(path)?.modified()?)))
+    // One open and an fstat: this runs for every memory file on every rebuild.
+    let (bytes, modified) = std::fs::File::open(path)
+        .and_then(|mut f| {
+            let meta = f.metadata()?;
+            let mut b = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+            std::io::Read::read_to_end(&mut f, &mut b)?;
+            Ok((b, meta.modified()?))
+        })
         .map_err(|e| bad(format!("cannot read: {e}")))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| bad(format!("not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
@@ -246,7 +252,9 @@ pub fn read(path: &Path) -> Result<Stored, BadFile> {
 /// matter are tolerated; a missing front matter, an unclosed one, bad YAML, an unknown type or
 /// an empty content are errors naming the problem.
 pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text).replace("\r\n", "\n").replace('\r', "\n");
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let text: std::borrow::Cow<'_, str> =
+        if text.contains('\r') { text.replace("\r\n", "\n").replace('\r', "\n").into() } else { text.into() };
     let mut lines = text.split('\n');
     if lines.next().map(str::trim_end) != Some("---") {
         return Err("no front matter: the file must start with a `---` line".into());
@@ -254,22 +262,7 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
     let Some(close) = lines.position(|l| l.trim_end() == "---") else {
         return Err("the front matter is not closed by a `---` line".into());
     };
-    // YAML forbids tabs in indentation; a hand edit often has them. Expand them in the front
-    // matter only (line 0 is the opening `---`).
-    let normalized: Vec<String> = text
-        .split('\n')
-        .enumerate()
-        .map(|(i, l)| {
-            if (1..=close).contains(&i) {
-                let body = l.trim_start_matches(['\t', ' ']);
-                let indent: String = l[..l.len() - body.len()].chars().map(|c| if c == '\t' { "  " } else { " " }).collect();
-                format!("{indent}{body}")
-            } else {
-                l.to_string()
-            }
-        })
-        .collect();
-    let normalized = normalized.join("\n");
+    let normalized = expand_front_matter_tabs(&text, close);
     let parsed = gray_matter::Matter::<SplitOnly>::new()
         .parse::<gray_matter::Pod>(&normalized)
         .map_err(|e| format!("cannot split the front matter: {e}"))?;
@@ -296,6 +289,29 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
         updated: fm.updated.unwrap_or_default().trim().to_string(),
         content,
     })
+}
+
+/// YAML forbids tabs in indentation, and a hand edit often has them: expands leading tabs of
+/// the front-matter lines (1..=`close`; line 0 is the opening `---`) to two spaces each.
+fn expand_front_matter_tabs(text: &str, close: usize) -> std::borrow::Cow<'_, str> {
+    let has_tab = text.split('\n').skip(1).take(close).any(|l| l.trim_start_matches(' ').starts_with('\t'));
+    if !has_tab {
+        return text.into();
+    }
+    let lines: Vec<String> = text
+        .split('\n')
+        .enumerate()
+        .map(|(i, l)| {
+            if (1..=close).contains(&i) {
+                let body = l.trim_start_matches(['\t', ' ']);
+                let indent: String = l[..l.len() - body.len()].chars().map(|c| if c == '\t' { "  " } else { " " }).collect();
+                format!("{indent}{body}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    lines.join("\n").into()
 }
 
 /// 1–5 from a number or numeric text; anything else (or out of range) is 3.
