@@ -110,7 +110,7 @@ async fn a_remembered_fact_survives_a_new_conversation_and_rides_last_in_the_req
         "- [preference★4] The user's favourite colour is teal.\n"
     );
     assert!(!dir.join(".pending.jsonl").exists(), "a successful flush empties the buffer");
-    assert!(systems(&ev).contains(&"memory: saved 1, updated 0 (from 1 turns)".to_string()), "{:?}", systems(&ev));
+    assert!(systems(&ev).contains(&"memory: saved 1, updated 0 (from 1 turn)".to_string()), "{:?}", systems(&ev));
     let aux_usage = kinds(&ev).into_iter().find(|k| matches!(k, EventKind::AuxUsage { .. }));
     assert_eq!(
         aux_usage,
@@ -297,7 +297,7 @@ async fn nothing_the_recognizer_says_can_write_outside_the_memory_folder() {
     let summary = systems(&ev).into_iter().find(|s| s.starts_with("memory: ")).expect("a memory summary");
     assert_eq!(
         summary,
-        "memory: saved 4, updated 0 (from 1 turns); rejected 3: `opinion_x`: unknown type `opinion`; `fact_long`: content is 400 characters (at most 200); `MEMORY`: the mem_id gives no usable file name"
+        "memory: saved 4, updated 0 (from 1 turn); rejected 3: `opinion_x`: unknown type `opinion`; `fact_long`: content is 400 characters (at most 200); `MEMORY`: the mem_id gives no usable file name"
     );
 }
 

@@ -123,7 +123,7 @@ async fn flush_sends_the_buffer_now() {
 
     let o = cicy(h.path(), &gw.url(), &["memory", "w-1", "flush"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turns)\n"), "{}", o.stderr);
+    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turn)\n"), "{}", o.stderr);
     assert!(o.stderr.contains("· memory usage: input 25, output 15, cache write 10, cache read 100\n"), "{}", o.stderr);
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 2);
@@ -157,7 +157,7 @@ async fn a_one_shot_chat_flushes_an_overdue_buffer_before_its_turn() {
     assert!(reqs[0].body_str().contains("User: my editor is helix\\nAgent: Noted.\\n"), "{}", reqs[0].body_str());
     assert_eq!(reqs[1].header("x-cicy-aux"), None);
     assert!(reqs[1].body_str().contains("<memories>\\n- [preference★3] Editor: Uses helix.\\n"), "the turn already sees the new memory");
-    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turns)"), "{}", o.stderr);
+    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turn)"), "{}", o.stderr);
     // The new turn itself is buffered for the next flush.
     assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1);
 }
@@ -193,6 +193,6 @@ async fn a_resident_chat_flushes_after_the_configured_idle_period() {
     assert_eq!(status.code(), Some(0));
     let mut stderr = String::new();
     child.stderr.take().expect("stderr").read_to_string(&mut stderr).await.unwrap();
-    assert!(stderr.contains("· memory: saved 1, updated 0 (from 1 turns)\n"), "{stderr}");
+    assert!(stderr.contains("· memory: saved 1, updated 0 (from 1 turn)\n"), "{stderr}");
     assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
 }

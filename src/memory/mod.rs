@@ -98,7 +98,8 @@ pub struct FlushReport {
 impl FlushReport {
     /// One line for the user, e.g. `memory: saved 1, updated 0 (from 6 turns)`.
     pub fn summary(&self, agent_id: &str) -> String {
-        let mut s = format!("memory: saved {}, updated {} (from {} turns)", self.saved.len(), self.updated.len(), self.turns);
+        let turns = if self.turns == 1 { "1 turn".to_string() } else { format!("{} turns", self.turns) };
+        let mut s = format!("memory: saved {}, updated {} (from {turns})", self.saved.len(), self.updated.len());
         if !self.rejected.is_empty() {
             let list: Vec<String> = self.rejected.iter().map(|r| format!("`{}`: {}", r.mem_id, r.reason)).collect();
             s.push_str(&format!("; rejected {}: {}", self.rejected.len(), list.join("; ")));
