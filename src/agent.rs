@@ -3,7 +3,7 @@
 //!
 //! Owns resolving the agent's model, wire style and gateway, and the per-turn reading of its
 //! role template, AGENTS.md, MEMORY.md and skills (re-read every turn so edits take effect on
-//! the next round). The turn loop itself is `crate::turn`.
+//! the next round). The turn loop itself is `crate::turn`; the memory folder is `crate::memory`.
 
 use std::path::PathBuf;
 
@@ -12,6 +12,7 @@ use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore};
 use crate::gateway::{ApiStyle, GatewayClient, GatewayError, GatewaySettings};
 use crate::home::{Home, HomeError};
 use crate::lock::{LockError, TurnLock};
+use crate::memory::{AuxTarget, Memory};
 use crate::registry::{AgentRecord, AgentSettings, NewAgent, Registry, RegistryError};
 use crate::role::{self, RoleError, RoleTemplate, ToolConfig};
 use crate::tools::skill::{self, SkillInfo};
@@ -156,16 +157,7 @@ impl Session {
     pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
         let record = Registry::open(&home.db_path())?.get(id)?;
         let config = Config::load(&home.config_path())?;
-        let url = config.gateway_url.clone().ok_or_else(|| AgentError::NoGateway(home.config_path()))?;
-        let client = GatewayClient::new(GatewaySettings {
-            base_url: url,
-            style: record.config.api_style.unwrap_or(config.api_style),
-            api_key: config.api_key.clone(),
-            connect_timeout: config.connect_timeout,
-            idle_timeout: config.idle_timeout,
-            max_retries: config.max_retries,
-            ..GatewaySettings::default()
-        })?;
+        let client = client_for(home, &record, &config)?;
         let store = HistoryStore::new(&record.workspace);
         let mut session = Self {
             home: home.clone(),
@@ -214,20 +206,34 @@ impl Session {
         Ok(old.conversation_id)
     }
 
-    /// Re-reads the role template, tool config, AGENTS.md, MEMORY.md and skills.
+    /// This agent's long-term memory folder with the configured flush periods.
+    pub fn memory(&self) -> Memory {
+        Memory::new(&self.record.workspace, self.config.memory.clone())
+    }
+
+    /// What a memory recognizer call runs on: this agent's client and `model`.
+    pub fn aux_target<'a>(&'a self, model: &'a str) -> AuxTarget<'a> {
+        AuxTarget { client: &self.client, model, agent_id: &self.record.id }
+    }
+
+    /// Re-reads the role template, tool config, AGENTS.md, MEMORY.md (rebuilt first when a
+    /// memory file is newer, so hand edits are injected at once) and skills.
     pub fn materials(&self) -> Result<TurnMaterials, AgentError> {
         let tool_cfg = ToolConfig::load(&self.home)?;
         let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;
-        let model = self
-            .record
-            .default_model
-            .clone()
-            .or_else(|| template.meta.model.clone())
-            .or_else(|| self.config.model.clone())
-            .ok_or_else(|| AgentError::NoModel(self.record.id.clone()))?;
+        let model = model_for(&self.record, &template, &self.config)?;
         let ws = &self.record.workspace;
         let agents_md = read_optional(&ws.join("AGENTS.md"))?;
-        let memory_md = read_optional(&ws.join(".cicy").join("memory").join("MEMORY.md"))?;
+        let memory = self.memory();
+        let memory_md = match memory.index_text() {
+            Ok(text) => text,
+            // A memory folder we cannot rebuild (permissions, a full disk) must not stop the
+            // turn: inject MEMORY.md as it is.
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot rebuild MEMORY.md; using it as it is");
+                read_optional(&crate::memory::index::path(memory.dir()))?
+            }
+        };
         Ok(TurnMaterials {
             max_tokens: template.meta.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             tools: ToolSet::new(template.tools.clone(), tool_cfg.custom),
@@ -237,6 +243,56 @@ impl Session {
             template,
             model,
         })
+    }
+}
+
+/// The gateway client of `record` under `config`.
+fn client_for(home: &Home, record: &AgentRecord, config: &Config) -> Result<GatewayClient, AgentError> {
+    let url = config.gateway_url.clone().ok_or_else(|| AgentError::NoGateway(home.config_path()))?;
+    Ok(GatewayClient::new(GatewaySettings {
+        base_url: url,
+        style: record.config.api_style.unwrap_or(config.api_style),
+        api_key: config.api_key.clone(),
+        connect_timeout: config.connect_timeout,
+        idle_timeout: config.idle_timeout,
+        max_retries: config.max_retries,
+        ..GatewaySettings::default()
+    })?)
+}
+
+/// The agent's model: `--model` at create, else the role's meta.yaml, else the config's.
+fn model_for(record: &AgentRecord, template: &RoleTemplate, config: &Config) -> Result<String, AgentError> {
+    record
+        .default_model
+        .clone()
+        .or_else(|| template.meta.model.clone())
+        .or_else(|| config.model.clone())
+        .ok_or_else(|| AgentError::NoModel(record.id.clone()))
+}
+
+/// An agent's memory without opening its conversation: `memory` commands must not restore
+/// (and so possibly rewrite) the history while a turn may be running in another process.
+pub struct AgentMemory {
+    pub record: AgentRecord,
+    pub memory: Memory,
+    home: Home,
+    config: Config,
+}
+
+impl AgentMemory {
+    pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
+        let record = Registry::open(&home.db_path())?.get(id)?;
+        let config = Config::load(&home.config_path())?;
+        let memory = Memory::new(&record.workspace, config.memory.clone());
+        Ok(Self { record, memory, home: home.clone(), config })
+    }
+
+    /// The gateway client and model a recognizer call of this agent uses.
+    pub fn aux_client(&self) -> Result<(GatewayClient, String), AgentError> {
+        let tool_cfg = ToolConfig::load(&self.home)?;
+        let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;
+        let model = model_for(&self.record, &template, &self.config)?;
+        Ok((client_for(&self.home, &self.record, &self.config)?, model))
     }
 }
 

@@ -19,6 +19,10 @@
 //!   keep_recent: 160                 # cicy: messages kept after the summary
 //!   hard_cap: 600                    # cicy: never send more messages than this
 //!   context_window: 200000           # tokens, for a model whose role meta.yaml names none
+//! memory:                            # when buffered turns go to the memory recognizer (§8)
+//!   batch_turns: 6                   # cicy: 6 turns
+//!   max_wait_secs: 1200              # cicy: the oldest turn waits at most 20 min
+//!   idle_secs: 300                   # cicy: 5 min without a new turn
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -27,6 +31,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::gateway::ApiStyle;
+use crate::memory::MemorySettings;
 
 /// Env var names read by [`Config::load`].
 pub const ENV_GATEWAY_URL: &str = "CICY_GATEWAY_URL";
@@ -54,6 +59,8 @@ struct FileConfig {
     gateway: FileGateway,
     #[serde(default)]
     compaction: FileCompaction,
+    #[serde(default)]
+    memory: FileMemory,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -123,6 +130,14 @@ impl CompactionConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct FileMemory {
+    batch_turns: Option<usize>,
+    max_wait_secs: Option<u64>,
+    idle_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct FileGateway {
     url: Option<String>,
     api_style: Option<String>,
@@ -149,6 +164,8 @@ pub struct Config {
     /// cicy: 10 retries per request.
     pub max_retries: u32,
     pub compaction: CompactionConfig,
+    /// When buffered turns are flushed to the memory recognizer.
+    pub memory: MemorySettings,
 }
 
 impl Config {
@@ -179,6 +196,10 @@ impl Config {
             (None, None) => ApiStyle::default(),
         };
         let key_env = g.api_key_env.unwrap_or_else(|| ENV_API_KEY.to_string());
+        let memory = memory_settings(&file.memory).map_err(|message| ConfigError::Parse {
+            path: config_path.to_path_buf(),
+            message,
+        })?;
         Ok(Config {
             gateway_url: env(ENV_GATEWAY_URL).or(g.url),
             api_style,
@@ -189,8 +210,26 @@ impl Config {
             idle_timeout: Duration::from_secs(g.idle_timeout_secs.unwrap_or(300)),
             max_retries: g.max_retries.unwrap_or(10),
             compaction,
+            memory,
         })
     }
+}
+
+/// The `memory:` section over cicy's defaults; every value must be at least 1.
+fn memory_settings(m: &FileMemory) -> Result<MemorySettings, String> {
+    let d = MemorySettings::default();
+    let at_least_one = |name: &str, v: Option<u64>| match v {
+        Some(0) => Err(format!("memory.{name} must be at least 1")),
+        other => Ok(other),
+    };
+    let batch = at_least_one("batch_turns", m.batch_turns.map(|v| v as u64))?;
+    let max_wait = at_least_one("max_wait_secs", m.max_wait_secs)?;
+    let idle = at_least_one("idle_secs", m.idle_secs)?;
+    Ok(MemorySettings {
+        batch_turns: batch.map_or(d.batch_turns, |v| v as usize),
+        max_wait: max_wait.map_or(d.max_wait, Duration::from_secs),
+        idle: idle.map_or(d.idle, Duration::from_secs),
+    })
 }
 
 fn parse_style(value: &str, source_name: &str) -> Result<ApiStyle, ConfigError> {
@@ -252,6 +291,10 @@ mod tests {
             c.compaction,
             CompactionConfig { auto: true, max_messages: 300, context_percent: 85, keep_recent: 160, hard_cap: 600, context_window: 200_000 }
         );
+        assert_eq!(c.memory, MemorySettings::default());
+        assert_eq!(c.memory.batch_turns, 6);
+        assert_eq!(c.memory.max_wait, Duration::from_secs(1200));
+        assert_eq!(c.memory.idle, Duration::from_secs(300));
     }
 
     #[test]
@@ -274,6 +317,24 @@ mod tests {
             let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
             assert!(e.contains("config.yaml") && e.contains(wanted), "{yaml}: {e}");
         }
+    }
+
+    #[test]
+    fn the_memory_section_sets_the_flush_periods() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        std::fs::write(&p, "memory:\n  batch_turns: 3\n  idle_secs: 1\n").unwrap();
+        let c = Config::load_with_env(&p, env_of(&[])).unwrap();
+        assert_eq!(
+            c.memory,
+            MemorySettings { batch_turns: 3, max_wait: Duration::from_secs(1200), idle: Duration::from_secs(1) }
+        );
+        std::fs::write(&p, "memory:\n  idle_secs: 0\n").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("config.yaml") && e.contains("memory.idle_secs must be at least 1"), "{e}");
+        std::fs::write(&p, "memory:\n  idle: 5\n").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("idle"), "{e}");
     }
 
     #[test]

@@ -35,6 +35,9 @@ pub enum EventKind {
     ToolFinished { id: String, name: String, result: String, is_error: bool, duration_ms: u64 },
     /// Token usage of one round and the digest of its cached prefix.
     Usage { input: u64, output: u64, cache_creation: u64, cache_read: u64, prefix_sha256: String },
+    /// Token usage of an aux call (`aux`: `compact` or `memory`); counted, never part of the
+    /// conversation or its snapshots.
+    AuxUsage { aux: String, input: u64, output: u64, cache_creation: u64, cache_read: u64 },
     Retry { attempt: u32, delay_ms: u64, reason: String },
     Compacted { before: usize, after: usize },
     System { text: String },

@@ -14,6 +14,7 @@ pub mod fsutil;
 pub mod gateway;
 pub mod home;
 pub mod lock;
+pub mod memory;
 pub mod prompt;
 pub mod registry;
 pub mod role;

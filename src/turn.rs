@@ -166,6 +166,10 @@ async fn run_user_turn(
     session.current.status = "idle".to_string();
     session.store.save_current(&mut session.current)?;
     session.store.save_reply(&reply)?;
+    if outcome.is_none() {
+        // §8 write loop: buffer this turn and flush when due. Reports through events, never fails the turn.
+        session.memory().after_turn(&session.aux_target(&m.model), text, &reply.items, events, cancel).await;
+    }
     let ended = outcome.map(Outcome::event).unwrap_or(TurnOutcome::Completed);
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)

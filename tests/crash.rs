@@ -119,9 +119,11 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     assert_eq!(o.code, 0, "{}", o.stderr);
     let reqs = gw.requests();
     let (aux, main) = split_aux(&reqs);
-    assert!(!aux.is_empty(), "automatic compaction ran during the kills");
+    // Memory recognizer calls (every 6 turns) are aux calls too; only compaction is checked here.
+    let compactions: Vec<_> = aux.iter().filter(|r| r.header("x-cicy-aux") == Some("compact")).collect();
+    assert!(!compactions.is_empty(), "automatic compaction ran during the kills");
     for r in &aux {
-        assert_eq!(r.header("x-cicy-aux"), Some("compact"));
+        assert!(matches!(r.header("x-cicy-aux"), Some("compact" | "memory")), "{:?}", r.header("x-cicy-aux"));
         assert!(!r.body_str().contains("\"tool_use\""));
     }
     for r in &main {

@@ -153,7 +153,8 @@ async fn clear_starts_an_empty_conversation_and_leaves_identity_memory_and_regis
     seed(&t, &id, tool_turns(2));
     let ws = t.workspace(&id);
     std::fs::create_dir_all(ws.join(".cicy/memory")).unwrap();
-    std::fs::write(ws.join(".cicy/memory/MEMORY.md"), "- [fact★3] the user likes tea\n").unwrap();
+    // MEMORY.md is built from the memory files when the session reads its materials.
+    std::fs::write(ws.join(".cicy/memory/fact_tea.md"), "---\ntype: fact\ntitle: tea\nsalience: 3\n---\n\nthe user likes tea\n").unwrap();
     let agents_md = std::fs::read(ws.join("AGENTS.md")).unwrap();
     let row = Registry::open(&t.home.db_path()).unwrap().get(&id).unwrap();
     let mut s = t.open(&id);

@@ -105,7 +105,8 @@ async fn request_bytes_are_exact_and_the_prefix_is_stable_across_rounds() {
     let id = t.create("tester", None);
     let mem = t.workspace(&id).join(".cicy/memory");
     std::fs::create_dir_all(&mem).unwrap();
-    std::fs::write(mem.join("MEMORY.md"), "- [preference★4] favourite colour: teal\n").unwrap();
+    // A memory file as a person would write it; MEMORY.md is built from it before the turn.
+    std::fs::write(mem.join("preference_colour.md"), "---\ntype: preference\ntitle: favourite colour\nsalience: 4\n---\n\nteal\n").unwrap();
     let mut s = t.open(&id);
     let (em, _ev) = collector(&id);
     turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap();

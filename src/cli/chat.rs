@@ -8,10 +8,14 @@
 //! released between lines, and the history is re-read before each line, so `cicy-agent
 //! compact|clear` from another terminal can run between two turns of a session; while a turn
 //! runs, they are refused with a message that says they were NOT executed.
+//!
+//! Memory (DESIGN.md §8): a one-shot process first flushes a memory buffer that became due
+//! while no process ran; a session's memory timer flushes the buffer while it waits for a line.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -23,11 +27,12 @@ use cicy::event::{Emitter, EventKind, TurnOutcome};
 use cicy::gateway::GatewayError;
 use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
+use cicy::memory::FlushReason;
 use cicy::turn;
 
 use super::print;
 
-fn emitter(id: &str, json: bool) -> Emitter {
+pub(super) fn emitter(id: &str, json: bool) -> Emitter {
     if json {
         Emitter::new(id, print::json)
     } else {
@@ -43,7 +48,7 @@ fn exit_code(o: TurnOutcome) -> ExitCode {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
@@ -122,6 +127,9 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             let Some((mut session, _lock)) = open_locked(home, id, what(&text), &events)? else {
                 return Ok(ExitCode::from(1));
             };
+            let token = arm(&current);
+            flush_memory(&session, None, &events, &token).await;
+            unset(&current);
             return run_line(&mut session, &text, &events, &current).await;
         }
         let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
@@ -136,11 +144,25 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
         let interactive = std::io::stdin().is_terminal();
         let mut lines = BufReader::new(tokio::io::stdin()).lines();
         let mut last = ExitCode::SUCCESS;
+        let memory = session.memory();
         loop {
             if interactive {
                 eprint!("> ");
             }
-            let Some(line) = lines.next_line().await? else { break };
+            // `next_line` is cancel-safe: a line that arrives while the timer wins is kept.
+            let next = tokio::select! {
+                biased;
+                () = sleep_until(memory.next_due().ok().flatten()) => None,
+                line = lines.next_line() => Some(line?),
+            };
+            let Some(next) = next else {
+                let token = arm(&current);
+                let reason = memory.due(SystemTime::now()).ok().flatten().unwrap_or(FlushReason::Idle);
+                flush_memory(&session, Some(reason), &events, &token).await;
+                unset(&current);
+                continue;
+            };
+            let Some(line) = next else { break };
             let line = line.trim();
             if line.is_empty() {
                 continue;
@@ -233,6 +255,7 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         };
         let token = arm(&current);
+        flush_memory(&session, None, &events, &token).await;
         match turn::retry_turn(&mut session, &events, &token).await? {
             Some(outcome) => Ok(exit_code(outcome)),
             None => {
@@ -258,4 +281,39 @@ pub fn command(home: &Home, id: &str, line: &str, keep: usize, json: bool) -> Re
             _ => clear_now(&mut session, &events),
         }
     })
+}
+
+/// Flushes the memory buffer: when it is due (`reason` `None`: a one-shot process catching up
+/// on a buffer that became due while nothing ran), or always with `Some(reason)` (the resident
+/// timer). Returns false when a flush failed; every problem is reported as an event.
+async fn flush_memory(session: &Session, reason: Option<FlushReason>, events: &Emitter, cancel: &CancellationToken) -> bool {
+    let memory = session.memory();
+    let reason = match reason {
+        Some(r) => r,
+        None => match memory.due(SystemTime::now()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return true,
+            Err(e) => {
+                events.emit(EventKind::Error { kind: "memory".into(), message: e.to_string() });
+                return false;
+            }
+        },
+    };
+    let model = match session.materials() {
+        Ok(m) => m.model,
+        Err(e) => {
+            events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot flush memory: {e}") });
+            return false;
+        }
+    };
+    memory.flush_and_report(&session.aux_target(&model), reason, events, cancel).await
+}
+
+/// Sleeps until `at` (not at all when it has passed), or forever when there is nothing to wait
+/// for.
+async fn sleep_until(at: Option<SystemTime>) {
+    match at {
+        Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
+        None => std::future::pending().await,
+    }
 }

@@ -3,6 +3,7 @@
 
 mod chat;
 mod history;
+mod memory;
 mod print;
 
 use std::path::PathBuf;
@@ -87,6 +88,12 @@ enum Command {
         id: String,
         #[arg(long)]
         json: bool,
+    },
+    /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
+    Memory {
+        id: String,
+        #[command(subcommand)]
+        action: memory::Action,
     },
     /// Print the active conversation: the window from the last compaction on.
     History {
@@ -179,6 +186,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Compact { id, keep, json } => chat::command(&home, &id, "/compact", keep, json),
         Command::Clear { id, json } => chat::command(&home, &id, "/clear", 0, json),
         Command::History { id, all, json } => history::history(&home, &id, all, json),
+        Command::Memory { id, action } => memory::run(&home, &id, action),
     }
 }
 

@@ -23,6 +23,10 @@ pub fn human(ev: &Event) {
             err,
             "· usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}"
         ),
+        EventKind::AuxUsage { aux, input, output, cache_creation, cache_read } => writeln!(
+            err,
+            "· {aux} usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}"
+        ),
         EventKind::Retry { attempt, delay_ms, reason } => {
             writeln!(err, "· retry {attempt} in {delay_ms} ms: {reason}")
         }

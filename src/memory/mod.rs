@@ -1,0 +1,352 @@
+//! Long-term memory (DESIGN.md §8): the agent remembers stable facts, preferences and lessons
+//! across `/clear`, compaction and restarts, in plain files under `<workspace>/.cicy/memory/`.
+//!
+//! Owns that folder and nothing else: the buffer of finished turns (`buffer`), the recognizer
+//! aux call (`recognizer`), the memory files and `_archive/` (`store`), and MEMORY.md
+//! (`index`). This file ties them together: [`Memory::after_turn`] is the turn loop's one hook,
+//! [`Memory::flush`] runs a batch through the recognizer into files, [`Memory::next_due`] tells
+//! a resident process when to flush. Must not touch the conversation (history files, reply.json)
+//! or the prompt: `prompt.rs` injects the text [`Memory::index_text`] returns.
+
+pub mod buffer;
+pub mod index;
+pub mod recognizer;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::conversation::message::{ContentBlock, Message, Role, Usage};
+use crate::event::{Emitter, EventKind};
+use crate::gateway::GatewayClient;
+
+pub use buffer::FlushReason;
+pub use recognizer::{RecognizeError, Rejection};
+
+/// When buffered turns are flushed (the `memory:` section of config.yaml).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemorySettings {
+    /// cicy: 6 buffered turns flush.
+    pub batch_turns: usize,
+    /// cicy: 20 min, the longest the oldest buffered turn waits.
+    pub max_wait: Duration,
+    /// cicy: 5 min without a new turn (aligned with the prompt-cache TTL, so the memory block
+    /// changes when the cache has gone cold anyway).
+    pub idle: Duration,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        Self { batch_turns: 6, max_wait: Duration::from_secs(20 * 60), idle: Duration::from_secs(5 * 60) }
+    }
+}
+
+/// Memory errors; each names the file or id at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot write a memory's front matter: {0}")]
+    Yaml(String),
+    #[error("`{0}` is not a memory id (lowercase letters, digits, Han characters, `_` and `-`; at most 80 bytes)")]
+    InvalidId(String),
+    #[error("no memory `{mem_id}` in {dir}")]
+    NotFound { mem_id: String, dir: PathBuf },
+    #[error(transparent)]
+    Recognizer(#[from] RecognizeError),
+}
+
+impl MemoryError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        MemoryError::Io { path: path.to_path_buf(), source }
+    }
+}
+
+/// What the recognizer call runs on: the agent's gateway client and model.
+#[derive(Debug, Clone, Copy)]
+pub struct AuxTarget<'a> {
+    pub client: &'a GatewayClient,
+    pub model: &'a str,
+    /// The recognizer's session id is `memory-<agent_id>`.
+    pub agent_id: &'a str,
+}
+
+/// What one flush did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FlushReport {
+    /// Buffered turns the recognizer read (0: the buffer was empty and no call was made).
+    pub turns: usize,
+    /// New memory files, by mem_id.
+    pub saved: Vec<String>,
+    /// Memory files replaced (same slug), by mem_id.
+    pub updated: Vec<String>,
+    pub rejected: Vec<Rejection>,
+    /// Moved to `_archive/` by the 120 → 100 rule, weakest first.
+    pub archived: Vec<String>,
+    /// Unparsable files that had the slug of an update and were moved aside.
+    pub moved_aside: Vec<PathBuf>,
+    /// Memory files skipped because they do not read (see `cicy-agent memory <id> check`).
+    pub unreadable: usize,
+    /// Memories in MEMORY.md afterwards.
+    pub indexed: usize,
+    /// The recognizer call's usage (aux: never written to the conversation).
+    pub usage: Usage,
+}
+
+impl FlushReport {
+    /// One line for the user, e.g. `memory: saved 1, updated 0 (from 6 turns)`.
+    pub fn summary(&self, agent_id: &str) -> String {
+        let turns = if self.turns == 1 { "1 turn".to_string() } else { format!("{} turns", self.turns) };
+        let mut s = format!("memory: saved {}, updated {} (from {turns})", self.saved.len(), self.updated.len());
+        if !self.rejected.is_empty() {
+            let list: Vec<String> = self.rejected.iter().map(|r| format!("`{}`: {}", r.mem_id, r.reason)).collect();
+            s.push_str(&format!("; rejected {}: {}", self.rejected.len(), list.join("; ")));
+        }
+        if !self.archived.is_empty() {
+            s.push_str(&format!("; archived {} (over {} files)", self.archived.len(), store::MAX_FILES));
+        }
+        for p in &self.moved_aside {
+            s.push_str(&format!("; an unreadable file was moved aside to {}", p.display()));
+        }
+        if self.unreadable > 0 {
+            s.push_str(&format!("; {} unreadable file(s) skipped (see `cicy-agent memory {agent_id} check`)", self.unreadable));
+        }
+        s
+    }
+}
+
+/// The memory folder of one agent and its flush settings. Cheap to create and clone.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    dir: PathBuf,
+    settings: MemorySettings,
+}
+
+impl Memory {
+    /// The memory of the agent whose workspace is `workspace`: `<workspace>/.cicy/memory/`.
+    pub fn new(workspace: &Path, settings: MemorySettings) -> Self {
+        Self { dir: workspace.join(".cicy").join("memory"), settings }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn settings(&self) -> &MemorySettings {
+        &self.settings
+    }
+
+    /// MEMORY.md's text, rebuilt first when a memory file changed since it was written (see
+    /// [`index::current`]). Empty when there are no memories.
+    pub fn index_text(&self) -> Result<String, MemoryError> {
+        index::current(&self.dir)
+    }
+
+    /// Why the buffer must be flushed at `now`, if it must.
+    pub fn due(&self, now: SystemTime) -> Result<Option<FlushReason>, MemoryError> {
+        Ok(buffer::due(&buffer::load(&self.dir)?.turns, &self.settings, now))
+    }
+
+    /// When the buffer becomes due (`None` when it is empty): what a resident process (the
+    /// `chat` session, later `serve`) sleeps until. Read from disk, so turns buffered and
+    /// flushes failed by other processes count.
+    pub fn next_due(&self) -> Result<Option<SystemTime>, MemoryError> {
+        Ok(buffer::next_due(&buffer::load(&self.dir)?.turns, &self.settings))
+    }
+
+    /// Runs the buffered turns through the recognizer and stores what it returns: writes the
+    /// files, applies the 120 → 100 limit, rebuilds MEMORY.md, and only then removes the turns
+    /// it read from the buffer (turns buffered meanwhile stay). On an error the turns stay,
+    /// marked failed, so the next flush (after one idle period) sees them again. An empty
+    /// buffer makes no call.
+    pub async fn flush(&self, aux: &AuxTarget<'_>, cancel: &CancellationToken) -> Result<FlushReport, MemoryError> {
+        let turns = buffer::load(&self.dir)?.turns;
+        if turns.is_empty() {
+            return Ok(FlushReport::default());
+        }
+        let ids: Vec<String> = turns.iter().map(|t| t.id.clone()).collect();
+        let result = self.flush_turns(aux, turns, cancel).await;
+        match &result {
+            Ok(_) => buffer::remove(&self.dir, &ids)?,
+            Err(e) => {
+                if let Err(mark) = buffer::mark_failed(&self.dir, &ids, SystemTime::now()) {
+                    tracing::warn!(error = %mark, flush_error = %e, "cannot mark the memory buffer as failed");
+                }
+            }
+        }
+        result
+    }
+
+    async fn flush_turns(
+        &self,
+        aux: &AuxTarget<'_>,
+        turns: Vec<buffer::PendingTurn>,
+        cancel: &CancellationToken,
+    ) -> Result<FlushReport, MemoryError> {
+        let scan = store::scan(&self.dir)?;
+        let existing: Vec<store::Record> = scan.memories.iter().map(|m| m.record.clone()).collect();
+        let (recognized, usage) = recognizer::recognize(aux, &existing, &turns, cancel).await?;
+        let mut report = FlushReport { turns: turns.len(), rejected: recognized.rejected, usage, ..FlushReport::default() };
+        let now = crate::fsutil::now_rfc3339();
+        for mut r in recognized.accepted {
+            r.updated = now.clone();
+            let w = store::write(&self.dir, &r)?;
+            // The same mem_id twice in one answer is one memory: count it once.
+            if !report.saved.contains(&r.mem_id) && !report.updated.contains(&r.mem_id) {
+                let list = if w.updated && w.moved_aside.is_none() { &mut report.updated } else { &mut report.saved };
+                list.push(r.mem_id);
+            }
+            report.moved_aside.extend(w.moved_aside);
+        }
+        report.archived = store::enforce_limit(&self.dir)?;
+        let rebuilt = index::rebuild(&self.dir)?;
+        report.unreadable = rebuilt.bad.len();
+        report.indexed = rebuilt.entries;
+        Ok(report)
+    }
+
+    /// Flushes and tells the user: a `memory: saved …` system line and the aux usage on
+    /// success; on failure an `error {kind: memory}` saying the turns are kept. Returns whether
+    /// the flush succeeded. Never fails: a memory problem must not fail anyone's turn.
+    pub async fn flush_and_report(
+        &self,
+        aux: &AuxTarget<'_>,
+        reason: FlushReason,
+        events: &Emitter,
+        cancel: &CancellationToken,
+    ) -> bool {
+        match self.flush(aux, cancel).await {
+            Ok(report) => {
+                if report.turns > 0 {
+                    let u = report.usage;
+                    events.emit(EventKind::AuxUsage {
+                        aux: crate::gateway::AuxKind::Memory.header_value().to_string(),
+                        input: u.input_tokens,
+                        output: u.output_tokens,
+                        cache_creation: u.cache_creation_input_tokens,
+                        cache_read: u.cache_read_input_tokens,
+                    });
+                    events.emit(EventKind::System { text: report.summary(aux.agent_id) });
+                }
+                true
+            }
+            Err(e) => {
+                let kept = buffer::load(&self.dir).map(|l| l.turns.len()).unwrap_or(0);
+                events.emit(EventKind::Error {
+                    kind: "memory".to_string(),
+                    message: format!("memory flush ({}) failed: {e}; the {kept} buffered turn(s) are kept for the next flush", reason.as_str()),
+                });
+                false
+            }
+        }
+    }
+
+    /// The turn loop's hook, called once after a turn that completed: buffers `{user, answer,
+    /// tool names}` (answer and tools from `items`, the messages the turn appended) and, when a
+    /// flush is due (a keyword, a full batch, an old buffer), runs it. Problems are reported as
+    /// events, never returned.
+    pub async fn after_turn(
+        &self,
+        aux: &AuxTarget<'_>,
+        user: &str,
+        items: &[Message],
+        events: &Emitter,
+        cancel: &CancellationToken,
+    ) {
+        let (answer, tools) = answer_and_tools(items);
+        let now = SystemTime::now();
+        let appended = match buffer::append(&self.dir, buffer::PendingTurn::new(user, &answer, &tools, now)) {
+            Ok(a) => a,
+            Err(e) => {
+                events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot buffer the turn for memory: {e}") });
+                return;
+            }
+        };
+        if let Some(p) = &appended.moved_aside {
+            events.emit(EventKind::System {
+                text: format!("memory: the buffer did not parse; it was moved aside to {}", p.display()),
+            });
+        }
+        if appended.dropped > 0 {
+            events.emit(EventKind::System {
+                text: format!("memory: dropped the {} oldest buffered turn(s) (at most {} wait)", appended.dropped, buffer::MAX_PENDING),
+            });
+        }
+        if let Some(reason) = buffer::due(&appended.turns, &self.settings, now) {
+            self.flush_and_report(aux, reason, events, cancel).await;
+        }
+    }
+}
+
+/// The answer text (all assistant text of the turn, joined by newlines) and the names of the
+/// tools it called (first use order, no repeats).
+fn answer_and_tools(items: &[Message]) -> (String, Vec<String>) {
+    let mut texts = Vec::new();
+    let mut tools: Vec<String> = Vec::new();
+    for m in items.iter().filter(|m| m.role == Role::Assistant) {
+        for b in m.content.to_blocks() {
+            match b {
+                ContentBlock::Text { text } if !text.trim().is_empty() => texts.push(text),
+                ContentBlock::ToolUse { name, .. } if !tools.contains(&name) => tools.push(name),
+                ContentBlock::Text { .. } | ContentBlock::ToolUse { .. } | ContentBlock::ToolResult { .. } | ContentBlock::Thinking { .. } => {}
+            }
+        }
+    }
+    (texts.join("\n"), tools)
+}
+
+/// `s` cut to at most `max` bytes, never inside a UTF-8 character.
+pub fn cut_at_char_boundary(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_answer_and_tools_come_from_the_assistant_messages_of_the_turn() {
+        let items = vec![
+            Message::assistant(vec![
+                ContentBlock::text("Let me look."),
+                ContentBlock::ToolUse { id: "t1".into(), name: "shell".into(), input: json!({}) },
+            ]),
+            Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: "t1".into(), content: "x".into(), is_error: false }]),
+            Message::assistant(vec![ContentBlock::ToolUse { id: "t2".into(), name: "shell".into(), input: json!({}) }]),
+            Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: "t2".into(), content: "y".into(), is_error: false }]),
+            Message::assistant(vec![ContentBlock::text("Two files.")]),
+        ];
+        assert_eq!(answer_and_tools(&items), ("Let me look.\nTwo files.".to_string(), vec!["shell".to_string()]));
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        assert_eq!(cut_at_char_boundary("a中", 2), "a");
+        assert_eq!(cut_at_char_boundary("a中", 4), "a中");
+    }
+
+    #[test]
+    fn the_summary_names_what_happened() {
+        let r = FlushReport {
+            turns: 6,
+            saved: vec!["fact_a".into()],
+            rejected: vec![Rejection { mem_id: "x".into(), reason: "unknown type `y`".into() }],
+            unreadable: 1,
+            ..FlushReport::default()
+        };
+        assert_eq!(
+            r.summary("w-1"),
+            "memory: saved 1, updated 0 (from 6 turns); rejected 1: `x`: unknown type `y`; 1 unreadable file(s) skipped (see `cicy-agent memory w-1 check`)"
+        );
+    }
+}
