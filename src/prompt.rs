@@ -8,6 +8,7 @@
 //! prompt cache stays warm. It reads no files itself and never changes the history.
 
 use crate::conversation::invariants;
+use crate::conversation::outcome::marker_of;
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::gateway::{Prompt, PromptBlock, PromptMessage, SystemBlock, ToolSpec};
 use crate::tools::skill::SkillInfo;
@@ -70,7 +71,7 @@ pub fn assemble(inp: &PromptInputs<'_>) -> Prompt {
     tools.sort_by(|a, b| a.name.cmp(&b.name));
     let tools_cache = !tools.is_empty();
 
-    let mut messages = window(inp.history);
+    let mut messages = window(inp.history, inp.final_round);
     if !inp.agents_md.trim().is_empty() {
         if let Some(first) = messages.iter_mut().find(|m| m.role == Role::User) {
             let role = format!("<role>\n{}\n</role>", inp.agents_md.trim());
@@ -112,8 +113,19 @@ pub fn window_start(history: &[Message]) -> usize {
 /// The wire window: from the last summary to the end, healed, ids stripped, starting with a
 /// user message. On the wire the summary is an ordinary user message, so a user message right
 /// after it merges into it (in the history files the two stay apart: the summary is a fence).
-fn window(history: &[Message]) -> Vec<PromptMessage> {
-    let mut msgs: Vec<Message> = history[window_start(history)..].to_vec();
+///
+/// Outcome markers are left out (the model would imitate them); on the final round, which
+/// offers no tools, `tool_use` and `tool_result` blocks become text, because the Anthropic API
+/// refuses a request that carries tool blocks but defines no tools.
+fn window(history: &[Message], final_round: bool) -> Vec<PromptMessage> {
+    let mut msgs: Vec<Message> = history[window_start(history)..]
+        .iter()
+        .filter(|m| marker_of(m).is_none())
+        .cloned()
+        .collect();
+    if final_round {
+        msgs.iter_mut().for_each(flatten_tool_blocks);
+    }
     invariants::heal_window(&mut msgs);
     if msgs.first().is_some_and(|m| m.role == Role::Assistant) {
         msgs.insert(0, Message::user_text(WINDOW_START_PLACEHOLDER));
@@ -127,6 +139,22 @@ fn window(history: &[Message]) -> Vec<PromptMessage> {
             },
         })
         .collect()
+}
+
+/// Rewrites a message's `tool_use` / `tool_result` blocks as text blocks that say the same.
+fn flatten_tool_blocks(m: &mut Message) {
+    let Content::Blocks(blocks) = &mut m.content else { return };
+    for b in blocks.iter_mut() {
+        let text = match b {
+            ContentBlock::ToolUse { name, input, .. } => format!("[called tool `{name}` with {input}]"),
+            ContentBlock::ToolResult { content, is_error, .. } => {
+                let what = if *is_error { "tool error" } else { "tool result" };
+                format!("[{what}] {content}")
+            }
+            ContentBlock::Text { .. } | ContentBlock::Thinking { .. } => continue,
+        };
+        *b = ContentBlock::text(text);
+    }
 }
 
 /// `s` cut to at most `cap` bytes at the last newline (never inside a UTF-8 character); when

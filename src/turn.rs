@@ -26,41 +26,14 @@ pub const ROUND_RERUNS: u32 = 2;
 /// The result text of a tool call that the user cancelled.
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
 
-/// How an abnormal turn is recorded in the history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Cancelled,
-    Blocked,
-    Failed,
-}
+pub use crate::conversation::outcome::{marker_of, Outcome};
 
-impl Outcome {
-    /// The assistant text that marks this outcome (cicy's markers).
-    pub fn marker(self) -> &'static str {
-        match self {
-            Outcome::Cancelled => "(no reply this turn · cancelled)",
-            Outcome::Blocked => "(no reply this turn · blocked)",
-            Outcome::Failed => "(no reply this turn · generation failed)",
-        }
+fn outcome_event(o: Outcome) -> TurnOutcome {
+    match o {
+        Outcome::Cancelled => TurnOutcome::Cancelled,
+        Outcome::Blocked => TurnOutcome::Blocked,
+        Outcome::Failed => TurnOutcome::Failed,
     }
-
-    /// The outcome whose marker is `text`, if it is one.
-    pub fn from_marker(text: &str) -> Option<Self> {
-        [Outcome::Cancelled, Outcome::Blocked, Outcome::Failed].into_iter().find(|o| o.marker() == text)
-    }
-
-    fn event(self) -> TurnOutcome {
-        match self {
-            Outcome::Cancelled => TurnOutcome::Cancelled,
-            Outcome::Blocked => TurnOutcome::Blocked,
-            Outcome::Failed => TurnOutcome::Failed,
-        }
-    }
-}
-
-/// The outcome marker a message is, if any.
-pub fn marker_of(m: &Message) -> Option<Outcome> {
-    (m.role == Role::Assistant).then(|| Outcome::from_marker(m.plain_text().trim())).flatten()
 }
 
 /// Index of the user message that started the last turn: the last user message that is
@@ -79,18 +52,24 @@ fn last_turn_start(messages: &[Message]) -> Option<usize> {
     fence.is_none_or(|f| start > f).then_some(start)
 }
 
-/// Removes the last turn if it ended with an outcome marker of one of `kinds`; returns its
-/// user text.
-fn pop_turn_with_marker(session: &mut Session, kinds: &[Outcome]) -> Option<String> {
+/// Removes the last turn if it ended with a `generation failed` or `blocked` marker: a new
+/// question replaces a turn whose request failed or was refused (a refused request, e.g. one
+/// over the context window, would otherwise be sent again with every later question). A
+/// cancelled turn stays: what ran, ran.
+fn pop_failed_turn(session: &mut Session) {
     let msgs = &mut session.current.messages;
-    let marker = msgs.last().and_then(marker_of)?;
-    if !kinds.contains(&marker) {
-        return None;
+    if !matches!(msgs.last().and_then(marker_of), Some(Outcome::Failed | Outcome::Blocked)) {
+        return;
     }
-    let start = last_turn_start(msgs)?;
-    let text = msgs[start].plain_text();
-    msgs.truncate(start);
-    Some(text)
+    if let Some(start) = last_turn_start(msgs) {
+        msgs.truncate(start);
+    }
+}
+
+/// Where a turn starts: a new user message, or the unfinished turn already in the history.
+enum Start<'a> {
+    New(&'a str),
+    Resume { history_id: u64, text: String },
 }
 
 /// Runs one user turn. Errors are returned only for what stops a turn from starting or its
@@ -102,27 +81,36 @@ pub async fn run_turn(
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
     let materials = session.materials()?;
-    pop_turn_with_marker(session, &[Outcome::Failed]);
-    run_user_turn(session, text, materials, events, cancel).await
+    pop_failed_turn(session);
+    run_user_turn(session, Start::New(text), materials, events, cancel).await
 }
 
-/// `cicy-agent retry`: pops the last turn if it ended with any outcome marker and runs the same
-/// user text again. `Ok(None)` when there is nothing to retry.
+/// `cicy-agent retry`: when the last turn ended with an outcome marker (failed, blocked or
+/// cancelled), removes the marker and continues that turn from where it stopped: its user
+/// message and any tool rounds that completed stay and are not run again. `Ok(None)` when there
+/// is nothing to retry (no marker, or the turn began before the last compaction).
 pub async fn retry_turn(
     session: &mut Session,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<Option<TurnOutcome>, AgentError> {
     let materials = session.materials()?;
-    let Some(text) = pop_turn_with_marker(session, &[Outcome::Failed, Outcome::Cancelled, Outcome::Blocked]) else {
+    let msgs = &session.current.messages;
+    if msgs.last().and_then(marker_of).is_none() {
+        return Ok(None);
+    }
+    let Some(start) = last_turn_start(&msgs[..msgs.len() - 1]) else {
         return Ok(None);
     };
-    run_user_turn(session, &text, materials, events, cancel).await.map(Some)
+    let (history_id, text) = (msgs[start].id.unwrap_or(0), msgs[start].plain_text());
+    session.current.messages.pop();
+    let start = Start::Resume { history_id, text };
+    run_user_turn(session, start, materials, events, cancel).await.map(Some)
 }
 
 async fn run_user_turn(
     session: &mut Session,
-    text: &str,
+    start: Start<'_>,
     m: TurnMaterials,
     events: &Emitter,
     cancel: &CancellationToken,
@@ -132,8 +120,13 @@ async fn run_user_turn(
     cur.tools = m.template.tools.clone();
     cur.system = m.template.system_md.trim().to_string();
     cur.status = "running".to_string();
-    cur.prompts += 1;
-    let history_id = cur.push(Message::user_text(text));
+    let (history_id, text) = match start {
+        Start::New(text) => {
+            cur.prompts += 1;
+            (cur.push(Message::user_text(text)), text.to_string())
+        }
+        Start::Resume { history_id, text } => (history_id, text),
+    };
     let now = fsutil::now_rfc3339();
     let mut reply = ReplyFile {
         turn_id: uuid::Uuid::new_v4().to_string(),
@@ -168,9 +161,9 @@ async fn run_user_turn(
     session.store.save_reply(&reply)?;
     if outcome.is_none() {
         // §8 write loop: buffer this turn and flush when due. Reports through events, never fails the turn.
-        session.memory().after_turn(&session.aux_target(&m.model), text, &reply.items, events, cancel).await;
+        session.memory().after_turn(&session.aux_target(&m.model), &text, &reply.items, events, cancel).await;
     }
-    let ended = outcome.map(Outcome::event).unwrap_or(TurnOutcome::Completed);
+    let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)
 }
@@ -254,6 +247,11 @@ async fn rounds(
         } else {
             append(session, reply, Message::assistant(content))?;
         }
+        if resp.stop_reason.as_deref() == Some("max_tokens") {
+            events.emit(EventKind::System {
+                text: format!("the answer was cut off at max_tokens ({}); set max_tokens in the role's meta.yaml to allow longer answers", m.max_tokens),
+            });
+        }
         if calls.is_empty() {
             return Ok(None);
         }
@@ -264,6 +262,10 @@ async fn rounds(
             let output = if cancelled || cancel.is_cancelled() {
                 cancelled = true;
                 crate::tools::ToolOutput::error(CANCELLED_RESULT)
+            } else if final_round {
+                crate::tools::ToolOutput::error(format!(
+                    "error: not run: this turn's budget of {max_rounds} rounds is used up"
+                ))
             } else if !run_them {
                 crate::tools::ToolOutput::error(format!(
                     "error: not run: the response ended with stop_reason `{}`",
@@ -323,8 +325,12 @@ async fn send_with_reruns(
 ) -> Result<Response, GatewayError> {
     let mut attempt = 0;
     loop {
+        let mut streamed_text = false;
         let mut on_event = |ev: GatewayEvent| match ev {
-            GatewayEvent::TextDelta(text) => events.emit(EventKind::TextDelta { text }),
+            GatewayEvent::TextDelta(text) => {
+                streamed_text = true;
+                events.emit(EventKind::TextDelta { text })
+            }
             GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
             GatewayEvent::Retry { attempt, delay_ms, reason } => {
                 events.emit(EventKind::Retry { attempt, delay_ms, reason })
@@ -347,6 +353,10 @@ async fn send_with_reruns(
             Err(e @ GatewayError::Connect { .. }) => return Err(e),
             Err(e) if attempt < ROUND_RERUNS => {
                 attempt += 1;
+                if streamed_text {
+                    // Close the partial answer so the re-run's text does not run on from it.
+                    events.emit(EventKind::TextEnd);
+                }
                 events.emit(EventKind::System {
                     text: format!("round failed ({e}); running it again ({attempt}/{ROUND_RERUNS})"),
                 });

@@ -138,5 +138,5 @@ async fn a_failed_compact_says_nothing_changed_and_retry_reruns_a_failed_turn() 
     assert_eq!(o.stderr, "error (compact): /compact failed: the summary came back empty; nothing was changed\n");
     assert_eq!(std::fs::read(h.path().join("workers/w-1/.cicy/history/current.json")).unwrap(), before);
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
-    assert_eq!(o.stdout.lines().skip(1).collect::<Vec<_>>(), ["[3] user: question", "[4] assistant: second time"]);
+    assert_eq!(o.stdout.lines().skip(1).collect::<Vec<_>>(), ["[1] user: question", "[3] assistant: second time"]);
 }

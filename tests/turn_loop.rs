@@ -85,6 +85,10 @@ async fn the_final_round_sends_no_tools_and_the_wrap_up_notice() {
     let last = body(&reqs[1]);
     assert!(first.get("tools").is_some());
     assert!(last.get("tools").is_none(), "final round must not offer tools");
+    // The Anthropic API refuses tool blocks in a request without tools: the final round sends them as text.
+    assert!(!reqs[1].body_str().contains(r#""type":"tool_use""#));
+    assert_eq!(last["messages"][1]["content"][0], json!({"type": "text", "text": "[called tool `shell` with {\"command\":\"true\"}]"}));
+    assert_eq!(last["messages"][2]["content"][0]["text"], "[tool result] exit code: 0");
     assert_eq!(first["system"][0]["text"], TEST_SYSTEM);
     assert_eq!(last["system"][0]["text"], format!("{TEST_SYSTEM}\n\n{WRAP_UP_NOTICE}"));
     assert!(!t.workspace(&id).join("should-not-exist").exists());
@@ -290,13 +294,12 @@ async fn a_retry_after_a_failure_replays_the_same_user_turn() {
 }
 
 #[tokio::test]
-async fn openai_style_tool_round_trip_and_final_round() {
+async fn openai_style_tool_round_trip() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(openai_tool_call("call_1", "shell", r#"{"command":"echo via-openai"}"#)));
     gw.push(Reply::sse(openai_text("All done.")));
     let t = TestHome::new(&gw.url(), 0);
-    t.write_role("tight", "[core]", 2);
-    let id = t.create("tight", Some(cicy::gateway::ApiStyle::Openai));
+    let id = t.create("tester", Some(cicy::gateway::ApiStyle::Openai));
     let mut s = t.open(&id);
     let (em, ev) = collector(&id);
     let o = turn::run_turn(&mut s, "echo please", &em, &CancellationToken::new()).await.unwrap();
@@ -308,10 +311,9 @@ async fn openai_style_tool_round_trip_and_final_round() {
     let second = body(&reqs[1]);
     assert_eq!(first["stream_options"], json!({"include_usage": true}));
     assert!(first.get("tools").is_some());
-    assert!(second.get("tools").is_none(), "final round must not offer tools");
+    assert_eq!(second["tools"], first["tools"]);
     let msgs = second["messages"].as_array().unwrap();
-    assert_eq!(msgs[0]["role"], "system");
-    assert!(msgs[0]["content"].as_str().unwrap().ends_with(WRAP_UP_NOTICE));
+    assert_eq!(msgs[0], json!({"role": "system", "content": TEST_SYSTEM}));
     assert_eq!(msgs[2]["tool_calls"][0]["function"], json!({"name": "shell", "arguments": "{\"command\":\"echo via-openai\"}"}));
     assert_eq!(msgs[3], json!({"role": "tool", "tool_call_id": "call_1", "content": "via-openai\nexit code: 0"}));
     let usage = kinds(&ev).into_iter().find_map(|k| match k {
@@ -368,4 +370,59 @@ async fn openai_style_retries_a_529_and_never_runs_a_cut_tool_call() {
     let hist = messages(&id, &t);
     assert_eq!(invariants::check(&hist), Ok(()));
     assert_eq!(hist.last().unwrap().plain_text(), "(no reply this turn · generation failed)");
+}
+
+#[tokio::test]
+async fn markers_never_reach_the_wire_and_a_refused_turn_is_replaced_by_the_next_question() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"prompt is too long"}}"#));
+    gw.push(Reply::sse(anthropic_text("answer two")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    let huge = "x".repeat(1000);
+    assert_eq!(turn::run_turn(&mut s, &huge, &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
+    assert_eq!(turn::run_turn(&mut s, "question two", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let second = gw.requests()[1].body_str();
+    assert!(!second.contains(&huge), "the refused message is not sent again");
+    assert!(!second.contains("no reply this turn"));
+    let hist = messages(&id, &t);
+    assert_eq!(hist.iter().map(Message::plain_text).collect::<Vec<_>>(), ["question two", "answer two"]);
+
+    // A cancelled turn stays in the history, but its marker is not sent.
+    let c = CancellationToken::new();
+    c.cancel();
+    assert_eq!(turn::run_turn(&mut s, "question three", &em, &c).await.unwrap(), TurnOutcome::Cancelled);
+    gw.push(Reply::sse(anthropic_text("answer four")));
+    turn::run_turn(&mut s, "question four", &em, &CancellationToken::new()).await.unwrap();
+    let fourth = body(&gw.requests()[2]);
+    let msgs = fourth["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 3);
+    assert_eq!(msgs[2]["content"][0]["text"], "question three");
+    assert_eq!(msgs[2]["content"][1]["text"], "question four");
+    assert!(!gw.requests()[2].body_str().contains("no reply this turn"));
+    assert_eq!(messages(&id, &t)[3].plain_text(), "(no reply this turn · cancelled)");
+}
+
+#[tokio::test]
+async fn retry_continues_the_turn_without_running_completed_tools_again() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"echo ran >> counter.txt"}"#)));
+    gw.push(Reply::status(500, &[("x-should-retry", "false")], "down"));
+    gw.push(Reply::sse(anthropic_text("finished")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "count", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Failed);
+    assert_eq!(turn::retry_turn(&mut s, &em, &CancellationToken::new()).await.unwrap(), Some(TurnOutcome::Completed));
+    assert_eq!(std::fs::read_to_string(t.workspace(&id).join("counter.txt")).unwrap(), "ran\n");
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(reqs[1].body, reqs[2].body, "the retry sends the failed round again, nothing else");
+    let hist = messages(&id, &t);
+    assert_eq!(invariants::check(&hist), Ok(()));
+    assert_eq!(hist.len(), 4);
+    assert_eq!(hist[3].plain_text(), "finished");
 }

@@ -3,3 +3,4 @@
 pub mod history;
 pub mod invariants;
 pub mod message;
+pub mod outcome;
