@@ -8,36 +8,12 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use cicy::memory::buffer::{self, PendingTurn};
+use common::cli::{command, Out};
 use common::gateway::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn command(home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
-    cmd.args(args)
-        .env("CICY_HOME", home)
-        .env("CICY_GATEWAY_URL", gateway)
-        .env("CICY_MODEL", "test-model")
-        .env_remove("CICY_API_STYLE")
-        .env_remove("CICY_API_KEY")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
 async fn cicy(home: &Path, gateway: &str, args: &[&str]) -> Out {
-    let out = command(home, gateway, args).output().await.expect("run cicy-agent");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    common::cli::cicy(home, gateway, args, None).await
 }
 
 fn memory_dir(home: &Path) -> PathBuf {
