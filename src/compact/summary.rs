@@ -270,15 +270,7 @@ async fn request(
     let resp = call.client.send(&request_prompt(intro, tag, body), &opts, &mut on_event, cancel).await?;
     acc.usage.add(&resp.usage);
     acc.requests += 1;
-    let text: Vec<&str> = resp
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    let text = text.join("\n").trim().to_string();
+    let text = resp.text().trim().to_string();
     if text.is_empty() {
         return Err(CompactError::Empty);
     }

@@ -137,6 +137,20 @@ pub struct Response {
     pub prefix_sha256: String,
 }
 
+impl Response {
+    /// The text blocks of the response joined with newlines (tool and thinking blocks skipped).
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
 /// Why a gateway call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {

@@ -131,15 +131,7 @@ pub async fn recognize(
         timeout: Some(TIMEOUT),
     };
     let resp = aux.client.send(&prompt(&input_text(existing, turns)), &opts, &mut |_| {}, cancel).await?;
-    let text: String = resp
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    Ok((parse(&text)?, resp.usage))
+    Ok((parse(&resp.text())?, resp.usage))
 }
 
 /// Parses an answer leniently (the text between the first `{` and the last `}`) and validates
