@@ -146,7 +146,16 @@ pub fn parse(answer: &str) -> Result<Recognized, RecognizeError> {
     if end < start {
         return Err(RecognizeError::InvalidJson("no JSON object in the answer".into()));
     }
-    let v: Value = serde_json::from_str(&answer[start..=end]).map_err(|e| RecognizeError::InvalidJson(e.to_string()))?;
+    // §8: the text between the first `{` and the last `}`; when prose after the object has
+    // braces of its own, the first complete object from the first `{` is the answer instead.
+    let v: Value = match serde_json::from_str(&answer[start..=end]) {
+        Ok(v) => v,
+        Err(e) => serde_json::Deserializer::from_str(&answer[start..])
+            .into_iter::<Value>()
+            .next()
+            .and_then(Result::ok)
+            .ok_or_else(|| RecognizeError::InvalidJson(e.to_string()))?,
+    };
     let Some(items) = v.get("memories").and_then(Value::as_array) else {
         return Err(RecognizeError::InvalidJson("no `memories` array".into()));
     };
@@ -203,8 +212,9 @@ mod tests {
     #[test]
     fn prose_and_a_code_fence_around_the_json_are_fine() {
         let answer = "Sure! Here is what I found:\n```json\n{\"memories\":[{\"mem_id\":\"preference_colour\",\"type\":\"preference\",\"title\":\"Colour\",\"content\":\"Likes teal.\",\"salience\":4,\"tags\":[\"colour\"]}]}\n```\nHope that helps {:}";
-        // The last `}` belongs to the trailing prose: that span does not parse.
-        assert!(matches!(parse(answer), Err(RecognizeError::InvalidJson(_))));
+        // The last `}` belongs to the trailing prose: that span does not parse, so the first
+        // complete object is taken.
+        assert_eq!(parse(answer).unwrap().accepted.len(), 1);
         let answer = "Sure! Here is what I found:\n```json\n{\"memories\":[{\"mem_id\":\"preference_colour\",\"type\":\"preference\",\"title\":\"Colour\",\"content\":\"Likes teal.\",\"salience\":4,\"tags\":[\"colour\"]}]}\n```\nDone.";
         let r = parse(answer).unwrap();
         assert_eq!(

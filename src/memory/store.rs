@@ -291,18 +291,25 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
     })
 }
 
-/// YAML forbids tabs in indentation, and a hand edit often has them: expands leading tabs of
-/// the front-matter lines (1..=`close`; line 0 is the opening `---`) to two spaces each.
+/// YAML forbids tabs in indentation, and a hand edit often has them (or indents the whole
+/// block): expands leading tabs of the front-matter lines (1..=`close`; line 0 is the opening
+/// `---`) to two spaces each, then removes the indent all of them
+/// share, so a block indented as a whole reads like one that is not.
 fn expand_front_matter_tabs(text: &str, close: usize) -> std::borrow::Cow<'_, str> {
-    let has_tab = text.split('\n').skip(1).take(close).any(|l| l.trim_start_matches(' ').starts_with('\t'));
-    if !has_tab {
+    let inside = |i: usize| (1..=close).contains(&i);
+    let needs = text
+        .split('\n')
+        .enumerate()
+        .filter(|(i, l)| inside(*i) && !l.trim().is_empty())
+        .any(|(_, l)| l.starts_with(['\t', ' ']));
+    if !needs {
         return text.into();
     }
-    let lines: Vec<String> = text
+    let mut lines: Vec<String> = text
         .split('\n')
         .enumerate()
         .map(|(i, l)| {
-            if (1..=close).contains(&i) {
+            if inside(i) {
                 let body = l.trim_start_matches(['\t', ' ']);
                 let indent: String = l[..l.len() - body.len()].chars().map(|c| if c == '\t' { "  " } else { " " }).collect();
                 format!("{indent}{body}")
@@ -311,6 +318,18 @@ fn expand_front_matter_tabs(text: &str, close: usize) -> std::borrow::Cow<'_, st
             }
         })
         .collect();
+    let common = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| inside(*i) && !l.trim().is_empty())
+        .map(|(_, l)| l.len() - l.trim_start_matches(' ').len())
+        .min()
+        .unwrap_or(0);
+    for (i, l) in lines.iter_mut().enumerate() {
+        if inside(i) && l.len() >= common {
+            l.drain(..common);
+        }
+    }
     lines.join("\n").into()
 }
 

@@ -86,6 +86,8 @@ fn hand_edits_are_read_tolerantly() {
         ("bom_crlf", "\u{feff}---\r\ntype: fact\r\ntitle: Shell\r\nsalience: 4\r\n---\r\n\r\nUses zsh.\r\n", "Shell", 4, vec![], "Uses zsh."),
         ("old_mac", "---\rtype: fact\r---\rUses zsh.\r", "", 3, vec![], "Uses zsh."),
         ("tabs", "---\ntype:\tpreference\ntags:\n\t- a\n\t- b\n---\nTabs.\n", "", 3, vec!["a", "b"], "Tabs."),
+        ("indented_block", "---\n\ttype: fact\n\ttitle: tabs\n\tsalience: 007\n---\n\nTabbed.\n", "tabs", 3, vec![], "Tabbed."),
+        ("spaced_block", "---\n  type: fact\n  salience: 4\n  tags:\n    - x\n---\nSpaced.\n", "", 4, vec!["x"], "Spaced."),
         ("yes_007_date", "---\ntype: fact\ntitle: 007\ntags: yes\nupdated: 2024-01-01\nsalience: '5'\n---\nCode name.\n", "007", 5, vec!["yes"], "Code name."),
         ("yes_title", "---\ntype: FACT\ntitle: yes\nsalience: 9\ntags: a, b\n---\nYes.\n", "yes", 3, vec!["a", "b"], "Yes."),
         ("extra_keys", "---\ntype: lesson\nmem_id: something_else\nsource: me\nsalience: 2.0\n---\n# Heading\n\n---\nbody with a rule\n", "", 2, vec![], "# Heading\n\n---\nbody with a rule"),
