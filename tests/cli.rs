@@ -241,3 +241,13 @@ async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
     assert!(ps.stdout.is_empty(), "the tool's process group survived SIGINT");
     assert!(!h.path().join("workers/w-1/finished").exists());
 }
+
+#[tokio::test]
+async fn an_error_names_its_cause_once() {
+    let h = home();
+    let file = h.path().join("a-file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let o = cicy(h.path(), "", &["create", "X", "--workspace", file.to_str().unwrap()], None).await;
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr, format!("error: {}: File exists (os error 17)\n", file.display()));
+}

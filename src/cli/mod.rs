@@ -121,10 +121,24 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// `e` and its causes joined by `: `, like `{e:#}`, but skipping a cause whose text is already
+/// there: many library errors (`{path}: {source}`) include their source in their own message.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -195,4 +209,23 @@ fn open_registry(home: &Home) -> Result<Registry> {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
     Ok(Registry::open(&home.db_path())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("/x: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let e = anyhow::Error::new(Repeats { source: std::io::Error::other("boom") });
+        assert_eq!(error_text(&e), "/x: boom");
+        let e = anyhow::Error::new(std::io::Error::other("inner")).context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
+    }
 }
