@@ -251,3 +251,51 @@ async fn an_error_names_its_cause_once() {
     assert_eq!(o.code, 2);
     assert_eq!(o.stderr, format!("error: {}: File exists (os error 17)\n", file.display()));
 }
+
+/// Runs the binary with a stdout whose reader closed before it started: every write fails with
+/// EPIPE, as with `cicy-agent … | true`.
+fn with_closed_stdout(home: &Path, gateway: &str, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(args)
+        .env("CICY_HOME", home)
+        .env("CICY_GATEWAY_URL", gateway)
+        .env("CICY_MODEL", "test-model")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+// Multi-threaded: the scripted gateway must keep serving while the test blocks on the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_stops_listings_quietly_and_chat_finishes_its_turn() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Hello there.")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let (code, stderr) = with_closed_stdout(h.path(), &url, &["chat", "w-1", "hi"]);
+    assert_eq!(code, 0, "{stderr}");
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert!(o.stdout.ends_with("[2] assistant: Hello there.\n"), "the turn ran to the end: {}", o.stdout);
+    let mem = h.path().join("workers/w-1/.cicy/memory");
+    std::fs::create_dir_all(&mem).unwrap();
+    std::fs::write(mem.join("fact_shell.md"), "---\ntype: fact\ntitle: Shell\n---\n\nUses zsh.\n").unwrap();
+    for args in [
+        &["ls"][..],
+        &["roles"],
+        &["show", "w-1"],
+        &["history", "w-1"],
+        &["history", "w-1", "--json"],
+        &["history", "w-1", "--all", "--json"],
+        &["memory", "w-1", "ls"],
+        &["memory", "w-1", "show", "fact_shell"],
+    ] {
+        let (code, stderr) = with_closed_stdout(h.path(), &url, args);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{args:?}");
+    }
+}

@@ -6,6 +6,7 @@ mod history;
 mod memory;
 mod print;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -120,11 +121,19 @@ pub fn main() -> ExitCode {
         .init();
     match run(cli) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head`, `| true`): stop quietly like other Unix tools.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` is a write to stdout that failed because its reader closed. Listings write with
+/// `writeln!(out, …)?`, so such an error is a bare `io::Error`; library errors wrap theirs.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// `e` and its causes joined by `: `, like `{e:#}`, but skipping a cause whose text is already
@@ -155,7 +164,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if !created.wrote_agents_md {
                 eprintln!("note: kept the existing {}", created.record.workspace.join("AGENTS.md").display());
             }
-            println!("{}", created.record.id);
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", created.record.id)?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ls => {
@@ -164,35 +175,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let reg = open_registry(&home)?;
+            let mut out = std::io::stdout().lock();
             for a in reg.list()? {
-                println!("{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display());
+                writeln!(out, "{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Roles => {
             let tools = ToolConfig::load(&home)?;
+            let mut out = std::io::stdout().lock();
             for slug in role::list_templates(&home) {
                 match role::load_template(&home, &slug, &tools) {
-                    Ok(t) => println!(
+                    Ok(t) => writeln!(out, 
                         "{slug}\t{}\ttools: [{}]\t{}",
                         t.meta.name,
                         t.tools.join(", "),
                         t.meta.description.unwrap_or_default()
-                    ),
-                    Err(e) => println!("{slug}\t(broken: {e})"),
+                    )?,
+                    Err(e) => writeln!(out, "{slug}\t(broken: {e})")?,
                 }
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { id } => {
             let a = open_registry(&home)?.get(&id)?;
-            println!("id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template);
-            println!("default_model: {}", a.default_model.as_deref().unwrap_or("(config)"));
-            println!("master_id: {}", a.master_id.as_deref().unwrap_or("-"));
-            println!("workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?);
-            println!("created_at: {}\nupdated_at: {}", a.created_at, a.updated_at);
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template)?;
+            writeln!(out, "default_model: {}", a.default_model.as_deref().unwrap_or("(config)"))?;
+            writeln!(out, "master_id: {}", a.master_id.as_deref().unwrap_or("-"))?;
+            writeln!(out, "workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?)?;
+            writeln!(out, "created_at: {}\nupdated_at: {}", a.created_at, a.updated_at)?;
             let store = cicy::conversation::history::HistoryStore::new(&a.workspace);
-            println!("conversation: {}", store.active_conversation().as_deref().unwrap_or("(none yet)"));
+            writeln!(out, "conversation: {}", store.active_conversation().as_deref().unwrap_or("(none yet)"))?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
