@@ -299,3 +299,35 @@ async fn a_closed_stdout_stops_listings_quietly_and_chat_finishes_its_turn() {
         assert_eq!((code, stderr.as_str()), (0, ""), "{args:?}");
     }
 }
+
+#[tokio::test]
+async fn an_empty_message_is_refused_and_nothing_is_sent_or_stored() {
+    let gw = ScriptedGateway::start().await;
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    for text in ["", " \n\t "] {
+        let o = cicy(h.path(), &url, &["chat", "w-1", text], None).await;
+        assert_eq!(o.code, 2);
+        assert_eq!(o.stderr, "error: the message is empty: give some text, or leave it out to read messages from stdin\n");
+    }
+    assert!(gw.requests().is_empty());
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert_eq!((o.stdout.as_str(), o.stderr.as_str()), ("", "w-1 has no conversation yet\n"));
+}
+
+#[tokio::test]
+async fn a_relative_cicy_home_stores_absolute_workspaces() {
+    let dir = home();
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(["create", "Ada"])
+        .current_dir(dir.path())
+        .env("CICY_HOME", "rel/home")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(o.stdout, b"w-1\n", "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cicy(&dir.path().join("rel/home"), "", &["show", "w-1"], None).await;
+    let ws = dir.path().join("rel/home/workers/w-1");
+    assert!(o.stdout.contains(&format!("workspace: {}\n", ws.display())), "{}", o.stdout);
+}

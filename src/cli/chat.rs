@@ -118,6 +118,10 @@ fn notes(session: &Session, events: &Emitter) {
 }
 
 pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<ExitCode> {
+    // Model APIs reject empty content, and a stored empty message would be "healed" later.
+    if text.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        anyhow::bail!("the message is empty: give some text, or leave it out to read messages from stdin");
+    }
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
