@@ -331,3 +331,13 @@ async fn a_relative_cicy_home_stores_absolute_workspaces() {
     let ws = dir.path().join("rel/home/workers/w-1");
     assert!(o.stdout.contains(&format!("workspace: {}\n", ws.display())), "{}", o.stdout);
 }
+
+#[tokio::test]
+async fn a_gateway_url_that_is_not_http_is_refused_before_anything_is_written() {
+    let h = home();
+    cicy(h.path(), "", &["create", "Ada"], None).await;
+    let o = cicy(h.path(), "ftp://127.0.0.1:9", &["chat", "w-1", "hi"], None).await;
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr, "error: CICY_GATEWAY_URL: the gateway URL must be an http:// or https:// URL, got `ftp://127.0.0.1:9`\n");
+    assert!(!h.path().join("workers/w-1/.cicy/history").exists());
+}
