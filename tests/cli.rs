@@ -341,3 +341,39 @@ async fn a_gateway_url_that_is_not_http_is_refused_before_anything_is_written() 
     assert_eq!(o.stderr, "error: CICY_GATEWAY_URL: the gateway URL must be an http:// or https:// URL, got `ftp://127.0.0.1:9`\n");
     assert!(!h.path().join("workers/w-1/.cicy/history").exists());
 }
+
+#[tokio::test]
+async fn a_workspace_of_another_agent_is_refused_at_create() {
+    let h = home();
+    let o = cicy(h.path(), "", &["create", "Ada"], None).await;
+    assert_eq!(o.stdout, "w-1\n", "{}", o.stderr);
+    let ws = h.path().join("workers/w-1");
+    // The same folder spelled another way, through `..`.
+    let other_spelling = h.path().join("workers/../workers/w-1");
+    for given in [&ws, &other_spelling] {
+        let o = cicy(h.path(), "", &["create", "Bo", "--workspace", given.to_str().unwrap()], None).await;
+        assert_eq!(o.code, 2);
+        assert_eq!(
+            o.stderr,
+            format!("error: {} is already the workspace of agent w-1; give this agent its own --workspace\n", given.display())
+        );
+    }
+    let o = cicy(h.path(), "", &["ls"], None).await;
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+    let o = cicy(h.path(), "", &["create", "Bo"], None).await;
+    assert_eq!(o.stdout, "w-2\n", "the refused create gave its id back: {}", o.stderr);
+}
+
+#[tokio::test]
+async fn a_title_that_would_break_ls_is_refused() {
+    let h = home();
+    for title in ["", "  ", "two\nlines", "a\ttab"] {
+        let o = cicy(h.path(), "", &["create", title], None).await;
+        assert_eq!(o.code, 2, "{title:?}");
+        assert_eq!(
+            o.stderr,
+            format!("error: bad title {title:?}: it must not be empty or contain control characters (tab, newline), which break `cicy-agent ls`\n")
+        );
+    }
+    assert!(!h.path().join("cicy.db").exists(), "nothing is created");
+}
