@@ -205,9 +205,26 @@ async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
 
 #[tokio::test]
 async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
+    signal_cancels_a_running_tool(libc::SIGINT, 130, 30).await;
+}
+
+#[tokio::test]
+async fn sigterm_cancels_a_running_tool_writes_the_marker_and_exits_143() {
+    signal_cancels_a_running_tool(libc::SIGTERM, 143, 31).await;
+}
+
+#[tokio::test]
+async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
+    signal_cancels_a_running_tool(libc::SIGHUP, 129, 32).await;
+}
+
+/// Sends `sig` while a tool runs (`sleep <secs>`, distinct per test so the process check of one
+/// test does not see another's tool).
+async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
     use tokio::io::AsyncBufReadExt;
+    let tool = format!("sleep {secs}; touch finished");
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"sleep 30; touch finished"}"#)));
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
     let h = home();
     let url = gw.url();
     cicy(h.path(), &url, &["create", "Ada"], None).await;
@@ -230,15 +247,15 @@ async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let pid = child.id().unwrap() as libc::pid_t;
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let status = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(code));
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert_eq!(lines.last(), Some(&"[4] assistant: (no reply this turn · cancelled)"), "{}", o.stdout);
     assert!(lines[3].starts_with("[3] error ← "), "{}", o.stdout);
-    let ps = std::process::Command::new("pgrep").args(["-f", "sleep 30; touch finished"]).output().unwrap();
-    assert!(ps.stdout.is_empty(), "the tool's process group survived SIGINT");
+    let ps = std::process::Command::new("pgrep").args(["-f", &tool]).output().unwrap();
+    assert!(ps.stdout.is_empty(), "the tool's process group survived signal {sig}");
     assert!(!h.path().join("workers/w-1/finished").exists());
 }
 
