@@ -16,6 +16,10 @@ struct Out {
 }
 
 async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    cicy_bytes(home, gateway, args, stdin.map(str::as_bytes)).await
+}
+
+async fn cicy_bytes(home: &Path, gateway: &str, args: &[&str], stdin: Option<&[u8]>) -> Out {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
     cmd.args(args)
         .env("CICY_HOME", home)
@@ -29,7 +33,7 @@ async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) ->
     let mut child = cmd.spawn().expect("spawn cicy-agent");
     if let Some(text) = stdin {
         let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+        pipe.write_all(text).await.expect("write stdin");
         drop(pipe);
     }
     let out = child.wait_with_output().await.expect("wait");
@@ -393,4 +397,19 @@ async fn a_title_that_would_break_ls_is_refused() {
         );
     }
     assert!(!h.path().join("cicy.db").exists(), "nothing is created");
+}
+
+#[tokio::test]
+async fn a_stdin_line_that_is_not_utf8_is_decoded_lossily_and_the_session_goes_on() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("one")));
+    gw.push(Reply::sse(anthropic_text("two")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = cicy_bytes(h.path(), &url, &["chat", "w-1"], Some(b"caf\xe9\nsecond")).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "one\ntwo\n"), "{}", o.stderr);
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert!(o.stdout.contains("[1] user: caf\u{FFFD}\n"), "{}", o.stdout);
+    assert!(o.stdout.contains("[3] user: second\n"), "the last line needs no newline: {}", o.stdout);
 }

@@ -181,27 +181,34 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             }
         }
         let interactive = std::io::stdin().is_terminal();
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        // Bytes up to `\n`, decoded lossily: one line that is not UTF-8 must not end the session.
+        let mut buf = Vec::new();
         let mut last = ExitCode::SUCCESS;
         let memory = session.memory();
         loop {
             if interactive {
                 eprint!("> ");
             }
-            // `next_line` is cancel-safe: a line that arrives while the timer wins is kept.
+            // `read_until` keeps what it read in `buf` when the timer wins, so no input is lost;
+            // `buf` is cleared only once a whole line is taken.
             let next = tokio::select! {
                 biased;
                 () = sleep_until(memory.next_due().ok().flatten()) => None,
-                line = lines.next_line() => Some(line?),
+                n = stdin.read_until(b'\n', &mut buf) => Some(n?),
             };
-            let Some(next) = next else {
+            if next.is_none() {
                 let token = arm(&current);
                 let reason = memory.due(SystemTime::now()).ok().flatten().unwrap_or(FlushReason::Idle);
                 flush_memory(&session, Some(reason), &events, &token).await;
                 unset(&current);
                 continue;
-            };
-            let Some(line) = next else { break };
+            }
+            if buf.is_empty() {
+                break; // EOF
+            }
+            let line = String::from_utf8_lossy(&buf).into_owned();
+            buf.clear();
             let line = line.trim();
             if line.is_empty() {
                 continue;
