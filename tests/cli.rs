@@ -413,3 +413,24 @@ async fn a_stdin_line_that_is_not_utf8_is_decoded_lossily_and_the_session_goes_o
     assert!(o.stdout.contains("[1] user: caf\u{FFFD}\n"), "{}", o.stdout);
     assert!(o.stdout.contains("[3] user: second\n"), "the last line needs no newline: {}", o.stdout);
 }
+
+#[tokio::test]
+async fn debug_logs_to_a_file_have_no_colour_codes() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("fine")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(["chat", "w-1", "hi"])
+        .env("CICY_HOME", h.path())
+        .env("CICY_GATEWAY_URL", &url)
+        .env("CICY_MODEL", "test-model")
+        .env("CICY_LOG", "debug")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("DEBUG"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
+}

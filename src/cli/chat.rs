@@ -37,7 +37,8 @@ pub(super) fn emitter(id: &str, json: bool) -> Emitter {
     if json {
         Emitter::new(id, print::json)
     } else {
-        Emitter::new(id, print::human)
+        let printer = print::Human::default();
+        Emitter::new(id, move |ev| printer.print(ev))
     }
 }
 

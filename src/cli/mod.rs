@@ -6,7 +6,7 @@ mod history;
 mod memory;
 mod print;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -118,6 +118,8 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("CICY_LOG"))
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: `2>file` must get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(cli) {
         Ok(code) => code,
