@@ -48,6 +48,8 @@ pub enum ConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{source_name}: api_style must be `anthropic` or `openai`, got `{value}`")]
     ApiStyle { source_name: String, value: String },
+    #[error("{source_name}: the gateway URL must be an http:// or https:// URL, got `{value}`")]
+    GatewayUrl { source_name: String, value: String },
     #[error("{path}: compaction: {message}")]
     Compaction { path: PathBuf, message: String },
 }
@@ -200,14 +202,28 @@ impl Config {
             path: config_path.to_path_buf(),
             message,
         })?;
+        let gateway_url = match (env(ENV_GATEWAY_URL), g.url) {
+            (Some(v), _) => Some(check_url(v, ENV_GATEWAY_URL)?),
+            (None, Some(v)) => Some(check_url(v, &format!("{} gateway.url", config_path.display()))?),
+            (None, None) => None,
+        };
+        let timeout = |name: &str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(ConfigError::Parse {
+                path: config_path.to_path_buf(),
+                message: format!("gateway.{name} must be at least 1 (0 would time out every request)"),
+            }),
+            other => Ok(Duration::from_secs(other.unwrap_or(default))),
+        };
+        let connect_timeout = timeout("connect_timeout_secs", g.connect_timeout_secs, 10)?;
+        let idle_timeout = timeout("idle_timeout_secs", g.idle_timeout_secs, 300)?;
         Ok(Config {
-            gateway_url: env(ENV_GATEWAY_URL).or(g.url),
+            gateway_url,
             api_style,
             api_key: env(ENV_API_KEY).or_else(|| env(&key_env)),
             api_key_env: key_env,
             model: env(ENV_MODEL).or(g.model),
-            connect_timeout: Duration::from_secs(g.connect_timeout_secs.unwrap_or(10)),
-            idle_timeout: Duration::from_secs(g.idle_timeout_secs.unwrap_or(300)),
+            connect_timeout,
+            idle_timeout,
             max_retries: g.max_retries.unwrap_or(10),
             compaction,
             memory,
@@ -230,6 +246,15 @@ fn memory_settings(m: &FileMemory) -> Result<MemorySettings, String> {
         max_wait: max_wait.map_or(d.max_wait, Duration::from_secs),
         idle: idle.map_or(d.idle, Duration::from_secs),
     })
+}
+
+/// `value` if it is an http(s) URL with a host. Anything else can never work, so it is refused
+/// here rather than retried by the gateway client as if the failure were temporary.
+fn check_url(value: String, source_name: &str) -> Result<String, ConfigError> {
+    match reqwest::Url::parse(&value) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(value),
+        _ => Err(ConfigError::GatewayUrl { source_name: source_name.to_string(), value }),
+    }
 }
 
 fn parse_style(value: &str, source_name: &str) -> Result<ApiStyle, ConfigError> {
@@ -335,6 +360,30 @@ mod tests {
         std::fs::write(&p, "memory:\n  idle: 5\n").unwrap();
         let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
         assert!(e.contains("idle"), "{e}");
+    }
+
+    #[test]
+    fn a_url_that_is_not_http_and_a_zero_timeout_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        for url in ["ftp://example.com", "garbage", "http://"] {
+            std::fs::write(&p, format!("gateway:\n  url: {url}\n")).unwrap();
+            let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("{} gateway.url: the gateway URL must be an http:// or https:// URL, got `{url}`", p.display())
+            );
+        }
+        std::fs::write(&p, "").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[("CICY_GATEWAY_URL", "ftp://x")])).unwrap_err().to_string();
+        assert!(e.starts_with("CICY_GATEWAY_URL: ") && e.contains("`ftp://x`"), "{e}");
+        let c = Config::load_with_env(&p, env_of(&[("CICY_GATEWAY_URL", "https://gw.example/base")])).unwrap();
+        assert_eq!(c.gateway_url.as_deref(), Some("https://gw.example/base"));
+        for key in ["connect_timeout_secs", "idle_timeout_secs"] {
+            std::fs::write(&p, format!("gateway:\n  {key}: 0\n")).unwrap();
+            let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+            assert!(e.contains("config.yaml") && e.contains(&format!("gateway.{key} must be at least 1")), "{e}");
+        }
     }
 
     #[test]

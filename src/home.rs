@@ -15,6 +15,8 @@ pub struct Home {
 pub enum HomeError {
     #[error("neither CICY_HOME nor HOME is set; set CICY_HOME to the folder cicy should use")]
     NoHome,
+    #[error("cannot make {path} absolute: the current folder is unknown: {source}")]
+    Absolute { path: PathBuf, source: std::io::Error },
     #[error("cannot create {path}: {source}")]
     Create { path: PathBuf, source: std::io::Error },
 }
@@ -25,13 +27,15 @@ impl Home {
         Self { root: root.into() }
     }
 
-    /// `$CICY_HOME`, else `$HOME/.cicy`.
+    /// `$CICY_HOME`, else `$HOME/.cicy`, made absolute against the current folder (which need
+    /// not exist yet): workspace paths derived from it are stored in the registry and must
+    /// still be right when cicy-agent runs from another folder.
     pub fn from_env() -> Result<Self, HomeError> {
         if let Some(h) = std::env::var_os("CICY_HOME").filter(|v| !v.is_empty()) {
-            return Ok(Self::at(h));
+            return Ok(Self::at(absolute(Path::new(&h))?));
         }
         let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(HomeError::NoHome)?;
-        Ok(Self::at(PathBuf::from(home).join(".cicy")))
+        Ok(Self::at(absolute(&PathBuf::from(home).join(".cicy"))?))
     }
 
     /// Creates the home folder if missing.
@@ -73,4 +77,8 @@ impl Home {
     pub fn default_workspace(&self, agent_id: &str) -> PathBuf {
         self.root.join("workers").join(agent_id)
     }
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, HomeError> {
+    std::path::absolute(p).map_err(|source| HomeError::Absolute { path: p.to_path_buf(), source })
 }

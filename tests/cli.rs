@@ -16,6 +16,10 @@ struct Out {
 }
 
 async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    cicy_bytes(home, gateway, args, stdin.map(str::as_bytes)).await
+}
+
+async fn cicy_bytes(home: &Path, gateway: &str, args: &[&str], stdin: Option<&[u8]>) -> Out {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
     cmd.args(args)
         .env("CICY_HOME", home)
@@ -29,7 +33,7 @@ async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) ->
     let mut child = cmd.spawn().expect("spawn cicy-agent");
     if let Some(text) = stdin {
         let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+        pipe.write_all(text).await.expect("write stdin");
         drop(pipe);
     }
     let out = child.wait_with_output().await.expect("wait");
@@ -205,9 +209,26 @@ async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
 
 #[tokio::test]
 async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
+    signal_cancels_a_running_tool(libc::SIGINT, 130, 30).await;
+}
+
+#[tokio::test]
+async fn sigterm_cancels_a_running_tool_writes_the_marker_and_exits_143() {
+    signal_cancels_a_running_tool(libc::SIGTERM, 143, 31).await;
+}
+
+#[tokio::test]
+async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
+    signal_cancels_a_running_tool(libc::SIGHUP, 129, 32).await;
+}
+
+/// Sends `sig` while a tool runs (`sleep <secs>`, distinct per test so the process check of one
+/// test does not see another's tool).
+async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
     use tokio::io::AsyncBufReadExt;
+    let tool = format!("sleep {secs}; touch finished");
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"sleep 30; touch finished"}"#)));
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
     let h = home();
     let url = gw.url();
     cicy(h.path(), &url, &["create", "Ada"], None).await;
@@ -230,14 +251,186 @@ async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
     }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let pid = child.id().unwrap() as libc::pid_t;
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let status = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await.unwrap().unwrap();
-    assert_eq!(status.code(), Some(130));
+    assert_eq!(status.code(), Some(code));
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert_eq!(lines.last(), Some(&"[4] assistant: (no reply this turn · cancelled)"), "{}", o.stdout);
     assert!(lines[3].starts_with("[3] error ← "), "{}", o.stdout);
-    let ps = std::process::Command::new("pgrep").args(["-f", "sleep 30; touch finished"]).output().unwrap();
-    assert!(ps.stdout.is_empty(), "the tool's process group survived SIGINT");
+    let ps = std::process::Command::new("pgrep").args(["-f", &tool]).output().unwrap();
+    assert!(ps.stdout.is_empty(), "the tool's process group survived signal {sig}");
     assert!(!h.path().join("workers/w-1/finished").exists());
+}
+
+#[tokio::test]
+async fn an_error_names_its_cause_once() {
+    let h = home();
+    let file = h.path().join("a-file");
+    std::fs::write(&file, "not a folder").unwrap();
+    let o = cicy(h.path(), "", &["create", "X", "--workspace", file.to_str().unwrap()], None).await;
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr, format!("error: {}: File exists (os error 17)\n", file.display()));
+}
+
+/// Runs the binary with a stdout whose reader closed before it started: every write fails with
+/// EPIPE, as with `cicy-agent … | true`.
+fn with_closed_stdout(home: &Path, gateway: &str, args: &[&str]) -> (i32, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(args)
+        .env("CICY_HOME", home)
+        .env("CICY_GATEWAY_URL", gateway)
+        .env("CICY_MODEL", "test-model")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+// Multi-threaded: the scripted gateway must keep serving while the test blocks on the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_stops_listings_quietly_and_chat_finishes_its_turn() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Hello there.")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let (code, stderr) = with_closed_stdout(h.path(), &url, &["chat", "w-1", "hi"]);
+    assert_eq!(code, 0, "{stderr}");
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert!(o.stdout.ends_with("[2] assistant: Hello there.\n"), "the turn ran to the end: {}", o.stdout);
+    let mem = h.path().join("workers/w-1/.cicy/memory");
+    std::fs::create_dir_all(&mem).unwrap();
+    std::fs::write(mem.join("fact_shell.md"), "---\ntype: fact\ntitle: Shell\n---\n\nUses zsh.\n").unwrap();
+    for args in [
+        &["ls"][..],
+        &["roles"],
+        &["show", "w-1"],
+        &["history", "w-1"],
+        &["history", "w-1", "--json"],
+        &["history", "w-1", "--all", "--json"],
+        &["memory", "w-1", "ls"],
+        &["memory", "w-1", "show", "fact_shell"],
+    ] {
+        let (code, stderr) = with_closed_stdout(h.path(), &url, args);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_empty_message_is_refused_and_nothing_is_sent_or_stored() {
+    let gw = ScriptedGateway::start().await;
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    for text in ["", " \n\t "] {
+        let o = cicy(h.path(), &url, &["chat", "w-1", text], None).await;
+        assert_eq!(o.code, 2);
+        assert_eq!(o.stderr, "error: the message is empty: give some text, or leave it out to read messages from stdin\n");
+    }
+    assert!(gw.requests().is_empty());
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert_eq!((o.stdout.as_str(), o.stderr.as_str()), ("", "w-1 has no conversation yet\n"));
+}
+
+#[tokio::test]
+async fn a_relative_cicy_home_stores_absolute_workspaces() {
+    let dir = home();
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(["create", "Ada"])
+        .current_dir(dir.path())
+        .env("CICY_HOME", "rel/home")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(o.stdout, b"w-1\n", "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cicy(&dir.path().join("rel/home"), "", &["show", "w-1"], None).await;
+    let ws = dir.path().join("rel/home/workers/w-1");
+    assert!(o.stdout.contains(&format!("workspace: {}\n", ws.display())), "{}", o.stdout);
+}
+
+#[tokio::test]
+async fn a_gateway_url_that_is_not_http_is_refused_before_anything_is_written() {
+    let h = home();
+    cicy(h.path(), "", &["create", "Ada"], None).await;
+    let o = cicy(h.path(), "ftp://127.0.0.1:9", &["chat", "w-1", "hi"], None).await;
+    assert_eq!(o.code, 2);
+    assert_eq!(o.stderr, "error: CICY_GATEWAY_URL: the gateway URL must be an http:// or https:// URL, got `ftp://127.0.0.1:9`\n");
+    assert!(!h.path().join("workers/w-1/.cicy/history").exists());
+}
+
+#[tokio::test]
+async fn a_workspace_of_another_agent_is_refused_at_create() {
+    let h = home();
+    let o = cicy(h.path(), "", &["create", "Ada"], None).await;
+    assert_eq!(o.stdout, "w-1\n", "{}", o.stderr);
+    let ws = h.path().join("workers/w-1");
+    // The same folder spelled another way, through `..`.
+    let other_spelling = h.path().join("workers/../workers/w-1");
+    for given in [&ws, &other_spelling] {
+        let o = cicy(h.path(), "", &["create", "Bo", "--workspace", given.to_str().unwrap()], None).await;
+        assert_eq!(o.code, 2);
+        assert_eq!(
+            o.stderr,
+            format!("error: {} is already the workspace of agent w-1; give this agent its own --workspace\n", given.display())
+        );
+    }
+    let o = cicy(h.path(), "", &["ls"], None).await;
+    assert_eq!(o.stdout.lines().count(), 1, "{}", o.stdout);
+    let o = cicy(h.path(), "", &["create", "Bo"], None).await;
+    assert_eq!(o.stdout, "w-2\n", "the refused create gave its id back: {}", o.stderr);
+}
+
+#[tokio::test]
+async fn a_title_that_would_break_ls_is_refused() {
+    let h = home();
+    for title in ["", "  ", "two\nlines", "a\ttab"] {
+        let o = cicy(h.path(), "", &["create", title], None).await;
+        assert_eq!(o.code, 2, "{title:?}");
+        assert_eq!(
+            o.stderr,
+            format!("error: bad title {title:?}: it must not be empty or contain control characters (tab, newline), which break `cicy-agent ls`\n")
+        );
+    }
+    assert!(!h.path().join("cicy.db").exists(), "nothing is created");
+}
+
+#[tokio::test]
+async fn a_stdin_line_that_is_not_utf8_is_decoded_lossily_and_the_session_goes_on() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("one")));
+    gw.push(Reply::sse(anthropic_text("two")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = cicy_bytes(h.path(), &url, &["chat", "w-1"], Some(b"caf\xe9\nsecond")).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "one\ntwo\n"), "{}", o.stderr);
+    let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
+    assert!(o.stdout.contains("[1] user: caf\u{FFFD}\n"), "{}", o.stdout);
+    assert!(o.stdout.contains("[3] user: second\n"), "the last line needs no newline: {}", o.stdout);
+}
+
+#[tokio::test]
+async fn debug_logs_to_a_file_have_no_colour_codes() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("fine")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
+        .args(["chat", "w-1", "hi"])
+        .env("CICY_HOME", h.path())
+        .env("CICY_GATEWAY_URL", &url)
+        .env("CICY_MODEL", "test-model")
+        .env("CICY_LOG", "debug")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("DEBUG"), "{stderr}");
+    assert!(!stderr.contains('\x1b'), "{stderr}");
 }

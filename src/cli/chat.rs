@@ -4,7 +4,8 @@
 //! One-shot: one turn (or `/compact`, `/clear` given as the text), exit code 0 (completed), 130
 //! (cancelled) or 1 (failed/blocked/refused). Session: one line at a time from stdin until
 //! `/exit` or EOF; `/compact` and `/clear` typed as a whole line run between turns; Ctrl-C
-//! cancels the running turn, and at the prompt leaves. The lock is held for each line and
+//! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
+//! turn like Ctrl-C and then leave (exit 143, 129). The lock is held for each line and
 //! released between lines, and the history is re-read before each line, so `cicy-agent
 //! compact|clear` from another terminal can run between two turns of a session; while a turn
 //! runs, they are refused with a message that says they were NOT executed.
@@ -36,7 +37,8 @@ pub(super) fn emitter(id: &str, json: bool) -> Emitter {
     if json {
         Emitter::new(id, print::json)
     } else {
-        Emitter::new(id, print::human)
+        let printer = print::Human::default();
+        Emitter::new(id, move |ev| printer.print(ev))
     }
 }
 
@@ -52,34 +54,68 @@ pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-/// The token Ctrl-C cancels; `None` between turns (Ctrl-C then leaves).
-type Current = Arc<Mutex<Option<CancellationToken>>>;
+/// What the signal watcher shares with the command it interrupts.
+#[derive(Default)]
+struct State {
+    /// The token a signal cancels; `None` between turns (a signal then leaves at once).
+    token: Option<CancellationToken>,
+    /// Set by SIGTERM or SIGHUP: the exit code (143, 129) to leave with once the cancelled
+    /// section has ended, so its cancel marker is written and its tools are killed first.
+    exit: Option<u8>,
+}
 
-/// Cancels whatever token is current on each Ctrl-C; with none current, exits the process.
-fn watch_ctrl_c(current: Current) {
+type Current = Arc<Mutex<State>>;
+
+/// On SIGINT (Ctrl-C), SIGTERM and SIGHUP cancels whatever token is current; with none current,
+/// exits the process at once (130, 143, 129). After SIGTERM or SIGHUP the process also exits
+/// when the cancelled section ends (see [`unset`]); after SIGINT a session goes on.
+fn watch_signals(current: Current) -> Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
-        while tokio::signal::ctrl_c().await.is_ok() {
-            let token = current.lock().ok().and_then(|g| g.clone());
+        loop {
+            let code: u8 = tokio::select! {
+                Some(()) = int.recv() => 130,
+                Some(()) = term.recv() => 143,
+                Some(()) = hup.recv() => 129,
+                else => break,
+            };
+            let token = current.lock().ok().and_then(|mut s| {
+                if code != 130 {
+                    s.exit = Some(code);
+                }
+                s.token.clone()
+            });
             match token {
                 Some(t) => t.cancel(),
-                None => std::process::exit(130),
+                None => std::process::exit(code.into()),
             }
         }
     });
+    Ok(())
 }
 
-/// A fresh token that Ctrl-C cancels from now on.
+/// A fresh token that a signal cancels from now on.
 fn arm(current: &Current) -> CancellationToken {
     let token = CancellationToken::new();
-    if let Ok(mut g) = current.lock() {
-        *g = Some(token.clone());
+    if let Ok(mut s) = current.lock() {
+        s.token = Some(token.clone());
     }
     token
 }
 
+/// Ends the section [`arm`] began. If SIGTERM or SIGHUP cancelled it, the process exits here
+/// with that signal's code: the section has written what a cancel leaves (the marker), and the
+/// turn lock is a `flock` the kernel releases.
 fn unset(current: &Current) {
-    if let Ok(mut g) = current.lock() {
-        *g = None;
+    let exit = current.lock().ok().and_then(|mut s| {
+        s.token = None;
+        s.exit
+    });
+    if let Some(code) = exit {
+        std::process::exit(code.into());
     }
 }
 
@@ -118,11 +154,15 @@ fn notes(session: &Session, events: &Emitter) {
 }
 
 pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<ExitCode> {
+    // Model APIs reject empty content, and a stored empty message would be "healed" later.
+    if text.as_deref().is_some_and(|t| t.trim().is_empty()) {
+        anyhow::bail!("the message is empty: give some text, or leave it out to read messages from stdin");
+    }
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
-        let current: Current = Arc::new(Mutex::new(None));
-        watch_ctrl_c(current.clone());
+        let current: Current = Arc::default();
+        watch_signals(current.clone())?;
         if let Some(text) = text {
             let Some((mut session, _lock)) = open_locked(home, id, what(&text), &events)? else {
                 return Ok(ExitCode::from(1));
@@ -142,27 +182,34 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             }
         }
         let interactive = std::io::stdin().is_terminal();
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        // Bytes up to `\n`, decoded lossily: one line that is not UTF-8 must not end the session.
+        let mut buf = Vec::new();
         let mut last = ExitCode::SUCCESS;
         let memory = session.memory();
         loop {
             if interactive {
                 eprint!("> ");
             }
-            // `next_line` is cancel-safe: a line that arrives while the timer wins is kept.
+            // `read_until` keeps what it read in `buf` when the timer wins, so no input is lost;
+            // `buf` is cleared only once a whole line is taken.
             let next = tokio::select! {
                 biased;
                 () = sleep_until(memory.next_due().ok().flatten()) => None,
-                line = lines.next_line() => Some(line?),
+                n = stdin.read_until(b'\n', &mut buf) => Some(n?),
             };
-            let Some(next) = next else {
+            if next.is_none() {
                 let token = arm(&current);
                 let reason = memory.due(SystemTime::now()).ok().flatten().unwrap_or(FlushReason::Idle);
                 flush_memory(&session, Some(reason), &events, &token).await;
                 unset(&current);
                 continue;
-            };
-            let Some(line) = next else { break };
+            }
+            if buf.is_empty() {
+                break; // EOF
+            }
+            let line = String::from_utf8_lossy(&buf).into_owned();
+            buf.clear();
             let line = line.trim();
             if line.is_empty() {
                 continue;
@@ -249,14 +296,16 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
-        let current: Current = Arc::new(Mutex::new(None));
-        watch_ctrl_c(current.clone());
+        let current: Current = Arc::default();
+        watch_signals(current.clone())?;
         let Some((mut session, _lock)) = open_locked(home, id, "retry", &events)? else {
             return Ok(ExitCode::from(1));
         };
         let token = arm(&current);
         flush_memory(&session, None, &events, &token).await;
-        match turn::retry_turn(&mut session, &events, &token).await? {
+        let outcome = turn::retry_turn(&mut session, &events, &token).await;
+        unset(&current);
+        match outcome? {
             Some(outcome) => Ok(exit_code(outcome)),
             None => {
                 eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)");
@@ -271,8 +320,8 @@ pub fn command(home: &Home, id: &str, line: &str, keep: usize, json: bool) -> Re
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
-        let current: Current = Arc::new(Mutex::new(None));
-        watch_ctrl_c(current.clone());
+        let current: Current = Arc::default();
+        watch_signals(current.clone())?;
         let Some((mut session, _lock)) = open_locked(home, id, line, &events)? else {
             return Ok(ExitCode::from(1));
         };

@@ -5,6 +5,7 @@
 //! message of current.json with each summary shown where it starts a new window. Read-only: it
 //! takes no lock and heals nothing.
 
+use std::io::{StdoutLock, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
@@ -24,8 +25,10 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
     };
     let current = read_current(&store.conversation_dir(&conv).join("current.json"))?;
     let archives = store.archives(&conv)?;
+    let mut out = std::io::stdout().lock();
     if json && !all {
-        println!("{}", serde_json::to_string_pretty(&current.messages)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&current.messages)?)?;
+        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     if json {
@@ -36,43 +39,47 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
                 json!({"file": file_name(&ar.current), "unix": ar.unix, "messages": messages})
             })
             .collect();
-        let out = json!({"conversation_id": conv, "archives": archives, "messages": current.messages});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        let doc = json!({"conversation_id": conv, "archives": archives, "messages": current.messages});
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let msgs = &current.messages;
     let ws = window_start(msgs);
     let summaries = msgs.iter().filter(|m| m.is_summary()).count();
     if all {
-        println!("conversation {conv} ({} messages, {summaries} compaction(s))", msgs.len());
+        writeln!(out, "conversation {conv} ({} messages, {summaries} compaction(s))", msgs.len())?;
         if !archives.is_empty() {
-            println!("archived snapshots (chat/{conv}/):");
+            writeln!(out, "archived snapshots (chat/{conv}/):")?;
             for ar in &archives {
                 let count = match read_current(&ar.current) {
                     Ok(c) => format!("{} messages", c.messages.len()),
                     Err(e) => format!("unreadable: {e:#}"),
                 };
-                println!("  {}  {}  {count}", file_name(&ar.current), rfc3339(ar.unix));
+                writeln!(out, "  {}  {}  {count}", file_name(&ar.current), rfc3339(ar.unix))?;
             }
         }
         for m in msgs {
             if m.is_summary() {
-                println!("── compacted: the window starts here ──");
+                writeln!(out, "── compacted: the window starts here ──")?;
             }
-            print_message(m);
+            print_message(&mut out, m)?;
         }
     } else {
         if ws == 0 {
-            println!("conversation {conv} ({} messages)", msgs.len());
+            writeln!(out, "conversation {conv} ({} messages)", msgs.len())?;
         } else {
-            println!(
+            writeln!(out, 
                 "conversation {conv} ({} messages; showing the {} from the last compaction on — history --all shows all)",
                 msgs.len(),
                 msgs.len() - ws
-            );
+            )?;
         }
-        msgs[ws..].iter().for_each(print_message);
+        for m in &msgs[ws..] {
+            print_message(&mut out, m)?;
+        }
     }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -94,31 +101,31 @@ fn rfc3339(unix: u64) -> String {
         .unwrap_or_else(|| unix.to_string())
 }
 
-fn print_message(m: &Message) {
+fn print_message(out: &mut StdoutLock<'_>, m: &Message) -> std::io::Result<()> {
     let id = m.id.map(|i| i.to_string()).unwrap_or_default();
     if m.is_summary() {
         let text = m.plain_text();
-        println!("[{id}] summary: {}", text.strip_prefix(SUMMARY_PREFIX).unwrap_or(&text));
-        return;
+        return writeln!(out, "[{id}] summary: {}", text.strip_prefix(SUMMARY_PREFIX).unwrap_or(&text));
     }
     let who = match m.role {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
     match &m.content {
-        Content::Text(t) => println!("[{id}] {who}: {t}"),
+        Content::Text(t) => writeln!(out, "[{id}] {who}: {t}")?,
         Content::Blocks(blocks) => {
             for b in blocks {
                 match b {
-                    ContentBlock::Text { text } => println!("[{id}] {who}: {text}"),
-                    ContentBlock::ToolUse { name, input, .. } => println!("[{id}] {who} → {name} {input}"),
+                    ContentBlock::Text { text } => writeln!(out, "[{id}] {who}: {text}")?,
+                    ContentBlock::ToolUse { name, input, .. } => writeln!(out, "[{id}] {who} → {name} {input}")?,
                     ContentBlock::ToolResult { content, is_error, .. } => {
                         let tag = if *is_error { "error" } else { "result" };
-                        println!("[{id}] {tag} ← {}", cicy::event::preview(content, 400));
+                        writeln!(out, "[{id}] {tag} ← {}", cicy::event::preview(content, 400))?;
                     }
-                    ContentBlock::Thinking { thinking, .. } => println!("[{id}] {who} (thinking): {thinking}"),
+                    ContentBlock::Thinking { thinking, .. } => writeln!(out, "[{id}] {who} (thinking): {thinking}")?,
                 }
             }
         }
     }
+    Ok(())
 }

@@ -42,10 +42,12 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
     match action {
         Action::Ls => {
             let scan = store::scan(dir)?;
+            let mut out = std::io::stdout().lock();
             for m in index::sorted(&scan.memories) {
                 let r = &m.record;
-                println!("{}\t{}\t{}\t{}", r.mem_id, r.kind.as_str(), r.salience, r.title);
+                writeln!(out, "{}\t{}\t{}\t{}", r.mem_id, r.kind.as_str(), r.salience, r.title)?;
             }
+            out.flush()?;
             let pending = buffer::load(dir)?.turns.len();
             if pending > 0 {
                 eprintln!("· {pending} turn(s) buffered, not yet recognized (`cicy-agent memory {id} flush` sends them now)");
@@ -64,25 +66,30 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
         }
         Action::Check => {
             let scan = store::scan(dir)?;
+            let mut out = std::io::stdout().lock();
             for b in &scan.bad {
                 let name = b.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                println!("{name}: {}", b.reason);
+                writeln!(out, "{name}: {}", b.reason)?;
             }
             if scan.bad.is_empty() {
-                println!("ok: {} memories, all readable", scan.memories.len());
+                writeln!(out, "ok: {} memories, all readable", scan.memories.len())?;
+                out.flush()?;
                 Ok(ExitCode::SUCCESS)
             } else {
+                out.flush()?;
                 eprintln!("{} of {} memory files cannot be read; they are skipped (never deleted) until fixed", scan.bad.len(), scan.bad.len() + scan.memories.len());
                 Ok(ExitCode::from(1))
             }
         }
         Action::Rebuild => {
             let r = index::rebuild(dir)?;
+            let mut out = std::io::stdout().lock();
             if r.entries == 0 {
-                println!("MEMORY.md: no memories (no index)");
+                writeln!(out, "MEMORY.md: no memories (no index)")?;
             } else {
-                println!("MEMORY.md: {} memories, {} bytes", r.entries, r.text.len());
+                writeln!(out, "MEMORY.md: {} memories, {} bytes", r.entries, r.text.len())?;
             }
+            out.flush()?;
             note_bad(id, r.bad.len());
             Ok(ExitCode::SUCCESS)
         }
@@ -102,7 +109,9 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
         Action::Forget { mem_id } => {
             let to = store::archive(dir, &mem_id)?;
             index::rebuild(dir)?;
-            println!("moved to {}", to.display());
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "moved to {}", to.display())?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -6,6 +6,7 @@ mod history;
 mod memory;
 mod print;
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -117,14 +118,38 @@ pub fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("CICY_LOG"))
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: `2>file` must get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match run(cli) {
         Ok(code) => code,
+        // The reader of stdout went away (`| head`, `| true`): stop quietly like other Unix tools.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` is a write to stdout that failed because its reader closed. Listings write with
+/// `writeln!(out, …)?`, so such an error is a bare `io::Error`; library errors wrap theirs.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// `e` and its causes joined by `: `, like `{e:#}`, but skipping a cause whose text is already
+/// there: many library errors (`{path}: {source}`) include their source in their own message.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -141,7 +166,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if !created.wrote_agents_md {
                 eprintln!("note: kept the existing {}", created.record.workspace.join("AGENTS.md").display());
             }
-            println!("{}", created.record.id);
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", created.record.id)?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Ls => {
@@ -150,35 +177,41 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let reg = open_registry(&home)?;
+            let mut out = std::io::stdout().lock();
             for a in reg.list()? {
-                println!("{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display());
+                writeln!(out, "{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Roles => {
             let tools = ToolConfig::load(&home)?;
+            let mut out = std::io::stdout().lock();
             for slug in role::list_templates(&home) {
                 match role::load_template(&home, &slug, &tools) {
-                    Ok(t) => println!(
+                    Ok(t) => writeln!(out, 
                         "{slug}\t{}\ttools: [{}]\t{}",
                         t.meta.name,
                         t.tools.join(", "),
                         t.meta.description.unwrap_or_default()
-                    ),
-                    Err(e) => println!("{slug}\t(broken: {e})"),
+                    )?,
+                    Err(e) => writeln!(out, "{slug}\t(broken: {e})")?,
                 }
             }
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Show { id } => {
             let a = open_registry(&home)?.get(&id)?;
-            println!("id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template);
-            println!("default_model: {}", a.default_model.as_deref().unwrap_or("(config)"));
-            println!("master_id: {}", a.master_id.as_deref().unwrap_or("-"));
-            println!("workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?);
-            println!("created_at: {}\nupdated_at: {}", a.created_at, a.updated_at);
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template)?;
+            writeln!(out, "default_model: {}", a.default_model.as_deref().unwrap_or("(config)"))?;
+            writeln!(out, "master_id: {}", a.master_id.as_deref().unwrap_or("-"))?;
+            writeln!(out, "workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?)?;
+            writeln!(out, "created_at: {}\nupdated_at: {}", a.created_at, a.updated_at)?;
             let store = cicy::conversation::history::HistoryStore::new(&a.workspace);
-            println!("conversation: {}", store.active_conversation().as_deref().unwrap_or("(none yet)"));
+            writeln!(out, "conversation: {}", store.active_conversation().as_deref().unwrap_or("(none yet)"))?;
+            out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
@@ -195,4 +228,23 @@ fn open_registry(home: &Home) -> Result<Registry> {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
     Ok(Registry::open(&home.db_path())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("/x: {source}")]
+    struct Repeats {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let e = anyhow::Error::new(Repeats { source: std::io::Error::other("boom") });
+        assert_eq!(error_text(&e), "/x: boom");
+        let e = anyhow::Error::new(std::io::Error::other("inner")).context("outer");
+        assert_eq!(error_text(&e), "outer: inner");
+    }
 }

@@ -2,17 +2,52 @@
 //! event as one JSON object per line with `--json`.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cicy::event::{Event, EventKind};
 
-/// Prints one event in human form.
-pub fn human(ev: &Event) {
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
-    // A closed stdout or stderr (e.g. `| head`) must not abort the turn, so write errors are ignored.
-    let _ = match &ev.kind {
-        EventKind::TextDelta { text } => write!(out, "{text}").and_then(|_| out.flush()),
-        EventKind::TextEnd => writeln!(out).and_then(|_| out.flush()),
+/// Prints events in human form.
+#[derive(Debug, Default)]
+pub struct Human {
+    /// Answer text was printed since the last `text_end`: stdout is in the middle of a line.
+    text_open: AtomicBool,
+}
+
+impl Human {
+    /// Prints one event: answer text to stdout, the rest to stderr.
+    pub fn print(&self, ev: &Event) {
+        // A closed stdout or stderr (e.g. `| head`) must not abort the turn, so write errors
+        // are ignored.
+        let _ = self.write(ev, &mut std::io::stdout().lock(), &mut std::io::stderr().lock());
+    }
+
+    fn write(&self, ev: &Event, out: &mut impl Write, err: &mut impl Write) -> std::io::Result<()> {
+        match &ev.kind {
+            EventKind::TextDelta { text } => {
+                if !text.is_empty() {
+                    self.text_open.store(true, Ordering::Relaxed);
+                }
+                write!(out, "{text}").and_then(|_| out.flush())
+            }
+            EventKind::TextEnd => {
+                self.text_open.store(false, Ordering::Relaxed);
+                writeln!(out).and_then(|_| out.flush())
+            }
+            // A turn cut short (cancelled, failed) mid-answer gets no `text_end`: end the line so
+            // the next output does not start after the half-printed answer.
+            EventKind::TurnEnded { .. } if self.text_open.swap(false, Ordering::Relaxed) => {
+                writeln!(out).and_then(|_| out.flush())?;
+                human_rest(&ev.kind, err)
+            }
+            other => human_rest(other, err),
+        }
+    }
+}
+
+/// Everything but answer text goes to stderr.
+fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
+    match kind {
+        EventKind::TextDelta { .. } | EventKind::TextEnd => Ok(()),
         EventKind::ThinkingDelta { text } => write!(err, "{text}"),
         EventKind::ToolStarted { name, input, .. } => writeln!(err, "→ {name} {input}"),
         EventKind::ToolFinished { name, result, is_error, duration_ms, .. } => {
@@ -39,7 +74,7 @@ pub fn human(ev: &Event) {
             other => writeln!(err, "· turn ended: {}", serde_json::to_string(other).unwrap_or_default()),
         },
         EventKind::TurnStarted { .. } | EventKind::RoundStarted { .. } => Ok(()),
-    };
+    }
 }
 
 /// Prints one event as a JSON line on stdout.
@@ -47,5 +82,40 @@ pub fn json(ev: &Event) {
     let mut out = std::io::stdout().lock();
     if let Ok(line) = serde_json::to_string(ev) {
         let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cicy::event::TurnOutcome;
+
+    fn ev(kind: EventKind) -> Event {
+        Event { seq: 1, agent_id: "w-1".to_string(), kind }
+    }
+
+    fn run(kinds: Vec<EventKind>) -> (String, String) {
+        let p = Human::default();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        for k in kinds {
+            p.write(&ev(k), &mut out, &mut err).unwrap();
+        }
+        (String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+    }
+
+    #[test]
+    fn a_turn_cut_short_mid_answer_ends_the_text_line() {
+        let (out, err) = run(vec![
+            EventKind::TextDelta { text: "half an ans".into() },
+            EventKind::TurnEnded { outcome: TurnOutcome::Cancelled },
+        ]);
+        assert_eq!(out, "half an ans\n");
+        assert_eq!(err, "· turn ended: \"cancelled\"\n");
+        let (out, _) = run(vec![
+            EventKind::TextDelta { text: "whole".into() },
+            EventKind::TextEnd,
+            EventKind::TurnEnded { outcome: TurnOutcome::Completed },
+        ]);
+        assert_eq!(out, "whole\n", "a finished line gets no second newline");
     }
 }
