@@ -6,43 +6,8 @@ mod common;
 use std::path::Path;
 use std::process::Stdio;
 
+use common::cli::{cicy, cicy_bytes};
 use common::gateway::*;
-use tokio::io::AsyncWriteExt;
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
-    cicy_bytes(home, gateway, args, stdin.map(str::as_bytes)).await
-}
-
-async fn cicy_bytes(home: &Path, gateway: &str, args: &[&str], stdin: Option<&[u8]>) -> Out {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
-    cmd.args(args)
-        .env("CICY_HOME", home)
-        .env("CICY_GATEWAY_URL", gateway)
-        .env("CICY_MODEL", "test-model")
-        .env_remove("CICY_API_STYLE")
-        .env_remove("CICY_API_KEY")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn cicy-agent");
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(text).await.expect("write stdin");
-        drop(pipe);
-    }
-    let out = child.wait_with_output().await.expect("wait");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
 
 fn home() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")

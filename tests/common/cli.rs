@@ -32,14 +32,19 @@ pub fn command(home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Com
 
 /// Runs `cicy-agent <args>` to the end, feeding `stdin` when given.
 pub async fn cicy(home: &Path, gateway: &str, args: &[&str], stdin: Option<&str>) -> Out {
+    cicy_bytes(home, gateway, args, stdin.map(str::as_bytes)).await
+}
+
+/// [`cicy`] with raw bytes on stdin (e.g. a line that is not UTF-8).
+pub async fn cicy_bytes(home: &Path, gateway: &str, args: &[&str], stdin: Option<&[u8]>) -> Out {
     let mut cmd = command(home, gateway, args);
     if stdin.is_some() {
         cmd.stdin(Stdio::piped());
     }
     let mut child = cmd.spawn().expect("spawn cicy-agent");
-    if let Some(text) = stdin {
+    if let Some(bytes) = stdin {
         let mut pipe = child.stdin.take().expect("stdin");
-        pipe.write_all(text.as_bytes()).await.expect("write stdin");
+        pipe.write_all(bytes).await.expect("write stdin");
         drop(pipe);
     }
     let out = child.wait_with_output().await.expect("wait");
