@@ -10,44 +10,20 @@
 //!
 //! Printed once: the encoded request size before and after each kind of compaction.
 
+mod common;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use serde_json::json;
 
 use cicy::compact::{self, cut, summary, Settings};
 use cicy::config::CompactionConfig;
 use cicy::conversation::history::{CurrentFile, HistoryStore};
-use cicy::conversation::message::{ContentBlock, Message};
+use cicy::conversation::message::Message;
 use cicy::gateway::{anthropic, ToolSpec};
 use cicy::prompt::{assemble, PromptInputs};
-
-fn history() -> Vec<Message> {
-    let mut h = Vec::with_capacity(600);
-    for i in 0..150 {
-        h.push(Message::user_text(format!("Request {i}: please check the build log and tell me what failed. {}", "Context line. ".repeat(20))));
-        h.push(Message::assistant(vec![
-            ContentBlock::text(format!("Looking at step {i}.")),
-            ContentBlock::ToolUse { id: format!("toolu_{i:04}"), name: "shell".into(), input: json!({"command": format!("grep -n error build-{i}.log | tail -50"), "timeout": 60}) },
-        ]));
-        h.push(Message::user_blocks(vec![ContentBlock::ToolResult {
-            tool_use_id: format!("toolu_{i:04}"),
-            content: format!("{i}: error[E0308]: mismatched types in src/lib.rs\n").repeat(30),
-            is_error: false,
-        }]));
-        h.push(Message::assistant(vec![ContentBlock::text(format!("Step {i}: the type mismatch comes from the new signature. {}", "Explanation. ".repeat(25)))]));
-    }
-    h
-}
 
 /// A summary of a realistic length (~6 KB, ~1500 tokens) in the eight sections.
 fn summary_text() -> String {
     (1..=8).map(|s| format!("{s}. Section {s}:\n{}\n", "- a specific point with names, paths and numbers kept exactly.\n".repeat(12))).collect()
-}
-
-fn tools() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec { name: "shell".into(), description: cicy::tools::shell::description().into(), input_schema: cicy::tools::shell::input_schema() },
-        ToolSpec { name: "skill".into(), description: cicy::tools::skill::description().into(), input_schema: cicy::tools::skill::input_schema() },
-    ]
 }
 
 fn request_bytes(history: &[Message], tools: &[ToolSpec]) -> usize {
@@ -77,8 +53,8 @@ fn fresh(history: &[Message]) -> (tempfile::TempDir, HistoryStore, CurrentFile) 
 }
 
 fn bench(c: &mut Criterion) {
-    let history = history();
-    let tools = tools();
+    let history = common::history();
+    let tools = common::tools();
     let summary = summary_text();
     let settings = Settings::new(&CompactionConfig::default(), None);
     let before = request_bytes(&history, &tools);
