@@ -84,14 +84,8 @@ mod tests {
     use crate::conversation::invariants;
     use crate::conversation::message::SUMMARY_PREFIX;
     use proptest::prelude::*;
-    use serde_json::json;
 
-    fn tool_use(id: &str) -> ContentBlock {
-        ContentBlock::ToolUse { id: id.into(), name: "shell".into(), input: json!({"command": "ls"}) }
-    }
-    fn result(id: &str) -> ContentBlock {
-        ContentBlock::ToolResult { tool_use_id: id.into(), content: "ok".into(), is_error: false }
-    }
+    use crate::conversation::message::fixtures::{result, tool_use};
 
     #[test]
     fn the_estimate_counts_ascii_by_four_and_other_characters_by_one() {

@@ -293,14 +293,8 @@ fn fix_results(msg: &mut Message, uses: &[String]) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use serde_json::json;
 
-    fn tool_use(id: &str) -> ContentBlock {
-        ContentBlock::ToolUse { id: id.into(), name: "shell".into(), input: json!({"command": "ls"}) }
-    }
-    fn result(id: &str) -> ContentBlock {
-        ContentBlock::ToolResult { tool_use_id: id.into(), content: "ok".into(), is_error: false }
-    }
+    use crate::conversation::message::fixtures::{result, tool_use};
 
     #[test]
     fn a_missing_result_is_synthesized_and_an_orphan_becomes_text() {

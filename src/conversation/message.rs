@@ -170,3 +170,19 @@ impl Usage {
         self.cache_read_input_tokens += other.cache_read_input_tokens;
     }
 }
+
+/// Tool blocks for unit tests of the modules that reason about tool pairs.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::ContentBlock;
+
+    /// A `shell` `tool_use` with id `id`.
+    pub fn tool_use(id: &str) -> ContentBlock {
+        ContentBlock::ToolUse { id: id.into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) }
+    }
+
+    /// A successful `tool_result` answering `id`.
+    pub fn result(id: &str) -> ContentBlock {
+        ContentBlock::ToolResult { tool_use_id: id.into(), content: "ok".into(), is_error: false }
+    }
+}

@@ -126,24 +126,8 @@ fn newest(files: &[PathBuf]) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use crate::memory::store::{write, MemoryType};
-    use std::time::Duration;
 
-    fn rec(id: &str, kind: MemoryType, title: &str, salience: u8, content: &str) -> Record {
-        Record {
-            mem_id: id.into(),
-            kind,
-            title: title.into(),
-            salience,
-            tags: vec![],
-            updated: "2026-01-01T00:00:00Z".into(),
-            content: content.into(),
-        }
-    }
-
-    fn set_mtime(p: &Path, secs_ago: u64) {
-        let f = std::fs::File::options().write(true).open(p).unwrap();
-        f.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
-    }
+    use crate::memory::test_support::{rec, set_mtime};
 
     #[test]
     fn lines_leave_out_a_title_the_content_already_contains() {

@@ -12,6 +12,8 @@ pub mod buffer;
 pub mod index;
 pub mod recognizer;
 pub mod store;
+#[cfg(test)]
+mod test_support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -1,23 +1,11 @@
 //! Tests of `store.rs`: the slug rule, the file format, tolerant reading and the archive.
 
 use super::*;
-use std::time::Duration;
+
+use crate::memory::test_support::set_mtime;
 
 fn rec(id: &str, salience: u8, content: &str) -> Record {
-    Record {
-        mem_id: id.into(),
-        kind: MemoryType::Fact,
-        title: String::new(),
-        salience,
-        tags: vec![],
-        updated: "2026-01-01T00:00:00Z".into(),
-        content: content.into(),
-    }
-}
-
-fn set_mtime(p: &Path, secs_ago: u64) {
-    let f = std::fs::File::options().write(true).open(p).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
+    crate::memory::test_support::rec(id, MemoryType::Fact, "", salience, content)
 }
 
 #[test]
