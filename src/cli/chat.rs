@@ -5,7 +5,7 @@
 //! (cancelled) or 1 (failed/blocked/refused). `--file` sends a whole file (or all of stdin) as
 //! one message. Session: one line at a time from stdin, one turn per line, until `/exit` or
 //! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
-//! (`/compat`) is refused, neither sent nor run ([`Line::parse`]); Ctrl-C
+//! (`/compat`) is refused, neither sent nor run (see `line`); Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
 //! turn like Ctrl-C and then leave (exit 143, 129). The lock is held for each line and
 //! released between lines, and the history is re-read before each line, so `cicy-agent
@@ -36,6 +36,7 @@ use cicy::memory::FlushReason;
 use cicy::prompt::window_start;
 use cicy::turn;
 
+use super::line::{self, ChatCommand, Line};
 use super::print;
 
 pub(super) fn emitter(id: &str, json: bool) -> Emitter {
@@ -124,78 +125,9 @@ fn unset(current: &Current) {
     }
 }
 
-/// A conversation command typed as a chat line (`/compact`, `/clear`, `/exit`, the whole line).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChatCommand {
-    Compact,
-    Clear,
-    Exit,
-}
-
-impl ChatCommand {
-    const ALL: [ChatCommand; 3] = [ChatCommand::Compact, ChatCommand::Clear, ChatCommand::Exit];
-
-    /// The command as typed, e.g. `/compact`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ChatCommand::Compact => "/compact",
-            ChatCommand::Clear => "/clear",
-            ChatCommand::Exit => "/exit",
-        }
-    }
-}
-
-/// What one chat line (a one-shot text or a stdin line) asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Line {
-    Command(ChatCommand),
-    /// Text for the model (a leading `//` is sent as `/`).
-    Message(String),
-    /// Looks like a command (`/` and a word first, e.g. `/compat`) but is none: never sent or
-    /// run. Holds the trimmed line.
-    Unknown(String),
-}
-
-impl Line {
-    /// Parses a line. A command is the exact, whole (trimmed) line; a line whose first word is
-    /// `/` followed by letters only is a mistyped command, so `/compat` cannot reach the model
-    /// and `/clera` cannot clear anything; other text (`/usr/bin is…`) is a message.
-    fn parse(text: &str) -> Line {
-        let trimmed = text.trim();
-        if let Some(c) = ChatCommand::ALL.into_iter().find(|c| c.as_str() == trimmed) {
-            return Line::Command(c);
-        }
-        if let Some(rest) = text.trim_start().strip_prefix("//") {
-            return Line::Message(format!("/{rest}"));
-        }
-        let word = trimmed.split_whitespace().next().unwrap_or_default();
-        match word.strip_prefix('/') {
-            Some(name) if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphabetic() || c == '-' || c == '_') => {
-                Line::Unknown(trimmed.to_string())
-            }
-            _ => Line::Message(text.to_string()),
-        }
-    }
-
-    /// Names what the line asks for, for a refusal ("… was NOT executed").
-    fn what(&self) -> &str {
-        match self {
-            Line::Command(c) => c.as_str(),
-            Line::Message(_) => "the message",
-            Line::Unknown(w) => w,
-        }
-    }
-}
-
 /// Refuses a mistyped command: nothing is sent or run.
-fn unknown_command(word: &str, events: &Emitter) -> ExitCode {
-    let list = ChatCommand::ALL.map(ChatCommand::as_str).join(", ");
-    events.emit(EventKind::Error {
-        kind: "command".to_string(),
-        message: format!(
-            "`{word}` is not a command (a command is the whole line: {list}); it was NOT sent and NOT executed. To send a message that starts with `/`, begin it with `//`"
-        ),
-    });
+fn unknown_command(line: &str, events: &Emitter) -> ExitCode {
+    events.emit(EventKind::Error { kind: "command".to_string(), message: line::refusal(line) });
     ExitCode::from(1)
 }
 
@@ -506,33 +438,5 @@ async fn sleep_until(at: Option<SystemTime>) {
     match at {
         Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_line_is_a_command_only_when_it_is_the_exact_whole_line() {
-        let cmd = |c| Line::Command(c);
-        let msg = |t: &str| Line::Message(t.to_string());
-        let unknown = |t: &str| Line::Unknown(t.to_string());
-        let cases = [
-            ("/compact", cmd(ChatCommand::Compact)),
-            ("  /clear \n", cmd(ChatCommand::Clear)),
-            ("/exit", cmd(ChatCommand::Exit)),
-            ("/compat", unknown("/compat")),
-            ("/clera", unknown("/clera")),
-            ("/CLEAR", unknown("/CLEAR")),
-            ("/clear now", unknown("/clear now")),
-            ("/usr/bin is where it lives", msg("/usr/bin is where it lives")),
-            ("//clear", msg("/clear")),
-            ("/", msg("/")),
-            ("please /clear", msg("please /clear")),
-        ];
-        for (text, want) in cases {
-            assert_eq!(Line::parse(text), want, "{text:?}");
-        }
     }
 }

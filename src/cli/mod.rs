@@ -3,6 +3,7 @@
 
 mod chat;
 mod history;
+mod line;
 mod memory;
 mod print;
 
@@ -230,8 +231,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             chat::chat(&home, &id, input, json)
         }
         Command::Retry { id, json } => chat::retry(&home, &id, json),
-        Command::Compact { id, keep, json } => chat::command(&home, &id, chat::ChatCommand::Compact, keep, json),
-        Command::Clear { id, json } => chat::command(&home, &id, chat::ChatCommand::Clear, 0, json),
+        Command::Compact { id, keep, json } => chat::command(&home, &id, line::ChatCommand::Compact, keep, json),
+        Command::Clear { id, json } => chat::command(&home, &id, line::ChatCommand::Clear, 0, json),
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
     }
