@@ -3,6 +3,7 @@
 //! History: 600 messages (~400 KB): 150 rounds of user text → assistant text + `tool_use` →
 //! `tool_result` → assistant text. Targets (issue 2): assembly + encoding under 2 ms;
 //! assembly + atomic persist of current.json under 10 ms.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 

@@ -9,6 +9,7 @@
 //! - `choose_cut_and_build_transcript_600`: the CPU part before the gateway call.
 //!
 //! Printed once: the encoded request size before and after each kind of compaction.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 

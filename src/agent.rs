@@ -304,7 +304,7 @@ pub struct AgentMemory {
 
 impl AgentMemory {
     pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
-        let record = Registry::open(&home.db_path())?.get(id)?;
+        let record = Registry::open_read_only(&home.db_path())?.get(id)?;
         let config = Config::load(&home.config_path())?;
         let memory = Memory::new(&record.workspace, config.memory.clone());
         Ok(Self { record, memory, home: home.clone(), config })

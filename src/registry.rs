@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::ApiStyle;
@@ -62,6 +62,11 @@ pub enum RegistryError {
     Sql { path: PathBuf, source: rusqlite::Error },
     #[error("registry {path} has schema version {found}, newer than this cicy-agent understands ({supported}); upgrade cicy-agent")]
     TooNew { path: PathBuf, found: i64, supported: i64 },
+    #[error("registry {path} has schema version {found}, older than this cicy-agent's ({supported}); a command that writes (e.g. `create`) upgrades it")]
+    TooOld { path: PathBuf, found: i64, supported: i64 },
+    /// The command must write the registry and cannot: `what` is "its folder" or "the file".
+    #[error("cannot write the registry {path}: {what} is read-only. Commands that only read (`ls`, `show`, `history`, `memory <id> ls`) work on a read-only CICY_HOME; this one writes, so make it writable or set CICY_HOME to a writable folder")]
+    ReadOnly { path: PathBuf, what: &'static str },
     #[error("no agent `{0}` (see `cicy-agent ls`)")]
     NotFound(String),
     #[error("master `{0}` does not exist")]
@@ -94,7 +99,51 @@ pub struct Registry {
 
 impl Registry {
     /// Opens (creating if needed) the database and brings its schema up to date.
+    ///
+    /// Errors: [`RegistryError::ReadOnly`] when the file or its folder cannot be written,
+    /// [`RegistryError::TooNew`], and [`RegistryError::Sql`] for anything else SQLite reports.
     pub fn open(path: &Path) -> Result<Self, RegistryError> {
+        Self::open_writable(path).map_err(|e| match e {
+            RegistryError::Sql { source, .. } if cannot_write(&source) => match read_only_part(path) {
+                Some(what) => RegistryError::ReadOnly { path: path.to_path_buf(), what },
+                None => RegistryError::Sql { path: path.to_path_buf(), source },
+            },
+            other => other,
+        })
+    }
+
+    /// Opens an existing database for reading only (`ls`, `show`, `history`): nothing is
+    /// created, migrated or written, so a read-only `CICY_HOME` works. When SQLite cannot make
+    /// the WAL index beside the file (a read-only folder), the file is read as immutable: no
+    /// process of ours can be writing to a folder nobody may write.
+    ///
+    /// Errors: [`RegistryError::TooNew`], [`RegistryError::TooOld`] (run a writing command
+    /// first), [`RegistryError::Sql`].
+    pub fn open_read_only(path: &Path) -> Result<Self, RegistryError> {
+        let sql = |source| RegistryError::Sql { path: path.to_path_buf(), source };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let version = |conn: &Connection| conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let conn = Connection::open_with_flags(path, flags).map_err(sql)?;
+        let (conn, found) = match version(&conn) {
+            Ok(v) => (conn, v),
+            Err(e) if cannot_write(&e) => {
+                let conn = Connection::open_with_flags(immutable_uri(path), flags).map_err(sql)?;
+                let v = version(&conn).map_err(sql)?;
+                (conn, v)
+            }
+            Err(e) => return Err(sql(e)),
+        };
+        let supported = MIGRATIONS.len() as i64;
+        if found > supported {
+            return Err(RegistryError::TooNew { path: path.to_path_buf(), found, supported });
+        }
+        if found < supported {
+            return Err(RegistryError::TooOld { path: path.to_path_buf(), found, supported });
+        }
+        Ok(Self { conn, path: path.to_path_buf() })
+    }
+
+    fn open_writable(path: &Path) -> Result<Self, RegistryError> {
         let sql = |source| RegistryError::Sql { path: path.to_path_buf(), source };
         let conn = Connection::open(path).map_err(sql)?;
         conn.busy_timeout(Duration::from_secs(10)).map_err(sql)?;
@@ -204,6 +253,45 @@ impl Registry {
     }
 }
 
+/// Whether SQLite failed for want of write access (it says `unable to open database file` when
+/// it cannot create the file or its journal, `attempt to write a readonly database` otherwise).
+fn cannot_write(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly))
+}
+
+/// Which part of the registry's place this process may not write (`access(2)` with `W_OK`, so
+/// it answers for this user and a read-only mount), or `None` when both are writable.
+fn read_only_part(db: &Path) -> Option<&'static str> {
+    let writable = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+            .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
+    };
+    let folder = db.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !writable(folder) {
+        Some("its folder")
+    } else if db.exists() && !writable(db) {
+        Some("the file")
+    } else {
+        None
+    }
+}
+
+/// `file:` URI of `path` with `immutable=1` (SQLite URI filenames: `%`, `?` and `#` escaped).
+fn immutable_uri(path: &Path) -> String {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => uri.push_str("%25"),
+            '?' => uri.push_str("%3f"),
+            '#' => uri.push_str("%23"),
+            c => uri.push(c),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
 const SELECT: &str = "SELECT id, title, workspace, agent_type, role, role_template, default_model,
     master_id, config, created_at, updated_at FROM agent_config";
 
@@ -286,6 +374,27 @@ mod tests {
         a.master_id = Some("w-9".into());
         assert_eq!(reg.create(a, |id| dir.path().join(id)).unwrap_err().to_string(), "master `w-9` does not exist");
         assert_eq!(reg.get("w-3").unwrap_err().to_string(), "no agent `w-3` (see `cicy-agent ls`)");
+    }
+
+    #[test]
+    fn a_read_only_open_reads_rows_and_refuses_an_unmigrated_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cicy.db");
+        Registry::open(&db).unwrap().create(new_agent("one"), |id| dir.path().join(id)).unwrap();
+        let reg = Registry::open_read_only(&db).unwrap();
+        assert_eq!(reg.get("w-1").unwrap().title, "one");
+        assert!(reg.delete("w-1").is_err(), "a read-only registry cannot write");
+        let old = dir.path().join("old.db");
+        Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
+        assert_eq!(
+            Registry::open_read_only(&old).err().unwrap().to_string(),
+            format!("registry {} has schema version 0, older than this cicy-agent's (1); a command that writes (e.g. `create`) upgrades it", old.display())
+        );
+    }
+
+    #[test]
+    fn the_immutable_uri_escapes_what_sqlite_reads_as_uri_syntax() {
+        assert_eq!(immutable_uri(Path::new("/a b/x?y#z%.db")), "file:/a b/x%3fy%23z%25.db?immutable=1");
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 200;
 /// Errors loading roles or tool configuration; each names the file and field.
 #[derive(Debug, thiserror::Error)]
 pub enum RoleError {
-    #[error("unknown role template `{slug}` (available: {available})")]
-    Unknown { slug: String, available: String },
+    /// `skipped`: empty, or a note naming `roles/` folders skipped for their names.
+    #[error("unknown role template `{slug}` (available: {available}){skipped}")]
+    Unknown { slug: String, available: String, skipped: String },
     #[error("role template name `{0}` is not valid: use letters, digits, `-` and `_`")]
     BadSlug(String),
     #[error("cannot read {path}: {source}")]
@@ -103,7 +104,7 @@ pub struct RoleTemplate {
 }
 
 impl RoleTemplate {
-    /// `max_tool_rounds` or the cicy default of 200 (at least 1).
+    /// `max_tool_rounds` or the cicy default of 200; at least 1 ([`parse_meta`] refuses 0).
     pub fn max_tool_rounds(&self) -> u32 {
         self.meta.max_tool_rounds.unwrap_or(DEFAULT_MAX_TOOL_ROUNDS).max(1)
     }
@@ -129,6 +130,22 @@ pub fn list_templates(home: &Home) -> Vec<String> {
     slugs
 }
 
+/// Folders of `$CICY_HOME/roles/` that [`list_templates`] skips because their name is not a
+/// valid template name (letters, digits, `-`, `_`), sorted; shown lossily when not UTF-8.
+pub fn invalid_template_dirs(home: &Home) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(home.roles_dir())
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !valid_slug(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 /// Loads template `slug` and validates its meta.yaml and tool names against `tools`.
 pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<RoleTemplate, RoleError> {
     if !valid_slug(slug) {
@@ -137,7 +154,11 @@ pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<Role
     let packaged = PACKAGED_ROLES.iter().find(|r| r.0 == slug);
     let user_dir = home.roles_dir().join(slug);
     if packaged.is_none() && !user_dir.is_dir() {
-        return Err(RoleError::Unknown { slug: slug.to_string(), available: list_templates(home).join(", ") });
+        let skipped = match invalid_template_dirs(home).as_slice() {
+            [] => String::new(),
+            names => format!("; skipped for their names: {}", names.iter().map(|n| format!("roles/{n}")).collect::<Vec<_>>().join(", ")),
+        };
+        return Err(RoleError::Unknown { slug: slug.to_string(), available: list_templates(home).join(", "), skipped });
     }
     let pick = |file: &str, packaged_text: Option<&str>| -> Result<(String, String), RoleError> {
         let path = user_dir.join(file);
@@ -159,11 +180,23 @@ pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<Role
 }
 
 /// Parses meta.yaml text; `source` names the file in errors. Empty text is an empty meta.
+///
+/// Errors: [`RoleError::BadMeta`] for YAML that does not parse, an unknown field, or
+/// `max_tool_rounds: 0` (a turn needs at least its one answering round).
 pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
     if text.trim().is_empty() {
         return Ok(RoleMeta::default());
     }
-    serde_yaml::from_str(text).map_err(|e| RoleError::BadMeta { file: source.to_string(), message: e.to_string() })
+    let meta: RoleMeta =
+        serde_yaml::from_str(text).map_err(|e| RoleError::BadMeta { file: source.to_string(), message: e.to_string() })?;
+    if meta.max_tool_rounds == Some(0) {
+        return Err(RoleError::BadMeta {
+            file: source.to_string(),
+            message: "max_tool_rounds: 0 is not allowed: a turn needs at least 1 round (1: one answer without tools)"
+                .to_string(),
+        });
+    }
+    Ok(meta)
 }
 
 /// A custom tool from `lite-config.json` `customTools`: a shell command that gets the model's

@@ -1,5 +1,6 @@
 //! The `cicy-agent` binary as a user runs it: real processes, a temporary `$CICY_HOME`, the
 //! scripted gateway. Covers create/ls/roles/show/chat/history and bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 
@@ -188,13 +189,13 @@ async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
 }
 
 /// Sends `sig` while a tool runs (`sleep <secs>`, distinct per test so the process check of one
-/// test does not see another's tool).
+/// test does not see another's tool). The tool says through a FIFO that it has started.
 async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
-    use tokio::io::AsyncBufReadExt;
-    let tool = format!("sleep {secs}; touch finished");
+    let h = home();
+    let started = common::cli::Fifo::new(h.path().join("started"));
+    let tool = format!("echo started > {}; sleep {secs}; touch finished", started.path.display());
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
-    let h = home();
     let url = gw.url();
     cicy(h.path(), &url, &["create", "Ada"], None).await;
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"))
@@ -207,14 +208,7 @@ async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    loop {
-        let line = stderr.next_line().await.unwrap().expect("the tool starts before stderr closes");
-        if line.starts_with("→ shell") {
-            break;
-        }
-    }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(started.read().await, "started\n");
     let pid = child.id().unwrap() as libc::pid_t;
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let status = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await.unwrap().unwrap();

@@ -1,12 +1,13 @@
 //! `/compact`, `/clear`, `compact`, `clear`, `retry` and `history --all` through the real
 //! `cicy-agent` binary: refusal while another process runs a turn, the chat-line commands, and
 //! what `history` shows after a compaction.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 
-use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
-use common::cli::{cicy, command};
+use common::cli::{cicy, command, Fifo};
 use common::gateway::*;
 use common::history::{assert_valid_request, body, wire_messages};
 use cicy::conversation::message::SUMMARY_PREFIX;
@@ -19,17 +20,19 @@ fn home() -> tempfile::TempDir {
 
 #[tokio::test]
 async fn compact_and_clear_are_refused_while_another_process_runs_a_turn() {
+    // The tool holds the turn open until the test releases it through a FIFO.
+    let h = home();
+    let release = Fifo::new(h.path().join("release"));
+    let tool = format!(r#"{{"command":"read line < {}"}}"#, release.path.display());
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"sleep 2"}"#)));
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &tool)));
     gw.push(Reply::sse(anthropic_text("done")));
     gw.push(Reply::sse(anthropic_text(SUMMARY)));
-    let h = home();
     let url = gw.url();
     assert_eq!(cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
-    let running = command(h.path(), &url, &["chat", "w-1", "work"]).spawn().expect("spawn chat");
-    while gw.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut running = command(h.path(), &url, &["chat", "w-1", "work"]).spawn().expect("spawn chat");
+    let mut stderr = BufReader::new(running.stderr.take().expect("stderr")).lines();
+    while !stderr.next_line().await.expect("stderr").expect("the tool starts").starts_with("→ shell") {}
     let current = std::fs::read(h.path().join("workers/w-1/.cicy/history/current.json")).unwrap();
     for (args, what) in [
         (&["compact", "w-1"][..], "/compact"),
@@ -42,8 +45,9 @@ async fn compact_and_clear_are_refused_while_another_process_runs_a_turn() {
         assert_eq!(o.code, 1, "{args:?}: {}", o.stderr);
         assert_eq!(o.stderr, format!("error (busy): {what} was NOT executed: a turn is running for w-1\n"), "{args:?}");
     }
+    release.write("go\n").await;
     let o = running.wait_with_output().await.unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0));
     assert_eq!(gw.requests().len(), 2, "the refused commands sent nothing");
     assert_ne!(std::fs::read(h.path().join("workers/w-1/.cicy/history/current.json")).unwrap(), current, "the turn went on");
 

@@ -5,6 +5,7 @@
 //!
 //! The model cannot call tools; these tests cover plain turns, streaming, usage and the
 //! prompt cache.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 

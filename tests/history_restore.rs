@@ -1,4 +1,5 @@
 //! Restoring an interrupted turn from the files a crash left behind (DESIGN.md §6.3, §6.4).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 

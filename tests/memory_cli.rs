@@ -1,5 +1,6 @@
 //! `cicy-agent memory …` and the memory timers as a user runs them: real processes, a temporary
 //! `$CICY_HOME`, the scripted gateway (DESIGN.md §8 "CLI", "Write").
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use cicy::memory::buffer::{self, PendingTurn};
 use common::cli::{command, Out};
 use common::gateway::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 async fn cicy(home: &Path, gateway: &str, args: &[&str]) -> Out {
     common::cli::cicy(home, gateway, args, None).await
@@ -152,11 +153,14 @@ async fn a_resident_chat_flushes_after_the_configured_idle_period() {
     let mut stdin = child.stdin.take().expect("stdin");
     stdin.write_all(b"my editor is helix\n").await.unwrap();
     stdin.flush().await.unwrap();
-    // The turn runs at once; the recognizer only after one idle second, with stdin still open.
-    let mut waited = Duration::ZERO;
-    while gw.requests().len() < 2 && waited < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        waited += Duration::from_millis(50);
+    // The turn runs at once; the recognizer only after one idle second, with stdin still open:
+    // wait for the flush's report on stderr.
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    let flushed = "· memory: saved 1, updated 0 (from 1 turn)";
+    while seen.last().map(String::as_str) != Some(flushed) {
+        let line = tokio::time::timeout(Duration::from_secs(20), stderr.next_line()).await.expect("the idle timer never flushed");
+        seen.push(line.unwrap().unwrap_or_else(|| panic!("stderr closed before the flush: {seen:?}")));
     }
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 2, "the idle timer never flushed");
@@ -167,8 +171,5 @@ async fn a_resident_chat_flushes_after_the_configured_idle_period() {
     drop(stdin);
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("exits").unwrap();
     assert_eq!(status.code(), Some(0));
-    let mut stderr = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut stderr).await.unwrap();
-    assert!(stderr.contains("· memory: saved 1, updated 0 (from 1 turn)\n"), "{stderr}");
     assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
 }

@@ -2,8 +2,10 @@
 //! wired to cancellation and the agent's turn lock held.
 //!
 //! One-shot: one turn (or `/compact`, `/clear` given as the text), exit code 0 (completed), 130
-//! (cancelled) or 1 (failed/blocked/refused). Session: one line at a time from stdin until
-//! `/exit` or EOF; `/compact` and `/clear` typed as a whole line run between turns; Ctrl-C
+//! (cancelled) or 1 (failed/blocked/refused). `--file` sends a whole file (or all of stdin) as
+//! one message. Session: one line at a time from stdin, one turn per line, until `/exit` or
+//! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
+//! (`/compat`) is refused, neither sent nor run (see `line`); Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
 //! turn like Ctrl-C and then leave (exit 143, 129). The lock is held for each line and
 //! released between lines, and the history is re-read before each line, so `cicy-agent
@@ -13,24 +15,28 @@
 //! Memory (DESIGN.md §8): a one-shot process first flushes a memory buffer that became due
 //! while no process ran; a session's memory timer flushes the buffer while it waits for a line.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use cicy::agent::{AgentError, Session};
 use cicy::compact::{self, CompactError};
+use cicy::conversation::message::Message;
 use cicy::event::{Emitter, EventKind, TurnOutcome};
 use cicy::gateway::GatewayError;
 use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
+use cicy::prompt::window_start;
 use cicy::turn;
 
+use super::line::{self, ChatCommand, Line};
 use super::print;
 
 pub(super) fn emitter(id: &str, json: bool) -> Emitter {
@@ -119,13 +125,10 @@ fn unset(current: &Current) {
     }
 }
 
-/// What a line asks for: the conversation commands must be the whole line.
-fn what(line: &str) -> &'static str {
-    match line.trim() {
-        "/compact" => "/compact",
-        "/clear" => "/clear",
-        _ => "the message",
-    }
+/// Refuses a mistyped command: nothing is sent or run.
+fn unknown_command(line: &str, events: &Emitter) -> ExitCode {
+    events.emit(EventKind::Error { kind: "command".to_string(), message: line::refusal(line) });
+    ExitCode::from(1)
 }
 
 /// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it.
@@ -153,9 +156,43 @@ fn notes(session: &Session, events: &Emitter) {
     }
 }
 
-pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<ExitCode> {
+/// Where `chat` takes its input from.
+#[derive(Debug)]
+pub enum Input {
+    /// The text argument: one line, which may be a command.
+    Text(String),
+    /// `--file F` (`-`: stdin): the whole content is one message, never a command.
+    File(PathBuf),
+    /// No text: a line-by-line session on stdin.
+    Session,
+}
+
+/// Reads `--file`: the whole file (or all of stdin for `-`) as one message, exactly as written.
+fn read_message_file(path: &Path) -> Result<String> {
+    let (bytes, name) = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin().read_to_end(&mut bytes).context("reading the message from stdin")?;
+        (bytes, "stdin".to_string())
+    } else {
+        (std::fs::read(path).with_context(|| format!("reading the message from {}", path.display()))?, path.display().to_string())
+    };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!("{name} is not valid UTF-8 (at byte {}); nothing was sent", e.utf8_error().valid_up_to())
+    })?;
+    if text.trim().is_empty() {
+        anyhow::bail!("{name} is empty; nothing was sent");
+    }
+    Ok(text)
+}
+
+pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
+    let line = match input {
+        Input::Text(text) => Some(Line::parse(&text)),
+        Input::File(path) => Some(Line::Message(read_message_file(&path)?)),
+        Input::Session => None,
+    };
     // Model APIs reject empty content, and a stored empty message would be "healed" later.
-    if text.as_deref().is_some_and(|t| t.trim().is_empty()) {
+    if matches!(&line, Some(Line::Message(t)) if t.trim().is_empty()) {
         anyhow::bail!("the message is empty: give some text, or leave it out to read messages from stdin");
     }
     let rt = runtime()?;
@@ -163,14 +200,21 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
         let events = emitter(id, json);
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
-        if let Some(text) = text {
-            let Some((mut session, _lock)) = open_locked(home, id, what(&text), &events)? else {
+        if let Some(line) = line {
+            if let Line::Unknown(word) = &line {
+                return Ok(unknown_command(word, &events));
+            }
+            if line == Line::Command(ChatCommand::Exit) {
+                events.emit(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
+                return Ok(ExitCode::SUCCESS);
+            }
+            let Some((mut session, _lock)) = open_locked(home, id, line.what(), &events)? else {
                 return Ok(ExitCode::from(1));
             };
             let token = arm(&current);
             flush_memory(&session, None, &events, &token).await;
             unset(&current);
-            return run_line(&mut session, &text, &events, &current).await;
+            return run_line(&mut session, &line, &events, &current).await;
         }
         let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
             return Ok(ExitCode::from(1));
@@ -208,19 +252,24 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             if buf.is_empty() {
                 break; // EOF
             }
-            let line = String::from_utf8_lossy(&buf).into_owned();
+            let text = String::from_utf8_lossy(&buf).into_owned();
             buf.clear();
-            let line = line.trim();
-            if line.is_empty() {
+            let text = text.trim();
+            if text.is_empty() {
                 continue;
             }
-            if line == "/exit" {
-                break;
-            }
+            let line = match Line::parse(text) {
+                Line::Command(ChatCommand::Exit) => break,
+                Line::Unknown(word) => {
+                    last = unknown_command(&word, &events);
+                    continue;
+                }
+                line @ (Line::Command(ChatCommand::Compact | ChatCommand::Clear) | Line::Message(_)) => line,
+            };
             let _lock = match TurnLock::try_acquire(&session.record.workspace, id) {
                 Ok(lock) => lock,
                 Err(e @ LockError::Busy { .. }) => {
-                    refused(what(line), &e, &events);
+                    refused(line.what(), &e, &events);
                     last = ExitCode::from(1);
                     continue;
                 }
@@ -228,23 +277,33 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             };
             session.reload()?;
             notes(&session, &events);
-            last = run_line(&mut session, line, &events, &current).await?;
+            last = run_line(&mut session, &line, &events, &current).await?;
         }
         Ok(last)
     })
 }
 
 /// Runs one chat line: `/compact`, `/clear` or a user turn. Holds no lock itself.
-async fn run_line(session: &mut Session, line: &str, events: &Emitter, current: &Current) -> Result<ExitCode> {
-    match line.trim() {
-        "/compact" => compact_now(session, 0, events, current).await,
-        "/clear" => clear_now(session, events),
-        _ => {
+async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current: &Current) -> Result<ExitCode> {
+    match line {
+        Line::Command(c) => run_command(session, *c, 0, events, current).await,
+        Line::Unknown(word) => Ok(unknown_command(word, events)),
+        Line::Message(text) => {
             let token = arm(current);
-            let outcome = turn::run_turn(session, line, events, &token).await;
+            let outcome = turn::run_turn(session, text, events, &token).await;
             unset(current);
             Ok(exit_code(outcome?))
         }
+    }
+}
+
+/// Runs a conversation command on an open session.
+async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events: &Emitter, current: &Current) -> Result<ExitCode> {
+    match c {
+        ChatCommand::Compact => compact_now(session, keep, events, current).await,
+        ChatCommand::Clear => clear_now(session, events),
+        // Leaving is the caller's business (the session loop); nothing to do on a session.
+        ChatCommand::Exit => Ok(ExitCode::SUCCESS),
     }
 }
 
@@ -277,10 +336,28 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
         }
         Err(CompactError::History(e)) => Err(e.into()),
         Err(CompactError::Agent(e)) => Err((*e).into()),
-        Err(e @ (CompactError::Nothing | CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
+        Err(CompactError::Nothing) => {
+            failed(format!("/compact: {}; nothing was changed", nothing_to_compact(&session.current.messages, keep)));
+            Ok(ExitCode::from(1))
+        }
+        Err(e @ (CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
             failed(format!("/compact failed: {e}; nothing was changed"));
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// Why `/compact` found nothing to summarize, in the terms of what the user sees: an empty
+/// conversation has no summary to mention.
+fn nothing_to_compact(messages: &[Message], keep: usize) -> String {
+    let window = &messages[window_start(messages)..];
+    let plain = window.iter().filter(|m| !m.is_summary()).count();
+    if messages.is_empty() {
+        "nothing to compact: the conversation is empty".to_string()
+    } else if plain == 0 {
+        "nothing to compact: the window holds only the last summary".to_string()
+    } else {
+        format!("nothing to compact: --keep {keep} keeps all {plain} message(s) of the window (the cut moves to a turn boundary)")
     }
 }
 
@@ -316,19 +393,16 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
 }
 
 /// `cicy-agent compact <id>` and `cicy-agent clear <id>`.
-pub fn command(home: &Home, id: &str, line: &str, keep: usize, json: bool) -> Result<ExitCode> {
+pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
-        let Some((mut session, _lock)) = open_locked(home, id, line, &events)? else {
+        let Some((mut session, _lock)) = open_locked(home, id, c.as_str(), &events)? else {
             return Ok(ExitCode::from(1));
         };
-        match line {
-            "/compact" => compact_now(&mut session, keep, &events, &current).await,
-            _ => clear_now(&mut session, &events),
-        }
+        run_command(&mut session, c, keep, &events, &current).await
     })
 }
 

@@ -23,7 +23,16 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
         eprintln!("{id} has no conversation yet");
         return Ok(ExitCode::SUCCESS);
     };
-    let current = read_current(&store.conversation_dir(&conv).join("current.json"))?;
+    let dir = store.conversation_dir(&conv);
+    let current = match std::fs::symlink_metadata(dir.join("current.json")) {
+        Ok(_) => read_current(&dir.join("current.json"))?,
+        // No file yet, or an unreadable one was set aside: the conversation has no messages.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            note_set_aside(&dir, &conv);
+            CurrentFile::new(id, "")
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.join("current.json").display())),
+    };
     let archives = store.archives(&conv)?;
     let mut out = std::io::stdout().lock();
     if json && !all {
@@ -81,6 +90,25 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says on stderr which unreadable `current.json` files were set aside in `dir` (by a command
+/// that found them corrupt), so an empty conversation is not a mystery.
+fn note_set_aside(dir: &std::path::Path, conv: &str) {
+    let mut aside: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("current.json.corrupt-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    aside.sort();
+    if let Some(last) = aside.last() {
+        eprintln!(
+            "note: conversation {conv} has no current.json: the unreadable one was set aside as chat/{conv}/{last} (kept as it was); the next chat starts this conversation afresh"
+        );
+    }
 }
 
 fn read_current(path: &std::path::Path) -> Result<CurrentFile> {

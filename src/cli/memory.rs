@@ -48,9 +48,15 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
                 writeln!(out, "{}\t{}\t{}\t{}", r.mem_id, r.kind.as_str(), r.salience, r.title)?;
             }
             out.flush()?;
-            let pending = buffer::load(dir)?.turns.len();
-            if pending > 0 {
-                eprintln!("· {pending} turn(s) buffered, not yet recognized (`cicy-agent memory {id} flush` sends them now)");
+            if scan.memories.is_empty() && scan.bad.is_empty() {
+                eprintln!("no memories yet for {id}");
+            }
+            // The buffer count is a side note: a buffer that cannot be read (its lock needs a
+            // writable folder) must not hide the listing.
+            match buffer::load(dir).map(|b| b.turns.len()) {
+                Ok(0) => {}
+                Ok(pending) => eprintln!("· {pending} turn(s) buffered, not yet recognized (`cicy-agent memory {id} flush` sends them now)"),
+                Err(e) => eprintln!("· cannot count the buffered turns: {e}"),
             }
             note_bad(id, scan.bad.len());
             Ok(ExitCode::SUCCESS)

@@ -3,6 +3,7 @@
 
 mod chat;
 mod history;
+mod line;
 mod memory;
 mod print;
 
@@ -57,11 +58,15 @@ enum Command {
     Roles,
     /// Show one agent.
     Show { id: String },
-    /// Send one message (streams the answer), or with no text read messages from stdin.
+    /// Send one message (streams the answer), or with no text read messages from stdin, one
+    /// turn per line.
     Chat {
         id: String,
         /// The message; omit it for a line-by-line session (`/exit` leaves).
         text: Option<String>,
+        /// Send the whole file as one message (`-`: all of stdin), never as a command.
+        #[arg(long, value_name = "FILE", conflicts_with = "text")]
+        file: Option<PathBuf>,
         /// Print every event as one JSON object per line.
         #[arg(long)]
         json: bool,
@@ -186,6 +191,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Roles => {
             let tools = ToolConfig::load(&home)?;
+            for name in role::invalid_template_dirs(&home) {
+                eprintln!("warning: roles/{name} is skipped: `{name}` is not a valid role template name (use letters, digits, `-` and `_`)");
+            }
             let mut out = std::io::stdout().lock();
             for slug in role::list_templates(&home) {
                 match role::load_template(&home, &slug, &tools) {
@@ -214,20 +222,29 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Chat { id, text, json } => chat::chat(&home, &id, text, json),
+        Command::Chat { id, text, file, json } => {
+            let input = match (text, file) {
+                (Some(text), _) => chat::Input::Text(text),
+                (None, Some(path)) => chat::Input::File(path),
+                (None, None) => chat::Input::Session,
+            };
+            chat::chat(&home, &id, input, json)
+        }
         Command::Retry { id, json } => chat::retry(&home, &id, json),
-        Command::Compact { id, keep, json } => chat::command(&home, &id, "/compact", keep, json),
-        Command::Clear { id, json } => chat::command(&home, &id, "/clear", 0, json),
+        Command::Compact { id, keep, json } => chat::command(&home, &id, line::ChatCommand::Compact, keep, json),
+        Command::Clear { id, json } => chat::command(&home, &id, line::ChatCommand::Clear, 0, json),
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
     }
 }
 
+/// The registry for a command that only reads it: opened read-only, so it works on a
+/// read-only `CICY_HOME`.
 fn open_registry(home: &Home) -> Result<Registry> {
     if !home.db_path().exists() {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
-    Ok(Registry::open(&home.db_path())?)
+    Ok(Registry::open_read_only(&home.db_path())?)
 }
 
 #[cfg(test)]

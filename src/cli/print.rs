@@ -71,9 +71,20 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),
-            other => writeln!(err, "· turn ended: {}", serde_json::to_string(other).unwrap_or_default()),
+            other => writeln!(err, "· turn ended: {}", outcome_name(*other)),
         },
         EventKind::TurnStarted { .. } | EventKind::RoundStarted { .. } => Ok(()),
+    }
+}
+
+/// The outcome as a bare word (`cancelled`), the same word `--json` prints.
+fn outcome_name(o: cicy::event::TurnOutcome) -> &'static str {
+    use cicy::event::TurnOutcome;
+    match o {
+        TurnOutcome::Completed => "completed",
+        TurnOutcome::Cancelled => "cancelled",
+        TurnOutcome::Blocked => "blocked",
+        TurnOutcome::Failed => "failed",
     }
 }
 
@@ -110,7 +121,7 @@ mod tests {
             EventKind::TurnEnded { outcome: TurnOutcome::Cancelled },
         ]);
         assert_eq!(out, "half an ans\n");
-        assert_eq!(err, "· turn ended: \"cancelled\"\n");
+        assert_eq!(err, "· turn ended: cancelled\n");
         let (out, _) = run(vec![
             EventKind::TextDelta { text: "whole".into() },
             EventKind::TextEnd,
