@@ -213,9 +213,8 @@ impl Session {
     pub fn open_locked(home: &Home, id: &str) -> Result<(Self, TurnLock), AgentError> {
         let record = Registry::open(&home.db_path())?.get(id)?;
         let lock = TurnLock::try_acquire(&record.workspace, id)?;
-        let reaped = reaper::reap(&reaper::records_dir(&record.workspace));
         let mut session = Self::open(home, id)?;
-        session.reaped = reaped;
+        session.reaped = reaper::reap(&reaper::records_dir(&record.workspace));
         Ok((session, lock))
     }
 
