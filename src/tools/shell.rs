@@ -20,8 +20,10 @@ pub const NAME: &str = "shell";
 /// Upper bound, in bytes, of a result's `content`: longer output keeps its head and its tail.
 pub const OUTPUT_CAP_BYTES: usize = 12_000;
 
-/// Default and upper bound of `timeout`, in seconds (cicy: 120 s, at most 30 min).
+/// `timeout` when the input gives none, in seconds (as [`description`] tells the model); also
+/// the timeout of every custom tool.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
+/// Largest `timeout`, in seconds; larger values are clamped.
 const MAX_TIMEOUT_SECS: u64 = 1800;
 
 /// The tool description shown to the model.
