@@ -15,6 +15,7 @@ use crate::lock::{LockError, TurnLock};
 use crate::memory::{AuxTarget, Memory};
 use crate::registry::{AgentRecord, AgentSettings, NewAgent, Registry, RegistryError};
 use crate::role::{self, RoleError, RoleTemplate, ToolConfig};
+use crate::tools::reaper::{self, Reaped};
 use crate::tools::skill::{self, SkillInfo};
 use crate::tools::ToolSet;
 
@@ -172,6 +173,9 @@ pub struct Session {
     pub current: CurrentFile,
     /// Notes from restoring the history (what was healed), for the caller to show.
     pub restore_notes: Vec<String>,
+    /// Tool process groups a crash left running that opening the agent for a turn killed (or
+    /// could not check), for the caller to show; see [`crate::tools::reaper`].
+    pub reaped: Vec<Reaped>,
 }
 
 impl Session {
@@ -190,6 +194,7 @@ impl Session {
             store,
             current: CurrentFile::new(id, ""),
             restore_notes: Vec::new(),
+            reaped: Vec::new(),
         };
         let materials = session.materials()?;
         let restored = session.store.restore(id, &materials.model)?;
@@ -199,20 +204,26 @@ impl Session {
     }
 
     /// Opens agent `id` holding its turn lock. The lock is taken before the history is
-    /// restored, so a restore never "heals" a turn that another process is running.
+    /// restored, so a restore never "heals" a turn that another process is running, and
+    /// before tool process groups left running by a crashed turn are killed ([`Session::reaped`]),
+    /// so no running tool of another process is.
     ///
     /// Errors: [`AgentError::Lock`] with [`LockError::Busy`] when another holder has it, and
     /// whatever [`Session::open`] reports.
     pub fn open_locked(home: &Home, id: &str) -> Result<(Self, TurnLock), AgentError> {
         let record = Registry::open(&home.db_path())?.get(id)?;
         let lock = TurnLock::try_acquire(&record.workspace, id)?;
-        Ok((Self::open(home, id)?, lock))
+        let mut session = Self::open(home, id)?;
+        session.reaped = reaper::reap(&reaper::records_dir(&record.workspace));
+        Ok((session, lock))
     }
 
     /// Reads the history from disk again, restoring and healing it as [`Session::open`] does:
-    /// between two turns of a long session another process may have compacted or cleared it.
+    /// between two turns of a long session another process may have compacted or cleared it
+    /// (or crashed and left a tool running, which is killed as in [`Session::open_locked`]).
     /// Call it holding the turn lock.
     pub fn reload(&mut self) -> Result<(), AgentError> {
+        self.reaped = reaper::reap(&reaper::records_dir(&self.record.workspace));
         let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
         let restored = self.store.restore(&self.record.id, &model)?;
         self.current = restored.current;

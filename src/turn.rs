@@ -183,6 +183,7 @@ async fn rounds(
         skills_dir: session.home.skills_dir(),
         cancel: cancel.clone(),
         hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
+        running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
     };
     let opts = CallOptions {
         model: m.model.clone(),

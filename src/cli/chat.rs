@@ -151,6 +151,9 @@ fn refused(what: &str, e: &LockError, events: &Emitter) {
 }
 
 fn notes(session: &Session, events: &Emitter) {
+    for reaped in &session.reaped {
+        events.emit(EventKind::System { text: reaped.to_string() });
+    }
     for note in &session.restore_notes {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }

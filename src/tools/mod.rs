@@ -1,16 +1,28 @@
 //! Tools the model can call (`tool_use` → `tool_result`).
 //!
-//! Owns the tool catalogue (names, descriptions, JSON Schema parameters) and dispatch by name.
-//! Each tool lives in its own module and knows nothing of the turn loop, the gateway or the
-//! terminal: it takes the model's `input` object and a [`ToolContext`], and returns a
-//! [`ToolOutput`] whose `content` becomes the `tool_result` text.
+//! Owns the [`Tool`] trait and the set of enabled tools of a turn ([`ToolSet`]): the catalogue
+//! sent to the model and dispatch of a call to its tool. Each tool lives in its own module
+//! (`shell`, `skill`, `custom`) and knows nothing of the turn loop, the gateway or the terminal:
+//! it takes the model's `input` object and a [`ToolContext`], and returns a [`ToolOutput`] whose
+//! `content` becomes the `tool_result` text. `process`, `output` and `reaper` are the machinery
+//! the command tools share.
 
+pub mod custom;
+pub mod output;
+pub mod process;
+pub mod reaper;
 pub mod shell;
 pub mod skill;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
+
+use crate::gateway::ToolSpec;
+use crate::role::CustomTool;
 
 /// What a tool may see of the agent it runs for.
 #[derive(Debug, Clone)]
@@ -23,6 +35,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Environment variables the tool's processes must not inherit (the gateway API key).
     pub hidden_env: Vec<String>,
+    /// Where each running tool's process group is recorded so that the next start of the agent
+    /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
+    /// nothing.
+    pub running_dir: Option<PathBuf>,
 }
 
 /// The result of one tool call: the `tool_result` content (plain text) and whether it is an error.
@@ -42,73 +58,121 @@ impl ToolOutput {
     }
 }
 
-use crate::gateway::ToolSpec;
-use crate::role::CustomTool;
-use std::collections::BTreeMap;
+/// One tool the model can call.
+pub trait Tool: std::fmt::Debug + Send + Sync {
+    /// The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$` on the Anthropic API).
+    fn name(&self) -> &str;
+    /// What the model is told the tool does.
+    fn description(&self) -> &str;
+    /// JSON Schema of the input object.
+    fn input_schema(&self) -> serde_json::Value;
+    /// Runs one call. Never panics and never fails: bad input, a tool that cannot start and a
+    /// cancel are error results the model reads.
+    fn run<'a>(&'a self, input: &'a serde_json::Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
+}
 
-/// The enabled tools of a turn: built-ins by name plus `customTools` from lite-config.json.
+/// The built-in tool called `name`, if there is one (the names are [`crate::role::BUILTIN_TOOLS`]).
+fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
+    match name {
+        shell::NAME => Some(Arc::new(shell::Shell)),
+        skill::NAME => Some(Arc::new(skill::Skill)),
+        _ => None,
+    }
+}
+
+/// The enabled tools of a turn: built-ins by name plus `customTools` from lite-config.json,
+/// sorted by name.
 #[derive(Debug, Clone, Default)]
 pub struct ToolSet {
-    names: Vec<String>,
-    custom: BTreeMap<String, CustomTool>,
+    tools: Vec<Arc<dyn Tool>>,
+    /// Enabled names that have no definition (a custom tool removed from lite-config.json).
+    undefined: Vec<String>,
 }
 
 impl ToolSet {
-    /// `names` were validated by `crate::role::ToolConfig::expand`.
+    /// `names` were validated by `crate::role::ToolConfig::expand`; a built-in name wins over a
+    /// custom tool of the same name.
     pub fn new(names: Vec<String>, custom: BTreeMap<String, CustomTool>) -> Self {
-        Self { names, custom }
+        let mut set = Self::default();
+        for name in names {
+            let tool = builtin(&name)
+                .or_else(|| custom.get(&name).map(|def| Arc::new(custom::Custom::new(&name, def.clone())) as Arc<dyn Tool>));
+            match tool {
+                Some(tool) => set.tools.push(tool),
+                None => set.undefined.push(name),
+            }
+        }
+        set.tools.sort_by(|a, b| a.name().cmp(b.name()));
+        set.tools.dedup_by(|a, b| a.name() == b.name());
+        set
     }
 
     /// Name, description and JSON Schema of each enabled tool, sorted by name.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        let mut specs: Vec<ToolSpec> = self
-            .names
+        self.tools
             .iter()
-            .filter_map(|n| match n.as_str() {
-                shell::NAME => Some(ToolSpec {
-                    name: n.clone(),
-                    description: shell::description().to_string(),
-                    input_schema: shell::input_schema(),
-                }),
-                skill::NAME => Some(ToolSpec {
-                    name: n.clone(),
-                    description: skill::description().to_string(),
-                    input_schema: skill::input_schema(),
-                }),
-                _ => self.custom.get(n).map(|c| ToolSpec {
-                    name: n.clone(),
-                    description: c.description.clone(),
-                    input_schema: c.input_schema.clone(),
-                }),
-            })
-            .collect();
-        specs.sort_by(|a, b| a.name.cmp(&b.name));
-        specs
+            .map(|t| ToolSpec { name: t.name().to_owned(), description: t.description().to_owned(), input_schema: t.input_schema() })
+            .collect()
     }
 
     /// Runs tool `name` with the model's `input`. A name that is not enabled is an error
     /// result (the model asked for something it was not offered), never a panic.
     pub async fn run(&self, name: &str, input: &serde_json::Value, ctx: &ToolContext) -> ToolOutput {
-        if !self.names.iter().any(|n| n == name) {
-            return ToolOutput::error(format!(
-                "error: tool `{name}` is not available to this agent (available: {})",
-                if self.names.is_empty() { "none".to_string() } else { self.names.join(", ") }
-            ));
+        if let Some(tool) = self.tools.iter().find(|t| t.name() == name) {
+            return tool.run(input, ctx).await;
         }
-        match name {
-            shell::NAME => shell::run(input, ctx).await,
-            skill::NAME => skill::run(input, ctx).await,
-            _ => match self.custom.get(name) {
-                Some(c) => run_custom(c, input, ctx).await,
-                None => ToolOutput::error(format!("error: tool `{name}` has no definition")),
-            },
+        if self.undefined.iter().any(|n| n == name) {
+            return ToolOutput::error(format!("error: tool `{name}` has no definition"));
         }
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name()).chain(self.undefined.iter().map(String::as_str)).collect();
+        ToolOutput::error(format!(
+            "error: tool `{name}` is not available to this agent (available: {})",
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        ))
     }
 }
 
-/// A custom tool is a shell command that reads the model's input JSON from `$CICY_TOOL_INPUT`.
-async fn run_custom(tool: &CustomTool, input: &serde_json::Value, ctx: &ToolContext) -> ToolOutput {
-    let json = input.to_string().replace('\'', r"'\''");
-    let command = format!("export CICY_TOOL_INPUT='{json}'\n{}", tool.command);
-    shell::run(&serde_json::json!({ "command": command }), ctx).await
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn custom(command: &str) -> CustomTool {
+        CustomTool { description: format!("runs {command}"), command: command.into(), input_schema: json!({"type": "object"}) }
+    }
+
+    fn context(workspace: &std::path::Path) -> ToolContext {
+        ToolContext {
+            workspace: workspace.into(),
+            skills_dir: workspace.join("skills"),
+            cancel: CancellationToken::new(),
+            hidden_env: Vec::new(),
+            running_dir: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn one_set_gives_the_sorted_catalogue_and_runs_each_tool_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let defs = BTreeMap::from([("greet".to_string(), custom("echo hi")), ("gone_not_enabled".to_string(), custom("x"))]);
+        let set = ToolSet::new(vec!["skill".into(), "shell".into(), "greet".into(), "removed".into()], defs);
+        let specs = set.specs();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["greet", "shell", "skill"]);
+        assert_eq!((specs[0].description.as_str(), &specs[0].input_schema), ("runs echo hi", &json!({"type": "object"})));
+        assert_eq!((specs[1].description.as_str(), specs[1].input_schema.clone()), (shell::description(), shell::input_schema()));
+        assert_eq!(set.run("greet", &json!({}), &ctx).await, ToolOutput::ok("hi\nexit code: 0"));
+        assert_eq!(set.run("shell", &json!({"command": "echo sh"}), &ctx).await, ToolOutput::ok("sh\nexit code: 0"));
+        assert_eq!(set.run("skill", &json!({}), &ctx).await, ToolOutput::ok("No skills installed."));
+        assert_eq!(set.run("removed", &json!({}), &ctx).await, ToolOutput::error("error: tool `removed` has no definition"));
+        assert_eq!(
+            set.run("gone_not_enabled", &json!({}), &ctx).await,
+            ToolOutput::error("error: tool `gone_not_enabled` is not available to this agent (available: greet, shell, skill, removed)")
+        );
+        assert_eq!(
+            ToolSet::default().run("shell", &json!({}), &ctx).await,
+            ToolOutput::error("error: tool `shell` is not available to this agent (available: none)")
+        );
+    }
 }

@@ -11,10 +11,12 @@
 use std::fs;
 use std::path::Path;
 
+use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{ToolContext, ToolOutput};
+use super::output::{decode_lossy, invalid_utf8_note};
+use super::{Tool, ToolContext, ToolOutput};
 
 pub const NAME: &str = "skill";
 
@@ -48,9 +50,32 @@ pub fn input_schema() -> Value {
     })
 }
 
+/// The `skill` tool.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Skill;
+
+impl Tool for Skill {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn description(&self) -> &str {
+        description()
+    }
+
+    fn input_schema(&self) -> Value {
+        input_schema()
+    }
+
+    fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(run(input, ctx))
+    }
+}
+
 /// Without `name` (or with `null`): the list of installed skills, one `- name: description`
 /// line each in folder-name order, or a "no skills installed" text; never an error. With
-/// `name`: the whole SKILL.md of the skill whose folder, or else front-matter name, equals it.
+/// `name`: the whole SKILL.md of the skill whose folder, or else front-matter name, equals it,
+/// followed by an `[note: N bytes were not valid UTF-8 …]` line when the file has such bytes.
 /// Errors: `name` not a string, empty, containing `/`, `\` or `..`, or starting with `.`; no
 /// such skill (the error lists the installed names); an unreadable file.
 pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
@@ -74,22 +99,22 @@ pub fn list_skills(skills_dir: &Path) -> Vec<SkillInfo> {
 }
 
 /// A skill and the folder it was found in, which may differ from its front-matter name.
-struct Skill {
+struct Installed {
     folder: String,
     info: SkillInfo,
 }
 
-fn scan(skills_dir: &Path) -> Vec<Skill> {
+fn scan(skills_dir: &Path) -> Vec<Installed> {
     let Ok(entries) = fs::read_dir(skills_dir) else {
         return Vec::new();
     };
-    let mut skills: Vec<Skill> = entries
+    let mut skills: Vec<Installed> = entries
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let folder = entry.file_name().into_string().ok()?;
             let path = entry.path().join("SKILL.md");
             // `is_file` follows symlinks, so a skill linked in from elsewhere counts.
-            (!folder.starts_with('.') && path.is_file()).then(|| Skill {
+            (!folder.starts_with('.') && path.is_file()).then(|| Installed {
                 info: read_info(&folder, &path),
                 folder,
             })
@@ -211,7 +236,16 @@ fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
     };
     let path = skills_dir.join(&skill.folder).join("SKILL.md");
     match fs::read(&path) {
-        Ok(bytes) => ToolOutput::ok(normalize(&bytes)),
+        Ok(bytes) => {
+            let mut text = normalize(&bytes);
+            if let Some(note) = invalid_utf8_note(decode_lossy(&bytes).1) {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&note);
+            }
+            ToolOutput::ok(text)
+        }
         Err(err) => ToolOutput::error(format!("could not read {}: {err}", path.display())),
     }
 }
@@ -228,6 +262,7 @@ mod tests {
             skills_dir: skills_dir.into(),
             cancel,
             hidden_env: vec!["CICY_TEST_SECRET".to_string()],
+            running_dir: None,
         }
     }
 
@@ -369,6 +404,10 @@ mod tests {
         );
         let win = "---\nname: win\n---\nbody\n";
         assert_eq!(run(&json!({"name": "win"}), &ctx).await, output(win, false));
+        fs::create_dir(dir.path().join("latin1")).unwrap();
+        fs::write(dir.path().join("latin1/SKILL.md"), b"caf\xe9 cr\xe8me").unwrap();
+        let latin1 = "caf\u{fffd} cr\u{fffd}me\n[note: 2 bytes were not valid UTF-8 and are shown as \u{fffd}]";
+        assert_eq!(run(&json!({"name": "latin1"}), &ctx).await, output(latin1, false));
     }
 
     #[tokio::test]

@@ -1,0 +1,317 @@
+//! One bash command in a process group of its own: spawn it, read its output, stop it on
+//! timeout or cancel, and leave nothing of it running.
+//!
+//! Owns process spawning, process-group signalling, reading the pipes and recording the group
+//! for the reaper (`super::reaper`). It must not know any tool's input format or result wording
+//! beyond the status line of [`Ending`]; the tools (`shell`, custom tools) build a [`Job`] and
+//! turn the [`Finished`] into a `tool_result`.
+//!
+//! Lifecycle of a job:
+//! - `bash -lc <command>` starts as the leader of a new process group, stdin `/dev/null`, stdout
+//!   and stderr piped and read concurrently into one buffer in arrival order. The group is
+//!   recorded under the agent's `.cicy/running/` until it ends, so a crash cannot orphan it.
+//! - The job ends when bash (the main process) exits, not when the pipes close, so a background
+//!   child that keeps them open (`sleep 100 & echo hi`) cannot stall it; output already buffered
+//!   is drained for at most [`DRAIN_GRACE`].
+//! - On timeout or cancel the group gets SIGTERM, then SIGKILL after [`TERM_GRACE`] if any member
+//!   is still alive.
+//! - Whatever is left of the group when the job returns (background jobs) is killed with
+//!   SIGKILL, as codex-style runtimes do: a tool call must not leak processes into the agent's
+//!   life, and a cancelled turn must really stop. A command that has to outlive the call detaches
+//!   itself into its own session (`setsid server &`).
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::time::{sleep, sleep_until, Instant};
+
+use super::output::Collector;
+use super::reaper::Recorded;
+use super::ToolContext;
+
+/// Between SIGTERM and SIGKILL: long enough for a well-behaved program to clean up.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+/// After bash exits, how long to keep reading output that is already on its way.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+/// How often to look whether a terminated group is empty yet.
+const GROUP_POLL: Duration = Duration::from_millis(50);
+const READ_CHUNK: usize = 8192;
+
+/// What to run.
+#[derive(Debug, Clone, Copy)]
+pub struct Job<'a> {
+    /// The bash command line (`bash -lc`).
+    pub command: &'a str,
+    /// An existing directory.
+    pub cwd: &'a Path,
+    /// Variables set in the child's environment (after [`ToolContext::hidden_env`] is removed).
+    pub env: &'a [(&'a str, &'a str)],
+    pub timeout: Duration,
+    /// What the reaper's note calls the job, e.g. `shell: sleep 600`.
+    pub label: &'a str,
+    /// How many bytes of output [`Collector`] keeps at each end.
+    pub output_limit: usize,
+}
+
+/// How the wait for bash ended.
+#[derive(Debug)]
+pub enum Ending {
+    Exited(io::Result<ExitStatus>),
+    TimedOut,
+    Cancelled,
+}
+
+impl Ending {
+    /// The final status line (`exit code: N`, `killed by signal N`, `timed out after N s`,
+    /// `cancelled by user`) and whether the call failed (anything but exit code 0).
+    pub fn describe(&self, timeout: Duration) -> (String, bool) {
+        match self {
+            Ending::Exited(Ok(status)) => match (status.code(), status.signal()) {
+                (Some(code), _) => (format!("exit code: {code}"), code != 0),
+                (None, Some(signal)) => (format!("killed by signal {signal}"), true),
+                (None, None) => (format!("ended with {status}"), true),
+            },
+            Ending::Exited(Err(err)) => (format!("could not wait for the command: {err}"), true),
+            Ending::TimedOut => (format!("timed out after {} s", timeout.as_secs()), true),
+            Ending::Cancelled => ("cancelled by user".to_owned(), true),
+        }
+    }
+}
+
+/// A job that ran: how it ended and what it printed.
+#[derive(Debug)]
+pub struct Finished {
+    pub ending: Ending,
+    pub output: Collector,
+}
+
+/// Runs `job` to its end (exit, timeout or `ctx.cancel`). Errors: bash could not be started
+/// (the text is a complete `tool_result`).
+pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
+    let mut command = Command::new("bash");
+    for name in &ctx.hidden_env {
+        command.env_remove(name);
+    }
+    let mut child = command
+        .arg("-lc")
+        .arg(job.command)
+        .envs(job.env.iter().copied())
+        .current_dir(job.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|err| format!("failed to start bash: {err}"))?;
+    // process_group(0) makes bash the leader, so its pid is the group id. A pid of 0 or 1 must
+    // never reach kill(-pid): that would signal our own group or every process we may signal.
+    let Some(id) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).filter(|&id| id > 1) else {
+        // Unreachable in practice (the child is not reaped yet), but never leave it running.
+        let _ = child.start_kill();
+        return Err("failed to start bash: no process id".to_owned());
+    };
+    // Between the spawn and this write a crash would leave the group unrecorded: the id exists
+    // only once the process does.
+    let record = ctx.running_dir.as_deref().and_then(|dir| match Recorded::write(dir, id, job.label) {
+        Ok(record) => Some(record),
+        Err(e) => {
+            // The job still runs; only a crash during it would leave the group unreaped.
+            tracing::warn!(error = %e, "cannot record the tool's process group");
+            None
+        }
+    });
+    let group = Group { id, _record: record };
+    let mut pipes = Pipes::take_from(&mut child);
+    let mut out = Collector::new(job.output_limit);
+
+    let deadline = Instant::now() + job.timeout;
+    let ending = loop {
+        tokio::select! {
+            () = pipes.read_some(&mut out), if pipes.is_open() => {}
+            status = child.wait() => break Ending::Exited(status),
+            () = sleep_until(deadline) => break Ending::TimedOut,
+            () = ctx.cancel.cancelled() => break Ending::Cancelled,
+        }
+    };
+    if !matches!(ending, Ending::Exited(_)) {
+        terminate(&mut child, &group, &mut pipes, &mut out).await;
+    }
+    drain(&mut pipes, &mut out).await;
+    Ok(Finished { ending, output: out })
+    // `group` drops here, SIGKILLs any background job still in it and removes its record.
+}
+
+/// The job's process group. Dropping it SIGKILLs whatever is still in the group, which reaps
+/// background jobs on return and also covers the caller dropping `run` mid-flight; then the
+/// record drops, so the group is recorded for as long as any of it may be alive.
+struct Group {
+    id: libc::pid_t,
+    _record: Option<Recorded>,
+}
+
+impl Group {
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) has no memory effects; the id is > 1, so -id names only this group.
+        // ESRCH (group already empty) is the outcome we want, so the result is not checked.
+        unsafe {
+            libc::kill(-self.id, signal);
+        }
+    }
+
+    fn any_alive(&self) -> bool {
+        // SAFETY: as in `signal`; signal 0 only checks for existence.
+        unsafe { libc::kill(-self.id, 0) == 0 }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.signal(libc::SIGKILL);
+    }
+}
+
+/// SIGTERM to the group; SIGKILL once [`TERM_GRACE`] has passed with any member alive. Keeps
+/// reading output meanwhile so a program that prints while shutting down cannot block on a pipe.
+async fn terminate(child: &mut Child, group: &Group, pipes: &mut Pipes, out: &mut Collector) {
+    group.signal(libc::SIGTERM);
+    let give_up = Instant::now() + TERM_GRACE;
+    let mut bash_exited = false;
+    loop {
+        if bash_exited && !group.any_alive() {
+            return;
+        }
+        tokio::select! {
+            () = pipes.read_some(out), if pipes.is_open() => {}
+            _ = child.wait(), if !bash_exited => bash_exited = true,
+            () = sleep(GROUP_POLL), if bash_exited => {}
+            () = sleep_until(give_up) => break,
+        }
+    }
+    group.signal(libc::SIGKILL);
+    // Reap bash; after SIGKILL this returns at once, and its status is not reported anyway.
+    let _ = child.wait().await;
+}
+
+/// Reads what is already on its way, without waiting for an EOF that a background job holding
+/// the pipes may never send.
+async fn drain(pipes: &mut Pipes, out: &mut Collector) {
+    let until = Instant::now() + DRAIN_GRACE;
+    while pipes.is_open() {
+        tokio::select! {
+            () = pipes.read_some(out) => {}
+            () = sleep_until(until) => break,
+        }
+    }
+}
+
+/// The child's stdout and stderr; a pipe becomes `None` at EOF or on a read error.
+struct Pipes {
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
+    // On the heap: inside the future they would make every `run` future 16 KiB larger.
+    buf_out: Vec<u8>,
+    buf_err: Vec<u8>,
+}
+
+impl Pipes {
+    fn take_from(child: &mut Child) -> Self {
+        Self {
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+            buf_out: vec![0; READ_CHUNK],
+            buf_err: vec![0; READ_CHUNK],
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        self.stdout.is_some() || self.stderr.is_some()
+    }
+
+    /// Appends one chunk from whichever pipe is ready first. Cancel-safe: a chunk is appended in
+    /// the same poll that reads it. Pending forever when both pipes are closed.
+    async fn read_some(&mut self, out: &mut Collector) {
+        tokio::select! {
+            read = read_from(&mut self.stdout, &mut self.buf_out) => {
+                accept(read, &mut self.stdout, &self.buf_out, out);
+            }
+            read = read_from(&mut self.stderr, &mut self.buf_err) => {
+                accept(read, &mut self.stderr, &self.buf_err, out);
+            }
+        }
+    }
+}
+
+async fn read_from<R: AsyncRead + Unpin>(pipe: &mut Option<R>, buf: &mut [u8]) -> io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn accept<R>(read: io::Result<usize>, pipe: &mut Option<R>, buf: &[u8], out: &mut Collector) {
+    match read {
+        Ok(n) if n > 0 => out.push(&buf[..n]),
+        // EOF, or an error after which the pipe cannot be trusted: stop reading it.
+        _ => *pipe = None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_util::sync::CancellationToken;
+
+    fn context(workspace: &Path, running_dir: &Path) -> ToolContext {
+        ToolContext {
+            workspace: workspace.into(),
+            skills_dir: workspace.join("skills"),
+            cancel: CancellationToken::new(),
+            hidden_env: Vec::new(),
+            running_dir: Some(running_dir.into()),
+        }
+    }
+
+    fn job<'a>(command: &'a str, cwd: &'a Path, env: &'a [(&'a str, &'a str)]) -> Job<'a> {
+        Job { command, cwd, env, timeout: Duration::from_secs(20), label: "test: job", output_limit: 1000 }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn the_group_is_recorded_while_it_runs_and_forgotten_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let running = dir.path().join(".cicy/running");
+        let ctx = context(dir.path(), &running);
+        // The command prints what the reaper would find while it runs; the record is written
+        // right after the spawn, so the command waits for it.
+        let command = "until [ -e .cicy/running/$$.json ]; do sleep 0.01; done; cat .cicy/running/$$.json";
+        let finished = run(&job(command, dir.path(), &[]), &ctx).await.unwrap();
+        let (status, failed) = finished.ending.describe(Duration::from_secs(20));
+        let text = finished.output.finish(&status, 1000);
+        let record: serde_json::Value = serde_json::from_str(text.trim_end_matches("\nexit code: 0")).unwrap();
+        assert_eq!((record["label"].as_str(), failed), (Some("test: job"), false), "{text}");
+        assert!(record["pgid"].as_i64().is_some_and(|id| id > 1) && record["start_time"].as_u64().is_some());
+        assert_eq!(names(&running), Vec::<String>::new());
+    }
+
+    #[tokio::test]
+    async fn env_is_set_for_the_child_and_hidden_env_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = context(dir.path(), &dir.path().join("r"));
+        ctx.hidden_env = vec!["CARGO_PKG_NAME".into()];
+        let env = [("CICY_TEST_VALUE", "it's $(here)")];
+        let finished = run(&job("printf '%s|%s' \"$CICY_TEST_VALUE\" \"${CARGO_PKG_NAME-unset}\"", dir.path(), &env), &ctx)
+            .await
+            .unwrap();
+        assert_eq!(finished.output.finish("exit code: 0", 1000), "it's $(here)|unset\nexit code: 0");
+    }
+}
