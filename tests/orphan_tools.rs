@@ -1,6 +1,7 @@
 //! A `kill -9` of `cicy-agent` while a tool runs must not leave the tool's process group
 //! running for good: the next start of the agent kills it (only if it is provably the same
 //! group) and says so. A real `cicy-agent chat` runs a scripted `shell` call and is killed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 
