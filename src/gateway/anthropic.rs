@@ -379,10 +379,10 @@ impl Accumulator {
                 Block::Text(text) => Some(Part::Block(ContentBlock::Text { text })),
                 Block::Thinking { thinking, signature } => Some(Part::Block(ContentBlock::Thinking { thinking, signature })),
                 Block::ToolUse { id, name, start_input, json, .. } => {
-                    let input = match (json.trim().is_empty(), start_input) {
-                        (false, _) | (true, Value::Null) => json,
-                        (true, start) => start.to_string(),
-                    };
+                    // No fragments: the start's input is the input, unless it is the usual
+                    // empty placeholder (then nothing streamed, which the normalisation judges).
+                    let placeholder = start_input.is_null() || start_input.as_object().is_some_and(Map::is_empty);
+                    let input = if json.trim().is_empty() && !placeholder { start_input.to_string() } else { json };
                     Some(Part::Call { id, name, input })
                 }
                 Block::Ignored => None,

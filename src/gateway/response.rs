@@ -163,7 +163,8 @@ impl Response {
 pub enum Part {
     /// A text or thinking block (an empty one is dropped later).
     Block(ContentBlock),
-    /// A tool call and its raw input text (empty text means `{}`).
+    /// A tool call and its raw input text; empty when no input streamed (it means `{}`, unless
+    /// the response stopped at the output limit right after the call began).
     Call { id: String, name: String, input: String },
 }
 
@@ -179,10 +180,11 @@ impl Draft {
     /// The normalised response (see the module doc); `prefix_sha256` is left empty.
     pub fn into_response(self) -> Response {
         let cut_off = self.stop_reason == Some(StopReason::MaxTokens);
+        let last = self.parts.len().saturating_sub(1);
         let mut content = Vec::with_capacity(self.parts.len());
         let mut rejected = Vec::new();
         let mut ids: Vec<String> = Vec::new();
-        for part in self.parts {
+        for (i, part) in self.parts.into_iter().enumerate() {
             let (id, name, raw) = match part {
                 Part::Block(block) if block.is_empty() => continue,
                 Part::Block(block) => {
@@ -193,7 +195,7 @@ impl Draft {
             };
             let id = unique_id(&ids, id);
             ids.push(id.clone());
-            let (input, problem) = check_input(raw, cut_off);
+            let (input, problem) = check_input(raw, cut_off, cut_off && i == last);
             if let Some(problem) = problem {
                 rejected.push(RejectedCall { id: id.clone(), name: name.clone(), problem });
             }
@@ -222,11 +224,13 @@ fn unique_id(taken: &[String], id: String) -> String {
 }
 
 /// Parses a call's raw input: a JSON object is the input; anything else gives `{}` and the
-/// problem. A parse failure in a response that stopped at the output limit is a cut-off call.
-fn check_input(raw: String, cut_off: bool) -> (Value, Option<CallProblem>) {
+/// problem. A parse failure in a response that stopped at the output limit (`cut_off`) is a
+/// cut-off call, and so is an empty input when the call was the last thing streamed
+/// (`cut_last`): the limit came before its first fragment.
+fn check_input(raw: String, cut_off: bool, cut_last: bool) -> (Value, Option<CallProblem>) {
     let empty = Value::Object(Map::new());
     if raw.trim().is_empty() {
-        return (empty, None);
+        return (empty, cut_last.then_some(CallProblem::CutOff));
     }
     match serde_json::from_str::<Value>(&raw) {
         Ok(v @ Value::Object(_)) => (v, None),
@@ -329,6 +333,9 @@ mod tests {
              Retry with smaller pieces (e.g. write a long file in several calls)."
         );
         assert_eq!(r.content[0], ContentBlock::ToolUse { id: "a".into(), name: "shell".into(), input: json!({"ok": 1}) });
+        // Cut before its first fragment: an empty input is not a call without arguments.
+        let r = draft(vec![call("a", ""), call("b", "")], StopReason::MaxTokens);
+        assert_eq!(r.rejected, vec![RejectedCall { id: "b".into(), name: "shell".into(), problem: CallProblem::CutOff }]);
     }
 
     #[test]
