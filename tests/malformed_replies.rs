@@ -109,6 +109,8 @@ async fn max_tokens_inside_a_tool_call_keeps_the_text_runs_the_complete_call_and
     let started: Vec<String> =
         events.iter().filter_map(|e| if let EventKind::ToolStarted { id, .. } = e { Some(id.clone()) } else { None }).collect();
     assert_eq!(started, vec!["toolu_a".to_string()], "the cut call never runs");
+    let told = format!("tool call `shell` (toolu_b) not run: {}", CUT_RESULT.trim_start_matches("error: not run: "));
+    assert!(events.contains(&EventKind::System { text: told }), "{events:?}");
     let hist = history(&id, &t);
     assert_eq!(hist[1].plain_text(), "Writing the file.");
     assert_eq!(hist.last().map(Message::plain_text).as_deref(), Some("I will write it in smaller pieces."));
