@@ -212,7 +212,7 @@ async fn rounds(
             memory_md: &m.memory_md,
         });
         session.store.save_current(&mut session.current)?;
-        let resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
+        let mut resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
             Ok(r) => r,
             Err(GatewayError::Cancelled) => return Ok(Some(Outcome::Cancelled)),
             Err(e) => {
@@ -224,6 +224,7 @@ async fn rounds(
                 return Ok(Some(outcome));
             }
         };
+        resp.rename_ids_used_in(&session.current.messages);
         reply.add_usage(&resp.usage);
         reply.prefix_sha256 = resp.prefix_sha256.clone();
         reply.last_stop_reason = resp.stop_reason.as_ref().map(|r| r.as_str().to_string());

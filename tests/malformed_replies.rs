@@ -286,3 +286,19 @@ async fn a_second_block_start_with_the_same_index_stores_what_was_streamed() {
         cicy::conversation::message::Content::Blocks(vec![ContentBlock::text("Hello, "), ContentBlock::text("world.")])
     );
 }
+
+#[tokio::test]
+async fn calls_without_ids_in_two_rounds_get_ids_unique_in_the_conversation() {
+    let gw = ScriptedGateway::start().await;
+    // A gateway that sends no call ids: cicy numbers them per response, so both are call_0_0.
+    gw.push(Reply::sse(openai_tool_call("", "shell", r#"{"command":"echo a"}"#)));
+    gw.push(Reply::sse(openai_tool_call("", "shell", r#"{"command":"echo b"}"#)));
+    gw.push(Reply::sse(openai_text("Done.")));
+    let (_t, _id, outcome, _) = one_turn(&gw, Some(ApiStyle::Openai), "two steps").await;
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let msgs = body(&gw.requests()[2])["messages"].clone();
+    let calls: Vec<Value> = [2, 4].iter().map(|&i| msgs[i]["tool_calls"][0]["id"].clone()).collect();
+    assert_eq!(calls, vec![json!("call_0_0"), json!("call_0_0_2")]);
+    assert_eq!(msgs[3], json!({"role": "tool", "tool_call_id": "call_0_0", "content": "a\nexit code: 0"}));
+    assert_eq!(msgs[5], json!({"role": "tool", "tool_call_id": "call_0_0_2", "content": "b\nexit code: 0"}));
+}

@@ -9,11 +9,13 @@
 //! wire format of either style (`anthropic.rs` / `openai.rs`), or what the turn loop does with a
 //! rejected call.
 
+use std::collections::BTreeSet;
+
 use serde_json::{Map, Value};
 
 use super::sse::SseEvent;
 use super::{GatewayError, GatewayEvent};
-use crate::conversation::message::{ContentBlock, Usage};
+use crate::conversation::message::{ContentBlock, Message, Usage};
 
 /// Why the model stopped (Anthropic Messages `stop_reason`; OpenAI's `finish_reason` is mapped
 /// by [`StopReason::from_openai`]). Serialized as the Anthropic string (`end_turn`, …), which is
@@ -156,6 +158,38 @@ impl Response {
     pub fn rejection(&self, id: &str) -> Option<&RejectedCall> {
         self.rejected.iter().find(|r| r.id == id)
     }
+
+    /// Renames every `tool_use` whose id an earlier message of `history` already uses, the same
+    /// way as within a response (`<id>_2`, `<id>_3`, … the first id free in both), so an id is
+    /// unique in the whole conversation (a gateway that numbers calls per response, or sends
+    /// none, would otherwise repeat `call_0`, and a tool_result would pair with two calls).
+    pub fn rename_ids_used_in(&mut self, history: &[Message]) {
+        let used: BTreeSet<&str> = history.iter().flat_map(|m| m.tool_uses().map(|(id, _, _)| id)).collect();
+        if used.is_empty() {
+            return;
+        }
+        let mine: BTreeSet<String> = self.content.iter().filter_map(call_id).map(str::to_string).collect();
+        let mut renamed: Vec<String> = Vec::new();
+        for block in &mut self.content {
+            let ContentBlock::ToolUse { id, .. } = block else { continue };
+            if !used.contains(id.as_str()) {
+                continue;
+            }
+            let new = unique_id(id.clone(), |c| used.contains(c) || mine.contains(c) || renamed.iter().any(|r| r == c));
+            for r in self.rejected.iter_mut().filter(|r| r.id == *id) {
+                r.id.clone_from(&new);
+            }
+            renamed.push(new.clone());
+            *id = new;
+        }
+    }
+}
+
+fn call_id(block: &ContentBlock) -> Option<&str> {
+    match block {
+        ContentBlock::ToolUse { id, .. } => Some(id),
+        _ => None,
+    }
 }
 
 /// One piece of a streamed response, before normalisation.
@@ -193,7 +227,8 @@ impl Draft {
                 }
                 Part::Call { id, name, input } => (id, name, input),
             };
-            let id = unique_id(&ids, id);
+            let id = if id.is_empty() { format!("call_{}", ids.len()) } else { id };
+            let id = unique_id(id, |c| ids.iter().any(|t| t == c));
             ids.push(id.clone());
             let (input, problem) = check_input(raw, cut_off, cut_off && i == last);
             if let Some(problem) = problem {
@@ -205,18 +240,15 @@ impl Draft {
     }
 }
 
-/// `id` if no earlier call of the response has it; otherwise `<id>_2`, `<id>_3`, … (the first
-/// free one). An empty id becomes `call_<n>` (n = the call's 0-based position), which the
-/// request needs to pair the call with its result.
-fn unique_id(taken: &[String], id: String) -> String {
-    let base = if id.is_empty() { format!("call_{}", taken.len()) } else { id };
-    if !taken.contains(&base) {
-        return base;
+/// `id` if it is not `taken`; otherwise `<id>_2`, `<id>_3`, … (the first free one).
+fn unique_id(id: String, taken: impl Fn(&str) -> bool) -> String {
+    if !taken(&id) {
+        return id;
     }
     let mut n = 2;
     loop {
-        let candidate = format!("{base}_{n}");
-        if !taken.contains(&candidate) {
+        let candidate = format!("{id}_{n}");
+        if !taken(&candidate) {
             return candidate;
         }
         n += 1;
@@ -302,6 +334,16 @@ mod tests {
         }).collect();
         assert_eq!(ids, vec!["t1", "t1_2", "t1_2_2", "call_3"]);
         assert!(r.rejected.is_empty());
+    }
+
+    #[test]
+    fn ids_an_earlier_message_uses_are_renamed_with_their_rejection() {
+        let history = vec![Message::assistant(vec![ContentBlock::ToolUse { id: "call_0".into(), name: "shell".into(), input: json!({}) }])];
+        let mut r = draft(vec![call("call_0", "[]"), call("call_0_2", "{}"), call("x", "{}")], StopReason::ToolUse);
+        r.rename_ids_used_in(&history);
+        let ids: Vec<&str> = r.content.iter().filter_map(call_id).collect();
+        assert_eq!(ids, vec!["call_0_3", "call_0_2", "x"]);
+        assert_eq!(r.rejected.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), vec!["call_0_3"]);
     }
 
     #[test]
