@@ -5,7 +5,8 @@
 //! ([`Draft::into_response`]): tool input is checked (a call cut off at the output limit, input
 //! that is not JSON or not a JSON object is stored with input `{}`, never run, and listed in
 //! [`Response::rejected`] with the reason), every `tool_use` gets an id unique within the
-//! response, and blocks that carry nothing are dropped. Must not touch: HTTP, SSE framing, the
+//! response, and blocks that carry nothing are dropped; [`Response::rename_ids_used_in`] extends
+//! the unique ids to a whole conversation. Must not touch: HTTP, SSE framing, the
 //! wire format of either style (`anthropic.rs` / `openai.rs`), or what the turn loop does with a
 //! rejected call.
 
