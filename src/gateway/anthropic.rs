@@ -2,7 +2,7 @@
 //!
 //! Owns: the exact bytes of a `POST /v1/messages` body (and its cache-prefix digest, which every
 //! style reports), and the translation of Anthropic Messages streaming events back into a
-//! [`Response`]. Must not touch: HTTP, SSE framing (`sse.rs`), retries (`retry.rs`), or how the
+//! [`Response`](super::Response). Must not touch: HTTP, SSE framing (`sse.rs`), retries (`retry.rs`), or how the
 //! [`Prompt`] was assembled (`crate::prompt`).
 //!
 //! Format source: Anthropic Messages API and its streaming events (`message_start`,
@@ -23,7 +23,7 @@ const CACHE_CONTROL: &str = "cache_control";
 
 /// Encodes `prompt` as an Anthropic Messages streaming request body.
 ///
-/// Messages go through [`wire_messages`]: no unsigned thinking block and no thinking-only
+/// Messages go through `gateway::wire_messages`: no unsigned thinking block and no thinking-only
 /// message is sent.
 ///
 /// Key order is fixed: `{"model","max_tokens","stream":true,"tools"?,"system","messages"}`;

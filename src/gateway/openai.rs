@@ -29,7 +29,7 @@ use crate::conversation::message::{ContentBlock, Role, Usage};
 ///   there is none and there are tool calls>,"tool_calls"?:[{"id","type":"function","function":
 ///   {"name","arguments":"<input as compact JSON>"}}]}`;
 /// - thinking blocks and cache flags are dropped (the style has neither), and so is a
-///   message left empty by that ([`wire_messages`]);
+///   message left empty by that (`gateway::wire_messages`);
 /// - tools → `{"type":"function","function":{"name","description","parameters"}}`.
 ///
 /// `prefix_sha256` is [`anthropic::encode`]'s digest, so it compares across styles.
