@@ -29,6 +29,9 @@ pub enum EventKind {
     TextDelta { text: String },
     /// The streamed text of a response is complete.
     TextEnd,
+    /// The response that ends the turn has no answer text (it was empty, or only thinking);
+    /// the CLI prints `(no answer text)` on stderr.
+    NoAnswerText,
     ThinkingDelta { text: String },
     ToolStarted { id: String, name: String, input: Value },
     /// `result` is cut to 600 characters; the full text is in the history.

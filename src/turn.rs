@@ -16,7 +16,7 @@ use crate::conversation::history::{ReplyFile, ReplyStatus};
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{preview, Emitter, EventKind, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::fsutil;
-use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response};
+use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response, StopReason};
 use crate::prompt::{self, PromptInputs};
 use crate::tools::ToolContext;
 
@@ -213,7 +213,7 @@ async fn rounds(
             memory_md: &m.memory_md,
         });
         session.store.save_current(&mut session.current)?;
-        let resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
+        let mut resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
             Ok(r) => r,
             Err(GatewayError::Cancelled) => return Ok(Some(Outcome::Cancelled)),
             Err(e) => {
@@ -225,9 +225,10 @@ async fn rounds(
                 return Ok(Some(outcome));
             }
         };
+        resp.rename_ids_used_in(&session.current.messages);
         reply.add_usage(&resp.usage);
         reply.prefix_sha256 = resp.prefix_sha256.clone();
-        reply.last_stop_reason = resp.stop_reason.clone();
+        reply.last_stop_reason = resp.stop_reason.as_ref().map(|r| r.as_str().to_string());
         events.emit(EventKind::Usage {
             input: resp.usage.input_tokens,
             output: resp.usage.output_tokens,
@@ -235,7 +236,7 @@ async fn rounds(
             cache_read: resp.usage.cache_read_input_tokens,
             prefix_sha256: resp.prefix_sha256.clone(),
         });
-        let content: Vec<ContentBlock> = resp.content.into_iter().filter(|b| !b.is_empty()).collect();
+        let content: Vec<ContentBlock> = resp.content.iter().filter(|b| !b.is_empty()).cloned().collect();
         let calls: Vec<(String, String, serde_json::Value)> = content
             .iter()
             .filter_map(|b| match b {
@@ -243,12 +244,13 @@ async fn rounds(
                 _ => None,
             })
             .collect();
-        if content.is_empty() {
-            events.emit(EventKind::System { text: "the model answered with no content at all".to_string() });
-        } else {
+        if calls.is_empty() && !content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
+            events.emit(EventKind::NoAnswerText);
+        }
+        if !content.is_empty() {
             append(session, reply, Message::assistant(content))?;
         }
-        if resp.stop_reason.as_deref() == Some("max_tokens") {
+        if resp.stop_reason == Some(StopReason::MaxTokens) {
             events.emit(EventKind::System {
                 text: format!("the answer was cut off at max_tokens ({}); set max_tokens in the role's meta.yaml to allow longer answers", m.max_tokens),
             });
@@ -256,7 +258,9 @@ async fn rounds(
         if calls.is_empty() {
             return Ok(None);
         }
-        let run_them = resp.stop_reason.as_deref() == Some("tool_use") && !final_round;
+        // A response cut at the output limit still runs its complete calls (the cut one is
+        // rejected by the gateway's normalisation), so the model can go on in smaller pieces.
+        let run_them = matches!(resp.stop_reason, Some(StopReason::ToolUse | StopReason::MaxTokens)) && !final_round;
         let mut results = Vec::with_capacity(calls.len());
         let mut cancelled = false;
         for (id, name, input) in &calls {
@@ -270,8 +274,10 @@ async fn rounds(
             } else if !run_them {
                 crate::tools::ToolOutput::error(format!(
                     "error: not run: the response ended with stop_reason `{}`",
-                    resp.stop_reason.as_deref().unwrap_or("none")
+                    resp.stop_reason.as_ref().map_or("none", StopReason::as_str)
                 ))
+            } else if let Some(refused) = rejected_output(&resp, id, m.max_tokens, events) {
+                refused
             } else {
                 events.emit(EventKind::ToolStarted { id: id.clone(), name: name.clone(), input: input.clone() });
                 let started = Instant::now();
@@ -302,6 +308,15 @@ async fn rounds(
         }
     }
     Ok(None)
+}
+
+/// The error result of a call the gateway's normalisation rejected (cut off at the output
+/// limit, input not a JSON object): it is not run, and the user is told why.
+fn rejected_output(resp: &Response, id: &str, max_tokens: u32, events: &Emitter) -> Option<crate::tools::ToolOutput> {
+    let rejected = resp.rejection(id)?;
+    let text = rejected.result_text(max_tokens);
+    events.emit(EventKind::System { text: format!("tool call `{}` ({id}) not run: {}", rejected.name, text.trim_start_matches("error: not run: ")) });
+    Some(crate::tools::ToolOutput::error(text))
 }
 
 /// Appends a message to the history and the reply snapshot, and persists the snapshot so a

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use cicy::conversation::message::{ContentBlock, Role, Usage};
 use cicy::gateway::{
+    StopReason,
     ApiStyle, AuxKind, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock,
     PromptMessage, Response, SystemBlock, ToolSpec,
 };
@@ -157,7 +158,7 @@ async fn openai_exact_wire_bytes_and_headers_on_aux_call() {
     let a = cicy::gateway::anthropic::encode(&prompt(), "test-model", 4096);
     assert_eq!(r.prefix_sha256, a.prefix_sha256);
     assert_eq!(r.content, vec![ContentBlock::text("Hi!")]);
-    assert_eq!(r.stop_reason.as_deref(), Some("end_turn"));
+    assert_eq!(r.stop_reason, Some(StopReason::EndTurn));
     assert_eq!(r.usage, Usage { input_tokens: 25, output_tokens: 15, cache_creation_input_tokens: 0, cache_read_input_tokens: 100 });
 }
 
@@ -186,7 +187,7 @@ async fn streaming_text_deltas_arrive_in_order() {
     assert_eq!(text_of(&events), pieces("Hello there, 世界 🎉!", 3));
     assert_eq!(events.len(), 3, "only text deltas: {events:?}");
     assert_eq!(r.content, vec![ContentBlock::text("Hello there, 世界 🎉!")]);
-    assert_eq!(r.stop_reason.as_deref(), Some("end_turn"));
+    assert_eq!(r.stop_reason, Some(StopReason::EndTurn));
     assert_eq!(r.usage, Usage { input_tokens: 25, output_tokens: 15, cache_creation_input_tokens: 10, cache_read_input_tokens: 100 });
 }
 
@@ -206,11 +207,11 @@ async fn tool_use_round_in_both_styles() {
             ContentBlock::ToolUse { id: "toolu_01".into(), name: "shell".into(), input: want_input.clone() },
         ]
     );
-    assert_eq!(r.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(r.stop_reason, Some(StopReason::ToolUse));
     let (r, _) = send(&client(&gw.url(), ApiStyle::Openai), &prompt(), &opts(), &CancellationToken::new()).await;
     let r = r.expect("openai");
     assert_eq!(r.content, vec![ContentBlock::ToolUse { id: "call_01".into(), name: "shell".into(), input: want_input }]);
-    assert_eq!(r.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(r.stop_reason, Some(StopReason::ToolUse));
 }
 
 #[tokio::test]

@@ -67,6 +67,7 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         }
         EventKind::Compacted { before, after } => writeln!(err, "· compacted: {before} → {after} messages"),
         EventKind::System { text } => writeln!(err, "· {text}"),
+        EventKind::NoAnswerText => writeln!(err, "(no answer text)"),
         EventKind::Queued => writeln!(err, "· queued"),
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
@@ -128,5 +129,12 @@ mod tests {
             EventKind::TurnEnded { outcome: TurnOutcome::Completed },
         ]);
         assert_eq!(out, "whole\n", "a finished line gets no second newline");
+    }
+
+    #[test]
+    fn an_answer_without_text_says_so_on_stderr() {
+        let (out, err) = run(vec![EventKind::NoAnswerText, EventKind::TurnEnded { outcome: TurnOutcome::Completed }]);
+        assert_eq!(out, "");
+        assert_eq!(err, "(no answer text)\n");
     }
 }

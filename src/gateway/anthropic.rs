@@ -2,7 +2,7 @@
 //!
 //! Owns: the exact bytes of a `POST /v1/messages` body (and its cache-prefix digest, which every
 //! style reports), and the translation of Anthropic Messages streaming events back into a
-//! [`Response`]. Must not touch: HTTP, SSE framing (`sse.rs`), retries (`retry.rs`), or how the
+//! [`Response`](super::Response). Must not touch: HTTP, SSE framing (`sse.rs`), retries (`retry.rs`), or how the
 //! [`Prompt`] was assembled (`crate::prompt`).
 //!
 //! Format source: Anthropic Messages API and its streaming events (`message_start`,
@@ -14,13 +14,17 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::sse::SseEvent;
-use super::{json_u64, merge_usage, truncate, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt, Response};
+use super::response::{Draft, Part, StopReason, StreamAccumulator};
+use super::{json_u64, merge_usage, truncate, wire_messages, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// The cache breakpoint object put as the last key of a cached element.
 const CACHE_CONTROL: &str = "cache_control";
 
 /// Encodes `prompt` as an Anthropic Messages streaming request body.
+///
+/// Messages go through `gateway::wire_messages`: no unsigned thinking block and no thinking-only
+/// message is sent.
 ///
 /// Key order is fixed: `{"model","max_tokens","stream":true,"tools"?,"system","messages"}`;
 /// `tools` is omitted when empty; `system` is always an array of `{type:"text",text}` blocks.
@@ -65,14 +69,14 @@ pub fn encode(prompt: &Prompt, model: &str, max_tokens: u32) -> EncodedRequest {
         w.element(obj, block.cache);
     }
     w.raw("],\"messages\":[");
-    for (i, message) in prompt.messages.iter().enumerate() {
+    for (i, (role, blocks)) in wire_messages(prompt).into_iter().enumerate() {
         if i > 0 {
             w.raw(",");
         }
         w.raw("{\"role\":");
-        w.json(role_str(message.role));
+        w.json(role_str(role));
         w.raw(",\"content\":[");
-        for (j, block) in message.blocks.iter().enumerate() {
+        for (j, block) in blocks.into_iter().enumerate() {
             if j > 0 {
                 w.raw(",");
             }
@@ -176,24 +180,29 @@ enum Block {
         start_input: Value,
         /// Concatenated `input_json_delta.partial_json` fragments.
         json: String,
-        /// Set at `content_block_stop` (or `message_stop`) once the JSON parsed.
-        input: Option<Value>,
+        /// `content_block_stop` arrived.
+        stopped: bool,
     },
     /// A block type the canonical form has no place for (e.g. `redacted_thinking`).
     Ignored,
 }
 
-/// Accumulates Anthropic Messages streaming events into a [`Response`].
+/// Accumulates Anthropic Messages streaming events into a [`Response`](super::Response).
 ///
-/// Feed every decoded SSE event to [`Accumulator::on_event`]; stop reading when
-/// [`Accumulator::is_done`]; then call [`Accumulator::finish`]. The response is complete only
-/// at `message_stop`; before that `finish` returns [`GatewayError::Incomplete`] and no block at
-/// all (so no tool ever runs on unfinished JSON).
+/// Driven through [`StreamAccumulator`]. The response is
+/// complete only at `message_stop`; before that `finish` returns [`GatewayError::Incomplete`]
+/// and no block at all (so no tool ever runs on unfinished JSON). Tool input is checked by the
+/// shared normalisation (`response.rs`), not here: a stream cut at `max_tokens` inside a tool
+/// call still gives its text.
 #[derive(Debug, Default)]
 pub struct Accumulator {
-    /// By the event's `index` (BTreeMap: blocks come out in index order).
-    blocks: BTreeMap<u64, Block>,
-    stop_reason: Option<String>,
+    /// In the order their `content_block_start` (or first delta) arrived, which is the order
+    /// the user saw them. A second start with an index already used opens a new block: what was
+    /// streamed into the first one stays.
+    blocks: Vec<Block>,
+    /// The event `index` → the position in `blocks` of the latest block opened with it.
+    by_index: BTreeMap<u64, usize>,
+    stop_reason: Option<StopReason>,
     usage: Usage,
     content_started: bool,
     stopped: bool,
@@ -206,31 +215,14 @@ impl Accumulator {
         Self::default()
     }
 
-    /// True once any content block started or a delta arrived: from then on a failure is not
-    /// retried (the caller may have shown part of the answer).
-    pub fn content_started(&self) -> bool {
-        self.content_started
-    }
-
-    /// True after `message_stop`: nothing more is needed from the stream.
-    pub fn is_done(&self) -> bool {
-        self.stopped
-    }
-
-    /// Same as [`Self::is_done`] for this style (the response is complete exactly at
-    /// `message_stop`).
-    pub fn is_complete(&self) -> bool {
-        self.stopped
-    }
-
     /// Handles one event; text and thinking deltas are passed to `emit` as they arrive.
     ///
     /// The type is the JSON `type` (or the `event:` name when the JSON has none). Ignored:
     /// `ping`, empty data, `[DONE]`, unknown types, anything after `message_stop`.
     /// Errors: `error` → [`GatewayError::StreamError`] with the error's `type` as kind;
-    /// unparsable JSON in a known event, a delta of the wrong kind, or tool input that is not
-    /// JSON → [`GatewayError::Decode`].
-    pub fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
+    /// unparsable JSON in a known event, a delta of the wrong kind, or tool input for a block
+    /// that never started → [`GatewayError::Decode`].
+    fn handle(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
         let data = ev.data.trim();
         if self.stopped || data.is_empty() || data == "[DONE]" || ev.event == "ping" {
             return Ok(());
@@ -282,14 +274,14 @@ impl Accumulator {
                         name: str_field(cb, "name"),
                         start_input: cb.get("input").cloned().unwrap_or(Value::Null),
                         json: String::new(),
-                        input: None,
+                        stopped: false,
                     },
                     other => {
                         tracing::debug!(block_type = ?other, "ignoring content block type");
                         Block::Ignored
                     }
                 };
-                self.blocks.insert(index, block);
+                self.open(index, block);
             }
             "content_block_delta" => {
                 self.content_started = true;
@@ -297,44 +289,45 @@ impl Accumulator {
                 self.apply_delta(index, delta, emit)?;
             }
             "content_block_stop" => {
-                if let Some(block) = self.blocks.get_mut(&index) {
-                    finalize(block)?;
+                if let Some(Block::ToolUse { stopped, .. }) = self.by_index.get(&index).and_then(|&p| self.blocks.get_mut(p)) {
+                    *stopped = true;
                 }
             }
             "message_delta" => {
                 if let Some(r) = json.get("delta").and_then(|d| d.get("stop_reason")).and_then(Value::as_str) {
-                    self.stop_reason = Some(r.to_string());
+                    self.stop_reason = Some(StopReason::parse(r));
                 }
                 if let Some(u) = json.get("usage") {
                     merge_usage(&mut self.usage, &usage_of(u));
                 }
             }
-            "message_stop" => {
-                // Blocks a gateway forgot to stop are finalised here; bad JSON is still an error.
-                for block in self.blocks.values_mut() {
-                    finalize(block)?;
-                }
-                self.stopped = true;
-            }
+            "message_stop" => self.stopped = true,
             other => tracing::debug!(event = other, "ignoring unknown stream event"),
         }
         Ok(())
     }
 
+    /// Appends `block` and makes it the one `index` refers to from now on.
+    fn open(&mut self, index: u64, block: Block) -> &mut Block {
+        let at = self.blocks.len();
+        self.blocks.push(block);
+        self.by_index.insert(index, at);
+        &mut self.blocks[at]
+    }
+
     fn apply_delta(&mut self, index: u64, delta: &Value, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
         let dtype = delta.get("type").and_then(Value::as_str).unwrap_or("");
-        let block = self.blocks.entry(index);
-        // A text or thinking delta without its start is tolerated; tool input is not (no id).
-        let block = match (dtype, block) {
-            (_, std::collections::btree_map::Entry::Occupied(o)) => o.into_mut(),
-            ("text_delta", v) => v.or_insert(Block::Text(String::new())),
-            ("thinking_delta" | "signature_delta", v) => {
-                v.or_insert(Block::Thinking { thinking: String::new(), signature: String::new() })
+        let block = match (dtype, self.by_index.get(&index).copied()) {
+            (_, Some(at)) => &mut self.blocks[at],
+            // A text or thinking delta without its start is tolerated; tool input is not (no id).
+            ("text_delta", None) => self.open(index, Block::Text(String::new())),
+            ("thinking_delta" | "signature_delta", None) => {
+                self.open(index, Block::Thinking { thinking: String::new(), signature: String::new() })
             }
-            ("input_json_delta", _) => {
+            ("input_json_delta", None) => {
                 return Err(GatewayError::Decode(format!("input_json_delta for block {index}, which never started")));
             }
-            _ => return Ok(()),
+            (_, None) => return Ok(()),
         };
         match (dtype, block) {
             ("text_delta", Block::Text(text)) => {
@@ -364,12 +357,12 @@ impl Accumulator {
         Ok(())
     }
 
-    /// The complete response. Errors: [`GatewayError::Incomplete`] when `message_stop` never
-    /// came (no blocks are returned then).
-    pub fn finish(self) -> Result<Response, GatewayError> {
+    /// The streamed parts in order. Errors: [`GatewayError::Incomplete`] when `message_stop`
+    /// never came (no blocks are returned then).
+    fn draft(self) -> Result<Draft, GatewayError> {
         if !self.stopped {
-            let inside_tool = self.blocks.values().find_map(|b| match b {
-                Block::ToolUse { name, input: None, .. } => Some(name.clone()),
+            let inside_tool = self.blocks.iter().find_map(|b| match b {
+                Block::ToolUse { name, stopped: false, .. } => Some(name.clone()),
                 _ => None,
             });
             let why = match inside_tool {
@@ -379,40 +372,50 @@ impl Accumulator {
             };
             return Err(GatewayError::Incomplete(why));
         }
-        let mut content = Vec::with_capacity(self.blocks.len());
-        for block in self.blocks.into_values() {
-            match block {
-                // An empty text block is rejected by Anthropic when sent back; it carries nothing.
-                Block::Text(text) if text.is_empty() => {}
-                Block::Text(text) => content.push(ContentBlock::Text { text }),
-                Block::Thinking { thinking, signature } if thinking.is_empty() && signature.is_empty() => {}
-                Block::Thinking { thinking, signature } => content.push(ContentBlock::Thinking { thinking, signature }),
-                Block::ToolUse { id, name, input, .. } => {
-                    content.push(ContentBlock::ToolUse { id, name, input: input.unwrap_or_else(|| json!({})) })
+        let parts = self
+            .blocks
+            .into_iter()
+            .filter_map(|block| match block {
+                Block::Text(text) => Some(Part::Block(ContentBlock::Text { text })),
+                Block::Thinking { thinking, signature } => Some(Part::Block(ContentBlock::Thinking { thinking, signature })),
+                Block::ToolUse { id, name, start_input, json, .. } => {
+                    // No fragments: the start's input is the input, unless it is the usual
+                    // empty placeholder (then nothing streamed, which the normalisation judges).
+                    let placeholder = start_input.is_null() || start_input.as_object().is_some_and(Map::is_empty);
+                    let input = if json.trim().is_empty() && !placeholder { start_input.to_string() } else { json };
+                    Some(Part::Call { id, name, input })
                 }
-                Block::Ignored => {}
-            }
-        }
-        Ok(Response { content, stop_reason: self.stop_reason, usage: self.usage, prefix_sha256: String::new() })
+                Block::Ignored => None,
+            })
+            .collect();
+        Ok(Draft { parts, stop_reason: self.stop_reason, usage: self.usage })
     }
 }
 
-/// Parses a tool block's input once its fragments are all in (idempotent).
-fn finalize(block: &mut Block) -> Result<(), GatewayError> {
-    if let Block::ToolUse { id, start_input, json, input: input @ None, .. } = block {
-        let value = if json.trim().is_empty() {
-            match start_input {
-                Value::Null => json!({}),
-                v => v.clone(),
-            }
-        } else {
-            serde_json::from_str::<Value>(json).map_err(|e| {
-                GatewayError::Decode(format!("tool_use {id} input is not valid JSON ({e}): {}", truncate(json, 200)))
-            })?
-        };
-        *input = Some(value);
+impl StreamAccumulator for Accumulator {
+    fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
+        self.handle(ev, emit)
     }
-    Ok(())
+
+    /// True once any content block started or a delta arrived: from then on a failure is not
+    /// retried (the caller may have shown part of the answer).
+    fn content_started(&self) -> bool {
+        self.content_started
+    }
+
+    /// True after `message_stop`: nothing more is needed from the stream.
+    fn is_done(&self) -> bool {
+        self.stopped
+    }
+
+    /// Same as `is_done` for this style (the response is complete exactly at `message_stop`).
+    fn is_complete(&self) -> bool {
+        self.stopped
+    }
+
+    fn into_draft(self: Box<Self>) -> Result<Draft, GatewayError> {
+        self.draft()
+    }
 }
 
 fn is_known(event: &str) -> bool {

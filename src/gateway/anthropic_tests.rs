@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::gateway::{PromptBlock, PromptMessage, SystemBlock, ToolSpec};
+use crate::gateway::{PromptBlock, PromptMessage, Response, SystemBlock, ToolSpec};
 
 pub(crate) fn sample_prompt() -> Prompt {
     Prompt {
@@ -140,7 +140,7 @@ fn run(events: &[SseEvent]) -> (Result<Response, GatewayError>, Vec<GatewayEvent
             return (Err(e), seen);
         }
     }
-    (acc.finish(), seen)
+    (Box::new(acc).finish(), seen)
 }
 
 fn full_stream() -> Vec<SseEvent> {
@@ -193,7 +193,7 @@ fn full_stream_gives_exact_response_and_deltas() {
     if let ContentBlock::ToolUse { input, .. } = &resp.content[2] {
         assert_eq!(input.to_string(), r#"{"cmd":"ls","a":1}"#);
     }
-    assert_eq!(resp.stop_reason.as_deref(), Some("tool_use"));
+    assert_eq!(resp.stop_reason, Some(StopReason::ToolUse));
     assert_eq!(resp.usage, Usage { input_tokens: 12, output_tokens: 42, cache_creation_input_tokens: 100, cache_read_input_tokens: 0 });
 }
 
@@ -229,13 +229,20 @@ fn tool_input_from_start_when_fragments_empty() {
 }
 
 #[test]
-fn bad_tool_json_is_an_error_not_empty_object() {
+fn bad_tool_json_is_a_rejected_call_not_a_run_with_empty_input() {
     let (resp, _) = run(&[
         sse("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"n","input":{}}}"#),
         sse("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#),
         sse("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+        sse("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#),
+        sse("message_stop", r#"{"type":"message_stop"}"#),
     ]);
-    assert!(matches!(resp, Err(GatewayError::Decode(ref m)) if m.contains("t1")), "{resp:?}");
+    let resp = resp.expect("a malformed call does not fail the response");
+    assert_eq!(resp.content, vec![ContentBlock::ToolUse { id: "t1".into(), name: "n".into(), input: json!({}) }]);
+    assert_eq!(
+        resp.rejected[0].result_text(10),
+        "error: not run: the tool input is not valid JSON (EOF while parsing a value at line 1 column 6): {\"a\": "
+    );
 }
 
 #[test]
@@ -300,4 +307,160 @@ fn events_after_message_stop_are_ignored() {
     let mut events = full_stream();
     events.push(sse("error", r#"{"type":"error","error":{"type":"overloaded_error","message":"late"}}"#));
     assert!(run(&events).0.is_ok());
+}
+
+// ---- Malformed responses, replayed as the exact bytes a gateway sends --------------------------
+
+/// Replays `(event, data)` pairs through `client::replay` as one SSE byte stream.
+fn replay_events(events: &[(&str, &str)]) -> (Response, Vec<GatewayEvent>) {
+    let bytes: String = events.iter().map(|(e, d)| format!("event: {e}\ndata: {d}\n\n")).collect();
+    crate::gateway::client::replay(crate::gateway::ApiStyle::Anthropic, [bytes]).expect("complete")
+}
+
+fn tool_start(index: u32, id: &str) -> String {
+    format!(r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"{id}","name":"shell","input":{{}}}}}}"#)
+}
+
+fn input_delta(index: u32, partial: &str) -> String {
+    json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": partial}}).to_string()
+}
+
+fn block_stop(index: u32) -> String {
+    format!(r#"{{"type":"content_block_stop","index":{index}}}"#)
+}
+
+const TEXT_START_0: &str = r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#;
+
+fn text_delta(index: u32, text: &str) -> String {
+    json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}).to_string()
+}
+
+fn stop_with(reason: &str) -> String {
+    json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": null}, "usage": {"output_tokens": 2048}}).to_string()
+}
+
+const MESSAGE_STOP: &str = r#"{"type":"message_stop"}"#;
+
+#[test]
+fn max_tokens_inside_tool_json_keeps_the_text_and_rejects_only_the_cut_call() {
+    let (t0, t1, t2) = (text_delta(0, "Writing the file."), tool_start(1, "toolu_a"), tool_start(2, "toolu_b"));
+    let (d1, d2) = (input_delta(1, r#"{"command":"true"}"#), input_delta(2, r#"{"command":"cat > big.txt <<'EOF'\nline"#));
+    let (s0, s1, s2, end) = (block_stop(0), block_stop(1), block_stop(2), stop_with("max_tokens"));
+    let (resp, seen) = replay_events(&[
+        ("content_block_start", TEXT_START_0),
+        ("content_block_delta", &t0),
+        ("content_block_stop", &s0),
+        ("content_block_start", &t1),
+        ("content_block_delta", &d1),
+        ("content_block_stop", &s1),
+        ("content_block_start", &t2),
+        ("content_block_delta", &d2),
+        ("content_block_stop", &s2),
+        ("message_delta", &end),
+        ("message_stop", MESSAGE_STOP),
+    ]);
+    assert_eq!(seen, vec![GatewayEvent::TextDelta("Writing the file.".into())]);
+    assert_eq!(resp.stop_reason, Some(StopReason::MaxTokens));
+    assert_eq!(
+        resp.content,
+        vec![
+            ContentBlock::text("Writing the file."),
+            ContentBlock::ToolUse { id: "toolu_a".into(), name: "shell".into(), input: json!({"command": "true"}) },
+            ContentBlock::ToolUse { id: "toolu_b".into(), name: "shell".into(), input: json!({}) },
+        ]
+    );
+    assert_eq!(resp.rejected.len(), 1);
+    assert_eq!(resp.rejected[0].id, "toolu_b");
+    assert_eq!(resp.rejected[0].problem, crate::gateway::CallProblem::CutOff);
+}
+
+#[test]
+fn tool_use_blocks_sharing_an_id_get_unique_ids_in_order() {
+    let (t0, t1, t2) = (tool_start(0, "toolu_x"), tool_start(1, "toolu_x"), tool_start(2, "toolu_x"));
+    let (d0, d1, d2) = (input_delta(0, r#"{"command":"echo 1"}"#), input_delta(1, r#"{"command":"echo 2"}"#), input_delta(2, "{}"));
+    let end = stop_with("tool_use");
+    let (resp, _) = replay_events(&[
+        ("content_block_start", &t0),
+        ("content_block_delta", &d0),
+        ("content_block_start", &t1),
+        ("content_block_delta", &d1),
+        ("content_block_start", &t2),
+        ("content_block_delta", &d2),
+        ("message_delta", &end),
+        ("message_stop", MESSAGE_STOP),
+    ]);
+    assert_eq!(
+        resp.content,
+        vec![
+            ContentBlock::ToolUse { id: "toolu_x".into(), name: "shell".into(), input: json!({"command": "echo 1"}) },
+            ContentBlock::ToolUse { id: "toolu_x_2".into(), name: "shell".into(), input: json!({"command": "echo 2"}) },
+            ContentBlock::ToolUse { id: "toolu_x_3".into(), name: "shell".into(), input: json!({}) },
+        ]
+    );
+    assert!(resp.rejected.is_empty());
+}
+
+#[test]
+fn tool_input_that_is_an_array_is_stored_as_empty_object_and_rejected() {
+    let (t0, d0, end) = (tool_start(0, "toolu_1"), input_delta(0, r#"["ls", "-l"]"#), stop_with("tool_use"));
+    let (resp, _) =
+        replay_events(&[("content_block_start", &t0), ("content_block_delta", &d0), ("message_delta", &end), ("message_stop", MESSAGE_STOP)]);
+    assert_eq!(resp.content, vec![ContentBlock::ToolUse { id: "toolu_1".into(), name: "shell".into(), input: json!({}) }]);
+    assert_eq!(
+        resp.rejected[0].result_text(2048),
+        r#"error: not run: the tool input must be a JSON object, but it was an array: ["ls", "-l"]"#
+    );
+}
+
+#[test]
+fn a_second_start_with_the_same_index_keeps_what_was_already_streamed() {
+    let (a, b, s0, end) = (text_delta(0, "Hello, "), text_delta(0, "world."), block_stop(0), stop_with("end_turn"));
+    let (resp, seen) = replay_events(&[
+        ("content_block_start", TEXT_START_0),
+        ("content_block_delta", &a),
+        ("content_block_start", TEXT_START_0),
+        ("content_block_delta", &b),
+        ("content_block_stop", &s0),
+        ("message_delta", &end),
+        ("message_stop", MESSAGE_STOP),
+    ]);
+    let streamed: String = seen
+        .iter()
+        .map(|e| match e {
+            GatewayEvent::TextDelta(t) => t.as_str(),
+            _ => "",
+        })
+        .collect();
+    assert_eq!(streamed, "Hello, world.");
+    assert_eq!(resp.content, vec![ContentBlock::text("Hello, "), ContentBlock::text("world.")]);
+    assert_eq!(resp.text(), "Hello, \nworld.");
+}
+
+#[test]
+fn encode_drops_unsigned_thinking_and_thinking_only_messages() {
+    let user = |t: &str| PromptMessage { role: Role::User, blocks: vec![PromptBlock { block: ContentBlock::text(t), cache: false }] };
+    let thinking = |sig: &str| PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: sig.into() }, cache: false };
+    let text = |t: &str| PromptBlock { block: ContentBlock::text(t), cache: false };
+    let p = Prompt {
+        messages: vec![
+            user("a"),
+            PromptMessage { role: Role::Assistant, blocks: vec![thinking("")] },
+            user("b"),
+            PromptMessage { role: Role::Assistant, blocks: vec![thinking("sig")] },
+            user("c"),
+            PromptMessage { role: Role::Assistant, blocks: vec![thinking(""), text("ok"), thinking("sig2")] },
+            user("d"),
+        ],
+        ..Prompt::default()
+    };
+    let body = String::from_utf8(encode(&p, "m", 5).body).expect("utf8");
+    assert_eq!(
+        body,
+        concat!(
+            r#"{"model":"m","max_tokens":5,"stream":true,"system":[],"messages":["#,
+            r#"{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"},{"type":"text","text":"c"}]},"#,
+            r#"{"role":"assistant","content":[{"type":"text","text":"ok"},{"type":"thinking","thinking":"hmm","signature":"sig2"}]},"#,
+            r#"{"role":"user","content":[{"type":"text","text":"d"}]}]}"#
+        )
+    );
 }

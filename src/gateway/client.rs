@@ -16,8 +16,13 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION,
 use tokio_util::sync::CancellationToken;
 
 use super::retry::{self, RetryPolicy};
-use super::sse::{self, SseError, SseEvent};
-use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Prompt, Response};
+use super::sse::{self, SseError};
+use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Prompt, Response, StreamAccumulator};
+
+/// How long the client keeps reading after a response became complete without being done
+/// (OpenAI: after `finish_reason`, for the usage chunk and `[DONE]`), so a server that holds
+/// the connection open does not cost the idle timeout *(cicy: 2 s)*.
+pub const COMPLETE_GRACE: Duration = Duration::from_secs(2);
 
 /// How to reach the gateway. Build with [`GatewaySettings::new`] for cicy's defaults.
 #[derive(Clone)]
@@ -254,12 +259,20 @@ impl GatewayClient {
         if !status.is_success() {
             return Err(status_error(response, idle).await);
         }
-        let mut acc = Accumulator::new(self.settings.style);
+        let mut acc = accumulator(self.settings.style);
         let mut events = std::pin::pin!(sse::decode(response.bytes_stream()));
+        // Set when the response became complete but not done (OpenAI: `finish_reason` came,
+        // the usage chunk and `[DONE]` not yet): reading stops at this instant at the latest.
+        let mut grace_end: Option<tokio::time::Instant> = None;
         loop {
-            let next = match tokio::time::timeout(idle, events.next()).await {
+            if grace_end.is_none() && acc.is_complete() {
+                grace_end = Some(tokio::time::Instant::now() + COMPLETE_GRACE);
+            }
+            let idle_end = tokio::time::Instant::now() + idle;
+            let deadline = grace_end.map_or(idle_end, |g| g.min(idle_end));
+            let next = match tokio::time::timeout_at(deadline, events.next()).await {
                 Ok(next) => next,
-                // A complete OpenAI answer whose server never sends [DONE] nor closes.
+                // A complete answer whose server sends neither the rest nor closes.
                 Err(_) if acc.is_complete() => break,
                 Err(_) => return Err(GatewayError::Incomplete(format!("no data for {idle:?}"))),
             };
@@ -359,53 +372,11 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
-/// Either style's accumulator.
-enum Accumulator {
-    Anthropic(anthropic::Accumulator),
-    Openai(openai::Accumulator),
-}
-
-impl Accumulator {
-    fn new(style: ApiStyle) -> Self {
-        match style {
-            ApiStyle::Anthropic => Self::Anthropic(anthropic::Accumulator::new()),
-            ApiStyle::Openai => Self::Openai(openai::Accumulator::new()),
-        }
-    }
-
-    fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
-        match self {
-            Self::Anthropic(a) => a.on_event(ev, emit),
-            Self::Openai(a) => a.on_event(ev, emit),
-        }
-    }
-
-    fn content_started(&self) -> bool {
-        match self {
-            Self::Anthropic(a) => a.content_started(),
-            Self::Openai(a) => a.content_started(),
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        match self {
-            Self::Anthropic(a) => a.is_done(),
-            Self::Openai(a) => a.is_done(),
-        }
-    }
-
-    fn is_complete(&self) -> bool {
-        match self {
-            Self::Anthropic(a) => a.is_complete(),
-            Self::Openai(a) => a.is_complete(),
-        }
-    }
-
-    fn finish(self) -> Result<Response, GatewayError> {
-        match self {
-            Self::Anthropic(a) => a.finish(),
-            Self::Openai(a) => a.finish(),
-        }
+/// A new accumulator for the wire style.
+fn accumulator(style: ApiStyle) -> Box<dyn StreamAccumulator> {
+    match style {
+        ApiStyle::Anthropic => Box::new(anthropic::Accumulator::new()),
+        ApiStyle::Openai => Box::new(openai::Accumulator::new()),
     }
 }
 
@@ -419,7 +390,7 @@ where
     I::Item: AsRef<[u8]>,
 {
     let events = sse::decode_chunks(reads).map_err(|e| GatewayError::Decode(e.to_string()))?;
-    let mut acc = Accumulator::new(style);
+    let mut acc = accumulator(style);
     let mut emitted = Vec::new();
     for ev in &events {
         acc.on_event(ev, &mut |e| emitted.push(e))?;

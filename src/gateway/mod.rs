@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod client;
 pub mod openai;
+pub mod response;
 pub mod retry;
 pub mod sse;
 
@@ -17,6 +18,7 @@ use serde_json::Value;
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 pub use client::{CallOptions, GatewayClient, GatewaySettings};
+pub use response::{CallProblem, RejectedCall, Response, StopReason, StreamAccumulator};
 
 /// Which wire protocol a gateway speaks. Default: Anthropic Messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,34 +125,6 @@ pub enum GatewayEvent {
     Retry { attempt: u32, delay_ms: u64, reason: String },
 }
 
-/// A complete response, translated into canonical blocks.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Response {
-    pub content: Vec<ContentBlock>,
-    /// Anthropic `stop_reason` (`end_turn`, `tool_use`, `max_tokens`, …); OpenAI's
-    /// `finish_reason` is mapped (`stop` → `end_turn`, `tool_calls` → `tool_use`, `length` →
-    /// `max_tokens`).
-    pub stop_reason: Option<String>,
-    pub usage: Usage,
-    /// sha256 (hex) of the Anthropic-shaped request body up to the end of its last cache
-    /// breakpoint, whatever the wire style, so digests compare across rounds and styles.
-    pub prefix_sha256: String,
-}
-
-impl Response {
-    /// The text blocks of the response joined with newlines (tool and thinking blocks skipped).
-    pub fn text(&self) -> String {
-        self.content
-            .iter()
-            .filter_map(|b| match b {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
 /// Why a gateway call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -168,6 +142,31 @@ pub enum GatewayError {
     Timeout(u64),
     #[error("cancelled")]
     Cancelled,
+}
+
+/// The messages of `prompt` as either style sends them: `thinking` blocks without a signature
+/// are left out (the Anthropic API refuses a thinking block without its `signature`; they stay
+/// in the history for display), then a message left with only thinking blocks or none at all
+/// is left out (a reply that was only thinking carries nothing to send back, and an empty
+/// message is refused), and neighbours of the same role that this leaves merge into one, in
+/// order.
+pub(crate) fn wire_messages(prompt: &Prompt) -> Vec<(Role, Vec<&PromptBlock>)> {
+    let mut out: Vec<(Role, Vec<&PromptBlock>)> = Vec::with_capacity(prompt.messages.len());
+    for message in &prompt.messages {
+        let blocks: Vec<&PromptBlock> = message
+            .blocks
+            .iter()
+            .filter(|b| !matches!(&b.block, ContentBlock::Thinking { signature, .. } if signature.is_empty()))
+            .collect();
+        if blocks.iter().all(|b| matches!(b.block, ContentBlock::Thinking { .. })) {
+            continue;
+        }
+        match out.last_mut() {
+            Some((role, prev)) if *role == message.role => prev.extend(blocks),
+            _ => out.push((message.role, blocks)),
+        }
+    }
+    out
 }
 
 /// Serialises `value` as compact JSON onto `out`.

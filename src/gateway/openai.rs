@@ -12,7 +12,8 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::sse::SseEvent;
-use super::{anthropic, json_u64, merge_usage, truncate, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt, Response};
+use super::response::{Draft, Part, StopReason, StreamAccumulator};
+use super::{anthropic, json_u64, merge_usage, truncate, wire_messages, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// Encodes `prompt` as an OpenAI chat-completions streaming body.
@@ -27,7 +28,8 @@ use crate::conversation::message::{ContentBlock, Role, Usage};
 /// - an assistant message → `{"role":"assistant","content":<texts joined with \n\n, or null when
 ///   there is none and there are tool calls>,"tool_calls"?:[{"id","type":"function","function":
 ///   {"name","arguments":"<input as compact JSON>"}}]}`;
-/// - thinking blocks and cache flags are dropped (the style has neither);
+/// - thinking blocks and cache flags are dropped (the style has neither), and so is a
+///   message left empty by that (`gateway::wire_messages`);
 /// - tools → `{"type":"function","function":{"name","description","parameters"}}`.
 ///
 /// `prefix_sha256` is [`anthropic::encode`]'s digest, so it compares across styles.
@@ -52,9 +54,9 @@ pub fn encode(prompt: &Prompt, model: &str, max_tokens: u32) -> EncodedRequest {
         let text = prompt.system.iter().map(|b| b.text.as_str()).collect::<Vec<_>>().join("\n\n");
         messages.push(json!({"role": "system", "content": text}));
     }
-    for message in &prompt.messages {
-        let blocks = message.blocks.iter().map(|b| &b.block);
-        match message.role {
+    for (role, blocks) in wire_messages(prompt) {
+        let blocks = blocks.into_iter().map(|b| &b.block);
+        match role {
             Role::User => {
                 let mut parts = Vec::new();
                 for block in blocks {
@@ -119,10 +121,12 @@ struct Choice {
     finish_reason: Option<String>,
 }
 
-/// Accumulates `chat.completion.chunk` events into a [`Response`].
+/// Accumulates `chat.completion.chunk` events into a [`Response`](super::Response).
 ///
-/// Complete once a `finish_reason` or `[DONE]` arrived; after a `finish_reason` the caller keeps
-/// reading until `[DONE]` or EOF ([`Accumulator::is_done`]) to get the usage chunk.
+/// Complete once a `finish_reason` or `[DONE]` arrived. Done (nothing more to read) at
+/// `[DONE]`, or once a usage chunk arrived with or after the `finish_reason`: some servers send
+/// neither `[DONE]` nor close the connection, and the client waits only a short grace for the
+/// usage chunk after `finish_reason` (`client.rs`).
 ///
 /// Usage: `prompt_tokens` counts cached tokens too, so cicy reports Anthropic's meaning —
 /// `input_tokens = prompt_tokens − cached_tokens`, `cache_read_input_tokens = cached_tokens`
@@ -134,6 +138,8 @@ pub struct Accumulator {
     choices: BTreeMap<u64, Choice>,
     usage: Usage,
     finished: bool,
+    /// A usage object arrived in the `finish_reason` chunk or after it.
+    final_usage: bool,
     done: bool,
     content_started: bool,
 }
@@ -143,28 +149,13 @@ impl Accumulator {
         Self::default()
     }
 
-    /// True once any text, reasoning or tool-call fragment arrived (no retry after that).
-    pub fn content_started(&self) -> bool {
-        self.content_started
-    }
-
-    /// True after `[DONE]`: nothing more will come.
-    pub fn is_done(&self) -> bool {
-        self.done
-    }
-
-    /// True after a `finish_reason` or `[DONE]`: EOF now is a normal end.
-    pub fn is_complete(&self) -> bool {
-        self.finished || self.done
-    }
-
     /// Handles one event; `delta.content` → [`GatewayEvent::TextDelta`], `delta.reasoning_content`
     /// (llama.cpp, DeepSeek) → [`GatewayEvent::ThinkingDelta`] (shown, not kept: the style has no
     /// signed thinking blocks to send back).
     ///
     /// Errors: an `error` object → [`GatewayError::StreamError`]; data that is not JSON →
     /// [`GatewayError::Decode`].
-    pub fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
+    fn handle(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
         let data = ev.data.trim();
         if self.done || data.is_empty() || ev.event == "ping" {
             return Ok(());
@@ -182,17 +173,6 @@ impl Accumulator {
         };
         if json.get("error").is_some_and(|e| !e.is_null()) || ev.event == "error" {
             return Err(anthropic::stream_error(&json));
-        }
-        if let Some(u) = json.get("usage").filter(|u| u.is_object()) {
-            let prompt = json_u64(u, "prompt_tokens");
-            let cached = u.get("prompt_tokens_details").map_or(0, |d| json_u64(d, "cached_tokens"));
-            let usage = Usage {
-                input_tokens: prompt.saturating_sub(cached),
-                output_tokens: json_u64(u, "completion_tokens"),
-                cache_creation_input_tokens: 0,
-                cache_read_input_tokens: cached,
-            };
-            merge_usage(&mut self.usage, &usage);
         }
         for (pos, c) in json.get("choices").and_then(Value::as_array).into_iter().flatten().enumerate() {
             let index = c.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
@@ -218,44 +198,68 @@ impl Accumulator {
                 self.finished = true;
             }
         }
+        if let Some(u) = json.get("usage").filter(|u| u.is_object()) {
+            let prompt = json_u64(u, "prompt_tokens");
+            let cached = u.get("prompt_tokens_details").map_or(0, |d| json_u64(d, "cached_tokens"));
+            let usage = Usage {
+                input_tokens: prompt.saturating_sub(cached),
+                output_tokens: json_u64(u, "completion_tokens"),
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: cached,
+            };
+            merge_usage(&mut self.usage, &usage);
+            self.final_usage |= self.finished;
+        }
         Ok(())
     }
 
-    /// The complete response: per choice (in index order) a text block, then its tool calls (in
-    /// index order). Errors: [`GatewayError::Incomplete`] before any `finish_reason`/`[DONE]`;
-    /// [`GatewayError::Decode`] when a call's final arguments are not JSON or it has no name.
-    pub fn finish(self) -> Result<Response, GatewayError> {
-        if !self.is_complete() {
+    /// Per choice (in index order) a text block, then its tool calls (in index order).
+    /// Errors: [`GatewayError::Incomplete`] before any `finish_reason`/`[DONE]`;
+    /// [`GatewayError::Decode`] when a call has no function name.
+    fn draft(self) -> Result<Draft, GatewayError> {
+        if !(self.finished || self.done) {
             let why = if self.choices.is_empty() { "no choice received" } else { "no finish_reason" };
             return Err(GatewayError::Incomplete(why.to_string()));
         }
-        let stop_reason = self.choices.values().find_map(|c| c.finish_reason.as_deref()).map(map_finish_reason);
-        let mut content = Vec::new();
+        let stop_reason = self.choices.values().find_map(|c| c.finish_reason.as_deref()).map(StopReason::from_openai);
+        let mut parts = Vec::new();
         for (ci, choice) in self.choices {
-            if !choice.text.is_empty() {
-                content.push(ContentBlock::Text { text: choice.text });
-            }
+            parts.push(Part::Block(ContentBlock::Text { text: choice.text }));
             for (ti, call) in choice.tool_calls {
                 if call.name.is_empty() {
                     return Err(GatewayError::Decode(format!("tool call {ti} of choice {ci} has no function name")));
                 }
-                let input = if call.arguments.trim().is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_str::<Value>(&call.arguments).map_err(|e| {
-                        GatewayError::Decode(format!(
-                            "arguments of tool call {} are not valid JSON ({e}): {}",
-                            call.name,
-                            truncate(&call.arguments, 200)
-                        ))
-                    })?
-                };
                 // A call whose id never came still needs one to pair with its result.
                 let id = if call.id.is_empty() { format!("call_{ci}_{ti}") } else { call.id };
-                content.push(ContentBlock::ToolUse { id, name: call.name, input });
+                parts.push(Part::Call { id, name: call.name, input: call.arguments });
             }
         }
-        Ok(Response { content, stop_reason, usage: self.usage, prefix_sha256: String::new() })
+        Ok(Draft { parts, stop_reason, usage: self.usage })
+    }
+}
+
+impl StreamAccumulator for Accumulator {
+    fn on_event(&mut self, ev: &SseEvent, emit: &mut dyn FnMut(GatewayEvent)) -> Result<(), GatewayError> {
+        self.handle(ev, emit)
+    }
+
+    /// True once any text, reasoning or tool-call fragment arrived (no retry after that).
+    fn content_started(&self) -> bool {
+        self.content_started
+    }
+
+    /// True after `[DONE]`, or once the usage chunk came with or after the `finish_reason`.
+    fn is_done(&self) -> bool {
+        self.done || (self.finished && self.final_usage)
+    }
+
+    /// True after a `finish_reason` or `[DONE]`: EOF now is a normal end.
+    fn is_complete(&self) -> bool {
+        self.finished || self.done
+    }
+
+    fn into_draft(self: Box<Self>) -> Result<Draft, GatewayError> {
+        self.draft()
     }
 }
 
@@ -279,18 +283,6 @@ fn merge_tool_fragment(choice: &mut Choice, position: usize, frag: &Value) {
     if let Some(args) = function.get("arguments").and_then(Value::as_str) {
         call.arguments.push_str(args);
     }
-}
-
-/// OpenAI `finish_reason` → Anthropic `stop_reason`: `stop` → `end_turn`, `tool_calls` →
-/// `tool_use`, `length` → `max_tokens`, anything else unchanged.
-pub fn map_finish_reason(reason: &str) -> String {
-    match reason {
-        "stop" => "end_turn",
-        "tool_calls" => "tool_use",
-        "length" => "max_tokens",
-        other => other,
-    }
-    .to_string()
 }
 
 #[cfg(test)]
