@@ -112,30 +112,134 @@ async fn flush_sends_the_buffer_now() {
     assert_eq!(gw.requests().len(), 2);
 }
 
+/// A turn buffered ten minutes ago by a process that has since exited: overdue (5 min idle).
+fn buffer_an_overdue_turn(home: &Path) {
+    let ten_min_ago = SystemTime::now() - Duration::from_secs(600);
+    buffer::append(&memory_dir(home), PendingTurn::new("my editor is helix", "Noted.", &[], ten_min_ago)).unwrap();
+}
+
+const HELIX: &str = r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#;
+
 #[tokio::test]
-async fn a_one_shot_chat_flushes_an_overdue_buffer_before_its_turn() {
+async fn a_one_shot_chat_answers_first_and_then_flushes_an_overdue_buffer() {
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_text(
-        r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#,
-    )));
-    gw.push(Reply::sse(anthropic_text("Helix, then.")));
+    gw.push(Reply::sse(anthropic_text("Which one do you use?")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
     let h = tempfile::tempdir().unwrap();
     create(h.path()).await;
-    // A turn buffered ten minutes ago by a process that has since exited: overdue (5 min idle).
-    let ten_min_ago = SystemTime::now() - Duration::from_secs(600);
-    buffer::append(&memory_dir(h.path()), PendingTurn::new("my editor is helix", "Noted.", &[], ten_min_ago)).unwrap();
+    buffer_an_overdue_turn(h.path());
 
     let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "which editor?"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "Which one do you use?\n");
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 2);
-    assert_eq!(reqs[0].header("x-cicy-aux"), Some("memory"), "the overdue flush runs before the turn");
-    assert!(reqs[0].body_str().contains("User: my editor is helix\\nAgent: Noted.\\n"), "{}", reqs[0].body_str());
-    assert_eq!(reqs[1].header("x-cicy-aux"), None);
-    assert!(reqs[1].body_str().contains("<memories>\\n- [preference★3] Editor: Uses helix.\\n"), "the turn already sees the new memory");
-    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turn)"), "{}", o.stderr);
-    // The new turn itself is buffered for the next flush.
-    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1);
+    assert_eq!(reqs[0].header("x-cicy-aux"), None, "the turn goes first");
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"));
+    assert!(reqs[1].body_str().contains("User: my editor is helix\\nAgent: Noted.\\n"), "{}", reqs[1].body_str());
+    assert!(reqs[1].body_str().contains("User: which editor?\\nAgent: Which one do you use?\\n"), "the new turn rides along");
+    let flush = "· memory: sending 2 buffered turns to the recognizer…\n· memory usage: input 25, output 15, cache write 10, cache read 100\n· memory: saved 1, updated 0 (from 2 turns)\n";
+    assert!(o.stderr.ends_with(flush), "the flush is the last thing, with a progress line: {}", o.stderr);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 0);
+    assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
+}
+
+/// The JSON events a `--json` run printed, as `type` (and `text` for system lines).
+fn event_types(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON event per line");
+            match v["type"].as_str().expect("type") {
+                "system" => format!("system: {}", v["text"].as_str().expect("text")),
+                t => t.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_question_is_on_disk_before_the_flush_and_a_kill_during_it_loses_nothing() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Which one do you use?")));
+    // The recognizer never answers: the process is held inside the flush until it is killed.
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1", "which editor?", "--json"]).spawn().expect("spawn chat");
+    let reqs = gw.wait_for_requests(2).await;
+    assert_eq!(reqs[0].header("x-cicy-aux"), None);
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"), "the aux request comes after the turn's request");
+    // The process is blocked in the recognizer call: what is on disk now was there when the
+    // aux request arrived.
+    let current: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("workers/w-1/.cicy/history/current.json")).unwrap()).unwrap();
+    assert_eq!(current["status"], "idle");
+    let texts: Vec<String> = current["messages"].as_array().unwrap().iter().map(|m| m["content"].to_string()).collect();
+    assert_eq!(texts, ["\"which editor?\"", r#"[{"type":"text","text":"Which one do you use?"}]"#]);
+
+    child.start_kill().expect("SIGKILL");
+    let out = child.wait_with_output().await.expect("wait");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGKILL));
+    let types = event_types(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(
+        types,
+        [
+            "turn_started",
+            "round_started",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "text_end",
+            "usage",
+            "turn_ended",
+            "system: memory: sending 2 buffered turns to the recognizer…"
+        ],
+        "turn_ended comes before the flush"
+    );
+    // Both turns are still buffered for the next flush, and a kill is no failure: no backoff.
+    let users: Vec<String> = buffer::load(&memory_dir(h.path())).unwrap().turns.into_iter().map(|t| t.user).collect();
+    assert_eq!(users, ["my editor is helix", "which editor?"]);
+    assert!(!memory_dir(h.path()).join(".flush-backoff.json").exists());
+}
+
+#[tokio::test]
+async fn a_failed_flush_pauses_automatic_flushes_instead_of_delaying_every_command() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("One.")));
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"no"}}"#));
+    gw.push(Reply::sse(anthropic_text("Two.")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "one?"]).await;
+    assert_eq!(o.code, 0, "a failed flush never fails the command: {}", o.stderr);
+    assert_eq!(gw.requests().len(), 2);
+    assert!(o.stderr.contains("· memory: sending 2 buffered turns to the recognizer…\n"), "{}", o.stderr);
+    assert!(
+        o.stderr.ends_with("the 2 buffered turn(s) are kept for the next flush (automatic flushes pause for 5 min; `cicy-agent memory w-1 flush` tries now)\n"),
+        "{}",
+        o.stderr
+    );
+    let pause = cicy::memory::backoff::load(&memory_dir(h.path())).unwrap().expect("a backoff on disk");
+    assert_eq!(pause.failures, 1);
+
+    // The next one-shot command honours the pause: its turn only, no recognizer call.
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "two?"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(gw.requests().len(), 3);
+    assert!(!o.stderr.contains("memory"), "{}", o.stderr);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 3);
+
+    // Asked for explicitly, a flush runs at once and clears the pause.
+    let o = cicy(h.path(), &gw.url(), &["memory", "w-1", "flush"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 3 turns)\n"), "{}", o.stderr);
+    assert!(!memory_dir(h.path()).join(".flush-backoff.json").exists());
 }
 
 #[tokio::test]

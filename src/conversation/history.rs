@@ -2,7 +2,7 @@
 //!
 //! Owns `chat/<conv_id>/current.json` (the whole display history), `reply.json` (the snapshot of
 //! the running or last turn), the archived snapshots `current.<unix>.json` / `reply.<unix>.json`
-//! a compaction leaves (§7), the relative symlinks `current.json` / `reply.json` that point at
+//! a compaction leaves (§7) and pruning them to the first and the last N, the relative symlinks `current.json` / `reply.json` that point at
 //! the active conversation, starting a new conversation (`/clear`), restore after a crash, and
 //! moving unparsable files aside. It never talks to the gateway; healing the restored messages
 //! is `invariants`' job, deciding what to compact is `crate::compact`'s.
@@ -338,6 +338,28 @@ impl HistoryStore {
         }
         out.sort_by_key(|a| (a.unix, a.seq));
         Ok(out)
+    }
+
+    /// Deletes archived snapshots of a conversation so that at most the first and the last
+    /// `keep` remain (each `current.<unix>[-<n>].json` with its `reply.…json`); returns the
+    /// deleted `current.…json` paths, oldest first. The live `current.json` and `reply.json`
+    /// are never archives, so never deleted. The reply copy goes first: a crash between the two
+    /// removals leaves a `current.…json` that is listed, and deleted by the next prune.
+    pub fn prune_archives(&self, conv_id: &str, keep: usize) -> Result<Vec<PathBuf>, HistoryError> {
+        let all = self.archives(conv_id)?;
+        let excess = all.len().saturating_sub(keep + 1);
+        let mut deleted = Vec::with_capacity(excess);
+        for a in all.into_iter().skip(1).take(excess) {
+            for path in a.reply.iter().chain(std::iter::once(&a.current)) {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(HistoryError::Io { path: path.clone(), source }),
+                }
+            }
+            deleted.push(a.current);
+        }
+        Ok(deleted)
     }
 
     fn link(&self, name: &str, target: &Path) -> Result<(), HistoryError> {
