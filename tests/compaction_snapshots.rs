@@ -79,7 +79,7 @@ fn keep_zero_leaves_only_the_first_snapshot_and_the_live_files() {
         first.get_or_insert(a);
     }
     let first = first.unwrap();
-    assert_eq!(store.archives(&conv).unwrap(), [first.clone()]);
+    assert_eq!(store.archives(&conv).unwrap(), std::slice::from_ref(&first));
     let mut expected =
         vec!["current.json".to_string(), "reply.json".to_string(), file_name(&first.current), file_name(&first.reply.unwrap())];
     expected.sort();

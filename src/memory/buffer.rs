@@ -381,7 +381,7 @@ mod tests {
         let loaded = load(d).unwrap();
         assert_eq!(loaded.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2"]);
         let aside = loaded.moved_aside.expect("set aside");
-        assert_eq!(aside_files(d), [aside.clone()]);
+        assert_eq!(aside_files(d), std::slice::from_ref(&aside));
         let name = aside.file_name().unwrap().to_string_lossy().into_owned();
         let unix: u64 = name.strip_prefix(".pending.jsonl.corrupt-").unwrap().parse().unwrap();
         assert!(unix.abs_diff(fsutil::unix_now()) < 60, "{name}");
