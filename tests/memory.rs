@@ -327,7 +327,7 @@ async fn nothing_the_recognizer_says_can_write_outside_the_memory_folder() {
         assert!(p.starts_with(&mem_rel) || p.starts_with(&hist_rel), "written outside the memory folder: {}", p.display());
     }
     let names: Vec<String> = std::fs::read_dir(memory_dir(&t, &id)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<BTreeSet<_>>().into_iter().collect();
-    assert_eq!(names, [".lock", "MEMORY.md", "archive_y.md", "etc_x.md", "tmp_cicy-evil.md", "win.md"]);
+    assert_eq!(names, [".flush.lock", ".lock", "MEMORY.md", "archive_y.md", "etc_x.md", "tmp_cicy-evil.md", "win.md"]);
     assert!(!Path::new("/tmp/cicy-evil").exists() && !Path::new("/tmp/cicy-evil.md").exists());
     assert!(!t.workspace(&id).join("etc").exists());
     let index = std::fs::read_to_string(memory_dir(&t, &id).join("MEMORY.md")).unwrap();

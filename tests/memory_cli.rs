@@ -276,3 +276,36 @@ async fn a_resident_chat_flushes_after_the_configured_idle_period() {
     assert!(stderr.contains("· memory: saved 1, updated 0 (from 1 turn)\n"), "{stderr}");
     assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
 }
+
+#[tokio::test]
+async fn a_session_flushes_without_the_turn_lock_and_one_flush_runs_at_a_time() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Noted.")));
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"remember: my editor is helix\n").await.unwrap();
+    stdin.flush().await.unwrap();
+    // The keyword makes the buffer due at once; the session's flush now waits on the recognizer.
+    let reqs = gw.wait_for_requests(2).await;
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"));
+
+    // Meanwhile the agent is free for commands that take the turn lock …
+    let o = cicy(h.path(), &gw.url(), &["clear", "w-1"]).await;
+    assert_eq!(o.code, 0, "the flush must not hold the turn lock: {}", o.stderr);
+    assert!(o.stderr.starts_with("· /clear: new conversation "), "{}", o.stderr);
+    // … and a second flush does not send the same turns again.
+    let o = cicy(h.path(), &gw.url(), &["memory", "w-1", "flush"]).await;
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (0, "· memory: another process is sending the buffered turns to the recognizer right now; not sent again\n")
+    );
+    assert_eq!(gw.requests().len(), 2);
+
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("wait");
+    drop(stdin);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1, "the killed flush kept its turn");
+}

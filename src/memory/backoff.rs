@@ -1,11 +1,15 @@
-//! The flush backoff: `.cicy/memory/.flush-backoff.json`, beside the buffer.
+//! When a flush may run: the backoff in `.cicy/memory/.flush-backoff.json` and the flush lock
+//! `.cicy/memory/.flush.lock`, beside the buffer.
 //!
-//! Owns when the next automatic flush may be tried after failed ones: 5 min after the first
-//! failure, doubling with each further failure up to 6 h, cleared by a flush that succeeds. It
-//! lives on disk so a one-shot process honours a failure another process saw, instead of
-//! waiting on a failing recognizer after every command. Must not touch the buffer's turns or
-//! memory files, and never calls the gateway.
+//! Owns when the next automatic flush may be tried after failed ones (5 min after the first
+//! failure, doubling with each further failure up to 6 h, cleared by a flush that succeeds) and
+//! that one flush runs at a time per agent. The backoff lives on disk so a one-shot process
+//! honours a failure another process saw, instead of waiting on a failing recognizer after
+//! every command; the lock matters because a flush holds no turn lock, so a session's timer and
+//! a one-shot process could otherwise send the same turns twice. Must not touch the buffer's
+//! turns or memory files, and never calls the gateway.
 
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -17,6 +21,8 @@ use crate::fsutil;
 
 /// The backoff file inside the memory folder.
 pub const FILE: &str = ".flush-backoff.json";
+/// The lock file a running flush holds (flock, released when the process ends however it ends).
+pub const LOCK_FILE: &str = ".flush.lock";
 /// The wait after the first failed flush (ours: one prompt-cache TTL, as the idle timer).
 pub const FIRST: Duration = Duration::from_secs(5 * 60);
 /// The longest wait between two automatic tries (ours: a few tries a day at worst).
@@ -69,6 +75,29 @@ pub fn record_failure(dir: &Path, now: SystemTime, error: &str) -> Result<Backof
     })
 }
 
+/// Held while a flush runs; dropping it releases the lock.
+#[derive(Debug)]
+pub struct FlushLock {
+    _file: std::fs::File,
+}
+
+/// Takes the flush lock of `dir` without waiting: `None` when another flush holds it.
+pub fn try_flush_lock(dir: &Path) -> Result<Option<FlushLock>, MemoryError> {
+    std::fs::create_dir_all(dir).map_err(|e| MemoryError::io(dir, e))?;
+    let p = dir.join(LOCK_FILE);
+    let file = std::fs::File::options().create(true).truncate(false).write(true).open(&p).map_err(|e| MemoryError::io(&p, e))?;
+    // SAFETY: flock on a descriptor we own and keep open in the returned guard; no memory is shared.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(Some(FlushLock { _file: file }));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return Ok(None);
+    }
+    Err(MemoryError::io(&p, e))
+}
+
 /// Forgets the failures (a flush succeeded).
 pub fn clear(dir: &Path) -> Result<(), MemoryError> {
     let p = dir.join(FILE);
@@ -112,5 +141,14 @@ mod tests {
         std::fs::write(d.join(FILE), "{torn").unwrap();
         assert_eq!(load(d).unwrap(), None, "an unreadable file never blocks a flush");
         assert_eq!(record_failure(d, t0, "again").unwrap().failures, 1);
+    }
+
+    #[test]
+    fn one_flush_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = try_flush_lock(dir.path()).unwrap().expect("free");
+        assert!(try_flush_lock(dir.path()).unwrap().is_none(), "a second flush is refused, not queued");
+        drop(held);
+        assert!(try_flush_lock(dir.path()).unwrap().is_some());
     }
 }

@@ -70,6 +70,9 @@ pub enum MemoryError {
     NotFound { mem_id: String, dir: PathBuf },
     #[error(transparent)]
     Recognizer(#[from] RecognizeError),
+    /// Another process holds `.flush.lock`: it is sending these turns right now.
+    #[error("another process is sending the buffered turns to the recognizer right now")]
+    FlushBusy,
 }
 
 impl MemoryError {
@@ -183,12 +186,27 @@ impl Memory {
     /// error the turns stay and the backoff grows (5 min, doubling to 6 h), so automatic
     /// flushes pause instead of waiting on a failing recognizer after every turn; a cancelled
     /// call is no failure. It runs whatever the backoff says (`cicy-agent memory <id> flush`).
-    /// An empty buffer makes no call.
+    /// An empty buffer makes no call. One flush runs at a time per agent: while another
+    /// process flushes, this returns [`MemoryError::FlushBusy`] at once (no failure).
     pub async fn flush(&self, aux: &AuxTarget<'_>, cancel: &CancellationToken) -> Result<FlushReport, MemoryError> {
+        self.flush_with(aux, cancel, |_| {}).await
+    }
+
+    /// [`Self::flush`], calling `started` with the number of turns just before the call.
+    async fn flush_with(
+        &self,
+        aux: &AuxTarget<'_>,
+        cancel: &CancellationToken,
+        started: impl FnOnce(usize),
+    ) -> Result<FlushReport, MemoryError> {
+        let Some(_lock) = backoff::try_flush_lock(&self.dir)? else {
+            return Err(MemoryError::FlushBusy);
+        };
         let turns = buffer::load(&self.dir)?.turns;
         if turns.is_empty() {
             return Ok(FlushReport::default());
         }
+        started(turns.len());
         let ids: Vec<String> = turns.iter().map(|t| t.id.clone()).collect();
         let result = self.flush_turns(aux, turns, cancel).await;
         match &result {
@@ -196,7 +214,7 @@ impl Memory {
                 buffer::remove(&self.dir, &ids)?;
                 backoff::clear(&self.dir)?;
             }
-            Err(e) if is_cancelled(e) => {}
+            Err(e) if !is_failure(e) => {}
             Err(e) => {
                 if let Err(mark) = backoff::record_failure(&self.dir, SystemTime::now(), &e.to_string()) {
                     tracing::warn!(error = %mark, flush_error = %e, "cannot record the memory flush backoff");
@@ -246,12 +264,11 @@ impl Memory {
         events: &Emitter,
         cancel: &CancellationToken,
     ) -> bool {
-        let pending = buffer::load(&self.dir).map(|l| l.turns.len()).unwrap_or(0);
-        if pending > 0 {
+        let started = |pending: usize| {
             let turns = if pending == 1 { "1 buffered turn".to_string() } else { format!("{pending} buffered turns") };
             events.emit(EventKind::System { text: format!("memory: sending {turns} to the recognizer…") });
-        }
-        match self.flush(aux, cancel).await {
+        };
+        match self.flush_with(aux, cancel, started).await {
             Ok(report) => {
                 if report.turns > 0 {
                     let u = report.usage;
@@ -266,9 +283,13 @@ impl Memory {
                 }
                 true
             }
+            Err(MemoryError::FlushBusy) => {
+                events.emit(EventKind::System { text: format!("memory: {}; not sent again", MemoryError::FlushBusy) });
+                true
+            }
             Err(e) => {
                 let kept = buffer::load(&self.dir).map(|l| l.turns.len()).unwrap_or(0);
-                let message = if is_cancelled(&e) {
+                let message = if !is_failure(&e) {
                     format!("memory flush ({}) was cancelled; the {kept} buffered turn(s) are kept for the next flush", reason.as_str())
                 } else {
                     let pause = match backoff::load(&self.dir) {
@@ -343,8 +364,9 @@ impl Memory {
     }
 }
 
-fn is_cancelled(e: &MemoryError) -> bool {
-    matches!(e, MemoryError::Recognizer(RecognizeError::Gateway(GatewayError::Cancelled)))
+/// Whether `e` counts toward the backoff: not a cancel, not a flush left to another process.
+fn is_failure(e: &MemoryError) -> bool {
+    !matches!(e, MemoryError::Recognizer(RecognizeError::Gateway(GatewayError::Cancelled)) | MemoryError::FlushBusy)
 }
 
 /// The answer text (all assistant text of the turn, joined by newlines) and the names of the
