@@ -309,3 +309,23 @@ async fn a_session_flushes_without_the_turn_lock_and_one_flush_runs_at_a_time() 
     drop(stdin);
     assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1, "the killed flush kept its turn");
 }
+
+#[tokio::test]
+async fn the_recognizer_call_has_its_own_timeout_from_config() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Noted.")));
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    std::fs::write(h.path().join("config.yaml"), "memory:\n  recognizer_timeout_secs: 1\n").unwrap();
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "remember: my editor is helix"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.ends_with(
+            "· memory: sending 1 buffered turn to the recognizer…\nerror (memory): memory flush (explicit) failed: memory recognizer call failed: the request timed out after 1 s; the 1 buffered turn(s) are kept for the next flush (automatic flushes pause for 5 min; `cicy-agent memory w-1 flush` tries now)\n"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(gw.requests().len(), 2);
+}
