@@ -329,3 +329,32 @@ async fn the_recognizer_call_has_its_own_timeout_from_config() {
     );
     assert_eq!(gw.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn a_session_whose_buffer_another_process_is_flushing_says_so_once_and_reads_on() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+    // This test process plays the other flusher.
+    let held = cicy::memory::backoff::try_flush_lock(&memory_dir(h.path())).unwrap().expect("the flush lock is free");
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let busy = "· memory: another process is sending the buffered turns to the recognizer right now; not sent again";
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some(busy) {
+        seen.push(stderr.next_line().await.unwrap().expect("the session said the flush is busy"));
+    }
+    stdin.write_all(b"/exit\n").await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("the session read `/exit`").unwrap();
+    drop(held);
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        seen.push(line);
+    }
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(seen, ["· Welcome! How can I help you today?", busy], "said once, not retried in a loop");
+    assert_eq!(gw.requests().len(), 0);
+}

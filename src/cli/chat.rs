@@ -192,6 +192,9 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
         let mut buf = Vec::new();
         let mut last = ExitCode::SUCCESS;
         let memory = session.memory();
+        // Set when a timer flush left the buffer due (another process is flushing it): the
+        // timer waits one recognizer timeout instead of firing again at once.
+        let mut not_before: Option<SystemTime> = None;
         loop {
             if interactive {
                 eprint!("> ");
@@ -200,11 +203,13 @@ pub fn chat(home: &Home, id: &str, text: Option<String>, json: bool) -> Result<E
             // `buf` is cleared only once a whole line is taken.
             let next = tokio::select! {
                 biased;
-                () = sleep_until(memory.next_due().ok().flatten()) => None,
+                () = sleep_until(memory.next_due().ok().flatten().map(|d| not_before.map_or(d, |n| d.max(n)))) => None,
                 n = stdin.read_until(b'\n', &mut buf) => Some(n?),
             };
             if next.is_none() {
                 flush_memory(&session, None, &events, &current).await;
+                let now = SystemTime::now();
+                not_before = matches!(memory.due(now), Ok(Some(_))).then(|| now + memory.settings().recognizer_timeout);
                 continue;
             }
             if buf.is_empty() {

@@ -4,8 +4,9 @@
 //! ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
 //! `current.<unix>.json` / `reply.<unix>.json` (keeping the first and the last
 //! `compaction.keep_snapshots` of those), insert the summary message at the cut, heal,
-//! persist. Nothing is deleted: every original message stays in current.json, and the summary
-//! is a fence (see `conversation::invariants`) where the wire window starts.
+//! persist. No message is deleted: every original message stays in current.json (which is why
+//! old snapshots can go), and the summary is a fence (see `conversation::invariants`) where the
+//! wire window starts.
 //!
 //! Representation: the summary is a user message inserted *before* the kept tail, which always
 //! starts with an assistant message (or is empty), so the window `summary + tail` alternates
