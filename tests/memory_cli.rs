@@ -358,3 +358,25 @@ async fn a_session_whose_buffer_another_process_is_flushing_says_so_once_and_rea
     assert_eq!(seen, ["· Welcome! How can I help you today?", busy], "said once, not retried in a loop");
     assert_eq!(gw.requests().len(), 0);
 }
+
+#[tokio::test]
+async fn retry_runs_the_turn_first_and_then_flushes_an_overdue_buffer() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"no"}}"#));
+    gw.push(Reply::sse(anthropic_text("Helix, then.")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "which editor?"]).await;
+    assert_eq!(o.code, 1, "the turn is blocked: {}", o.stderr);
+    buffer_an_overdue_turn(h.path());
+
+    let o = cicy(h.path(), &gw.url(), &["retry", "w-1"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "Helix, then.\n");
+    let reqs = gw.requests();
+    let kinds: Vec<Option<&str>> = reqs.iter().map(|r| r.header("x-cicy-aux")).collect();
+    assert_eq!(kinds, [None, None, Some("memory")], "the retried turn goes first");
+    assert!(reqs[2].body_str().contains("User: which editor?\\nAgent: Helix, then.\\n"), "the retried turn rides along");
+    assert!(o.stderr.ends_with("· memory: saved 1, updated 0 (from 2 turns)\n"), "{}", o.stderr);
+}
