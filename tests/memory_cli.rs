@@ -380,3 +380,37 @@ async fn retry_runs_the_turn_first_and_then_flushes_an_overdue_buffer() {
     assert!(reqs[2].body_str().contains("User: which editor?\\nAgent: Helix, then.\\n"), "the retried turn rides along");
     assert!(o.stderr.ends_with("· memory: saved 1, updated 0 (from 2 turns)\n"), "{}", o.stderr);
 }
+
+#[tokio::test]
+async fn a_torn_buffer_line_is_set_aside_alone_and_named() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Fine.")));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let dir = memory_dir(h.path());
+    let kept = buffer::append(&dir, PendingTurn::new("my editor is helix", "Noted.", &[], SystemTime::now())).unwrap().turns;
+    let line = std::fs::read_to_string(dir.join(buffer::FILE)).unwrap();
+    let torn = r#"{"id":"c3","at_ms":3000,"user":"half a li"#;
+    std::fs::write(dir.join(buffer::FILE), format!("{line}{torn}")).unwrap();
+
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "hello"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let aside: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".pending.jsonl.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), torn);
+    assert!(
+        o.stderr.contains(&format!(
+            "· memory: lines of the buffer that did not parse were set aside in {}; the 1 readable turn(s) are kept\n",
+            aside[0].display()
+        )),
+        "{}",
+        o.stderr
+    );
+    let turns = buffer::load(&dir).unwrap().turns;
+    assert_eq!(turns[0], kept[0], "the complete line is kept as it was");
+    assert_eq!(turns.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["my editor is helix", "hello"]);
+}

@@ -134,12 +134,12 @@ pub fn next_due(turns: &[PendingTurn], s: &MemorySettings) -> Option<SystemTime>
     Some((first.at() + s.max_wait).min(last.at() + s.idle))
 }
 
-/// The buffer as read: its turns, oldest first, and where lines that did not parse were set
-/// aside.
+/// The buffer as read: its turns, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Loaded {
     pub turns: Vec<PendingTurn>,
-    pub moved_aside: Option<PathBuf>,
+    /// Lines that did not parse; they stay in the file until the next write sets them aside.
+    pub unparsed_lines: usize,
 }
 
 /// What [`append`] did.
@@ -153,45 +153,54 @@ pub struct Appended {
     pub moved_aside: Option<PathBuf>,
 }
 
-/// Reads the buffer in `dir`. Lines that do not parse (a torn last line, a hand edit, bytes
-/// that are not UTF-8) are set aside as they were to `.pending.jsonl.corrupt-<unix>` (never
-/// overwritten) and the buffer keeps every line that parses. Without a buffer file nothing is created (listing an agent's
-/// memory must not make its folder); the file only ever appears by an atomic rename, so
-/// checking for it before taking the lock is safe.
+/// Reads the buffer in `dir`, changing nothing: lines that do not parse are skipped (and
+/// counted). Without a buffer file nothing is created (listing an agent's memory must not make
+/// its folder); the file only ever appears by an atomic rename, so checking for it before
+/// taking the lock is safe.
 pub fn load(dir: &Path) -> Result<Loaded, MemoryError> {
     if !dir.join(FILE).exists() {
         return Ok(Loaded::default());
     }
-    with_lock(dir, || read_unlocked(dir))
+    with_lock(dir, || {
+        let (turns, bad) = read_unlocked(dir)?;
+        Ok(Loaded { turns, unparsed_lines: bad.split_inclusive(|b| *b == b'\n').count() })
+    })
 }
 
-/// Adds `turn` to the buffer in `dir`.
+/// Adds `turn` to the buffer in `dir`. Lines that do not parse (a torn last line, a hand
+/// edit, bytes that are not UTF-8) are set aside as they were to
+/// `.pending.jsonl.corrupt-<unix>` (never overwritten); every line that parses is kept.
 pub fn append(dir: &Path, turn: PendingTurn) -> Result<Appended, MemoryError> {
     with_lock(dir, || {
-        let Loaded { mut turns, moved_aside } = read_unlocked(dir)?;
+        let (mut turns, bad) = read_unlocked(dir)?;
         turns.push(turn);
         let dropped = turns.len().saturating_sub(MAX_PENDING);
         turns.drain(..dropped);
+        let moved_aside = set_aside_unlocked(dir, &bad)?;
         write_unlocked(dir, &turns)?;
         Ok(Appended { turns, dropped, moved_aside })
     })
 }
 
 /// Removes the turns with these ids (those a flush consumed); turns added meanwhile stay. The
-/// file is deleted when nothing is left.
-pub fn remove(dir: &Path, ids: &[String]) -> Result<(), MemoryError> {
+/// file is deleted when nothing is left. Lines that do not parse are set aside as [`append`]
+/// does; returns where.
+pub fn remove(dir: &Path, ids: &[String]) -> Result<Option<PathBuf>, MemoryError> {
     with_lock(dir, || {
-        let Loaded { turns, .. } = read_unlocked(dir)?;
+        let (turns, bad) = read_unlocked(dir)?;
         let rest: Vec<PendingTurn> = turns.into_iter().filter(|t| !ids.contains(&t.id)).collect();
-        write_unlocked(dir, &rest)
+        let moved_aside = set_aside_unlocked(dir, &bad)?;
+        write_unlocked(dir, &rest)?;
+        Ok(moved_aside)
     })
 }
 
-fn read_unlocked(dir: &Path) -> Result<Loaded, MemoryError> {
+/// The turns that parse, and the bytes of the lines that do not (with their newlines).
+fn read_unlocked(dir: &Path) -> Result<(Vec<PendingTurn>, Vec<u8>), MemoryError> {
     let p = dir.join(FILE);
     let bytes = match std::fs::read(&p) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(MemoryError::io(&p, e)),
     };
     let mut turns = Vec::new();
@@ -206,16 +215,19 @@ fn read_unlocked(dir: &Path) -> Result<Loaded, MemoryError> {
             Err(_) => bad.extend_from_slice(line),
         }
     }
+    Ok((turns, bad))
+}
+
+/// Saves `bad` (lines that did not parse) beside the buffer, before the caller rewrites the
+/// buffer without them: a crash in between leaves them in both places, never in neither.
+fn set_aside_unlocked(dir: &Path, bad: &[u8]) -> Result<Option<PathBuf>, MemoryError> {
     if bad.is_empty() {
-        return Ok(Loaded { turns, moved_aside: None });
+        return Ok(None);
     }
-    // The bad lines are saved before the buffer is rewritten without them: a crash in between
-    // leaves them in both places, never in neither.
-    let aside = aside_path(&p);
-    fsutil::write_atomic(&aside, &bad).map_err(|e| MemoryError::io(&aside, e))?;
-    write_unlocked(dir, &turns)?;
-    tracing::warn!(path = %p.display(), aside = %aside.display(), kept = turns.len(), "memory buffer lines did not parse; set them aside");
-    Ok(Loaded { turns, moved_aside: Some(aside) })
+    let aside = aside_path(&dir.join(FILE));
+    fsutil::write_atomic(&aside, bad).map_err(|e| MemoryError::io(&aside, e))?;
+    tracing::warn!(aside = %aside.display(), "memory buffer lines did not parse; set them aside");
+    Ok(Some(aside))
 }
 
 /// `<file>.corrupt-<unix>`, with `.<n>` added when that exists (as `fsutil::move_aside` names).
@@ -377,18 +389,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let torn = r#"{"id":"c3","at_ms":3000,"user":"half a li"#;
-        std::fs::write(d.join(FILE), format!("{ONE}\n{TWO}\n{torn}")).unwrap();
+        let file = format!("{ONE}\n{TWO}\n{torn}");
+        std::fs::write(d.join(FILE), &file).unwrap();
+        // Reading changes nothing.
         let loaded = load(d).unwrap();
         assert_eq!(loaded.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2"]);
-        let aside = loaded.moved_aside.expect("set aside");
+        assert_eq!(loaded.unparsed_lines, 1);
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), file);
+        assert!(aside_files(d).is_empty());
+        // The next write sets the torn tail aside, alone.
+        let ids = ["a1".to_string()];
+        let aside = remove(d, &ids).unwrap().expect("set aside");
         assert_eq!(aside_files(d), std::slice::from_ref(&aside));
         let name = aside.file_name().unwrap().to_string_lossy().into_owned();
         let unix: u64 = name.strip_prefix(".pending.jsonl.corrupt-").unwrap().parse().unwrap();
         assert!(unix.abs_diff(fsutil::unix_now()) < 60, "{name}");
         assert_eq!(std::fs::read_to_string(&aside).unwrap(), torn);
-        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{ONE}\n{TWO_NOW}\n"));
-        // Read again: nothing more is set aside.
-        assert_eq!(load(d).unwrap().moved_aside, None);
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{TWO_NOW}\n"));
+        assert_eq!(load(d).unwrap(), Loaded { turns: load(d).unwrap().turns, unparsed_lines: 0 });
+        assert_eq!(remove(d, &ids).unwrap(), None, "nothing more to set aside");
         assert_eq!(aside_files(d).len(), 1);
     }
 
@@ -400,6 +419,7 @@ mod tests {
         bytes.extend_from_slice(b"caf\xe9\n");
         bytes.extend_from_slice(format!("{TWO}\n").as_bytes());
         std::fs::write(d.join(FILE), &bytes).unwrap();
+        assert_eq!(load(d).unwrap().unparsed_lines, 2);
         let a = append(d, PendingTurn { id: "d4".into(), at_ms: 4000, user: "hi".into(), answer: "hello".into(), tools: vec![], explicit: false })
             .unwrap();
         assert_eq!(a.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2", "d4"]);

@@ -104,6 +104,8 @@ pub struct FlushReport {
     pub archived: Vec<String>,
     /// Unparsable files that had the slug of an update and were moved aside.
     pub moved_aside: Vec<PathBuf>,
+    /// Where lines of the buffer that did not parse were set aside.
+    pub buffer_set_aside: Option<PathBuf>,
     /// Memory files skipped because they do not read (see `cicy-agent memory <id> check`).
     pub unreadable: usize,
     /// Memories in MEMORY.md afterwards.
@@ -126,6 +128,9 @@ impl FlushReport {
         }
         for p in &self.moved_aside {
             s.push_str(&format!("; an unreadable file was moved aside to {}", p.display()));
+        }
+        if let Some(p) = &self.buffer_set_aside {
+            s.push_str(&format!("; buffer lines that did not parse were set aside in {}", p.display()));
         }
         if self.unreadable > 0 {
             s.push_str(&format!("; {} unreadable file(s) skipped (see `cicy-agent memory {agent_id} check`)", self.unreadable));
@@ -208,10 +213,10 @@ impl Memory {
         }
         started(turns.len());
         let ids: Vec<String> = turns.iter().map(|t| t.id.clone()).collect();
-        let result = self.flush_turns(aux, turns, cancel).await;
-        match &result {
-            Ok(_) => {
-                buffer::remove(&self.dir, &ids)?;
+        let mut result = self.flush_turns(aux, turns, cancel).await;
+        match &mut result {
+            Ok(report) => {
+                report.buffer_set_aside = buffer::remove(&self.dir, &ids)?;
                 backoff::clear(&self.dir)?;
             }
             Err(e) if !is_failure(e) => {}
