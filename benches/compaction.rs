@@ -62,7 +62,7 @@ fn bench(c: &mut Criterion) {
     for keep in [0, 160] {
         let (_dir, store, mut current) = fresh(&history);
         let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens()).expect("a cut");
-        compact::apply(&store, &mut current, cut, &summary).expect("apply");
+        compact::apply(&store, &mut current, cut, &summary, settings.config.keep_snapshots).expect("apply");
         let after = request_bytes(&current.messages, &tools);
         eprintln!(
             "request with {} messages: {before} bytes before, {after} bytes after compaction with keep {keep} (cut at {cut}; summary {} bytes)",
@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
                     (dir, store, current, cut)
                 },
                 |(dir, store, mut current, cut)| {
-                    compact::apply(&store, &mut current, cut, &summary).expect("apply");
+                    compact::apply(&store, &mut current, cut, &summary, settings.config.keep_snapshots).expect("apply");
                     (dir, current)
                 },
                 BatchSize::PerIteration,

@@ -19,10 +19,12 @@
 //!   keep_recent: 160                 # cicy: messages kept after the summary
 //!   hard_cap: 600                    # cicy: never send more messages than this
 //!   context_window: 200000           # tokens, for a model whose role meta.yaml names none
+//!   keep_snapshots: 20               # ours: archived current/reply pairs kept, plus the first
 //! memory:                            # when buffered turns go to the memory recognizer (§8)
 //!   batch_turns: 6                   # cicy: 6 turns
 //!   max_wait_secs: 1200              # cicy: the oldest turn waits at most 20 min
 //!   idle_secs: 300                   # cicy: 5 min without a new turn
+//!   recognizer_timeout_secs: 30      # ours: the whole recognizer call, retries included
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -74,6 +76,7 @@ struct FileCompaction {
     keep_recent: Option<usize>,
     hard_cap: Option<usize>,
     context_window: Option<u64>,
+    keep_snapshots: Option<usize>,
 }
 
 /// When and how much automatic compaction summarizes (DESIGN.md §7); `compaction:` in
@@ -94,11 +97,23 @@ pub struct CompactionConfig {
     /// Tokens; the context window of a model whose role meta.yaml gives none. 200000 is the
     /// context window of the Claude models the Anthropic wire style targets.
     pub context_window: u64,
+    /// Ours: 20. Archived `current.<unix>.json` / `reply.<unix>.json` pairs a compaction keeps
+    /// per conversation besides the first (the oldest are deleted), so a long turn with many
+    /// automatic compactions does not fill the disk with ever larger copies.
+    pub keep_snapshots: usize,
 }
 
 impl Default for CompactionConfig {
     fn default() -> Self {
-        Self { auto: true, max_messages: 300, context_percent: 85, keep_recent: 160, hard_cap: 600, context_window: 200_000 }
+        Self {
+            auto: true,
+            max_messages: 300,
+            context_percent: 85,
+            keep_recent: 160,
+            hard_cap: 600,
+            context_window: 200_000,
+            keep_snapshots: 20,
+        }
     }
 }
 
@@ -112,6 +127,7 @@ impl CompactionConfig {
             keep_recent: f.keep_recent.unwrap_or(d.keep_recent),
             hard_cap: f.hard_cap.unwrap_or(d.hard_cap),
             context_window: f.context_window.unwrap_or(d.context_window),
+            keep_snapshots: f.keep_snapshots.unwrap_or(d.keep_snapshots),
         };
         let bad = |message: String| Err(ConfigError::Compaction { path: path.to_path_buf(), message });
         if c.context_percent == 0 || c.context_percent > 100 {
@@ -136,6 +152,7 @@ struct FileMemory {
     batch_turns: Option<usize>,
     max_wait_secs: Option<u64>,
     idle_secs: Option<u64>,
+    recognizer_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -241,10 +258,12 @@ fn memory_settings(m: &FileMemory) -> Result<MemorySettings, String> {
     let batch = at_least_one("batch_turns", m.batch_turns.map(|v| v as u64))?;
     let max_wait = at_least_one("max_wait_secs", m.max_wait_secs)?;
     let idle = at_least_one("idle_secs", m.idle_secs)?;
+    let recognizer_timeout = at_least_one("recognizer_timeout_secs", m.recognizer_timeout_secs)?;
     Ok(MemorySettings {
         batch_turns: batch.map_or(d.batch_turns, |v| v as usize),
         max_wait: max_wait.map_or(d.max_wait, Duration::from_secs),
         idle: idle.map_or(d.idle, Duration::from_secs),
+        recognizer_timeout: recognizer_timeout.map_or(d.recognizer_timeout, Duration::from_secs),
     })
 }
 
@@ -314,8 +333,17 @@ mod tests {
         assert_eq!(c.max_retries, 10);
         assert_eq!(
             c.compaction,
-            CompactionConfig { auto: true, max_messages: 300, context_percent: 85, keep_recent: 160, hard_cap: 600, context_window: 200_000 }
+            CompactionConfig {
+                auto: true,
+                max_messages: 300,
+                context_percent: 85,
+                keep_recent: 160,
+                hard_cap: 600,
+                context_window: 200_000,
+                keep_snapshots: 20
+            }
         );
+        assert_eq!(c.memory.recognizer_timeout, Duration::from_secs(30));
         assert_eq!(c.memory, MemorySettings::default());
         assert_eq!(c.memory.batch_turns, 6);
         assert_eq!(c.memory.max_wait, Duration::from_secs(1200));
@@ -330,7 +358,15 @@ mod tests {
         let c = Config::load_with_env(&p, env_of(&[])).unwrap().compaction;
         assert_eq!(
             c,
-            CompactionConfig { auto: false, max_messages: 40, context_percent: 85, keep_recent: 12, hard_cap: 600, context_window: 32000 }
+            CompactionConfig {
+                auto: false,
+                max_messages: 40,
+                context_percent: 85,
+                keep_recent: 12,
+                hard_cap: 600,
+                context_window: 32000,
+                keep_snapshots: 20
+            }
         );
         for (yaml, wanted) in [
             ("compaction:\n  keep_recent: 300\n", "keep_recent (300) must be below max_messages (300)"),
@@ -352,8 +388,19 @@ mod tests {
         let c = Config::load_with_env(&p, env_of(&[])).unwrap();
         assert_eq!(
             c.memory,
-            MemorySettings { batch_turns: 3, max_wait: Duration::from_secs(1200), idle: Duration::from_secs(1) }
+            MemorySettings {
+                batch_turns: 3,
+                max_wait: Duration::from_secs(1200),
+                idle: Duration::from_secs(1),
+                recognizer_timeout: Duration::from_secs(30)
+            }
         );
+        std::fs::write(&p, "memory:\n  recognizer_timeout_secs: 7\ncompaction:\n  keep_snapshots: 3\n").unwrap();
+        let c = Config::load_with_env(&p, env_of(&[])).unwrap();
+        assert_eq!((c.memory.recognizer_timeout, c.compaction.keep_snapshots), (Duration::from_secs(7), 3));
+        std::fs::write(&p, "memory:\n  recognizer_timeout_secs: 0\n").unwrap();
+        let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
+        assert!(e.contains("memory.recognizer_timeout_secs must be at least 1"), "{e}");
         std::fs::write(&p, "memory:\n  idle_secs: 0\n").unwrap();
         let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
         assert!(e.contains("config.yaml") && e.contains("memory.idle_secs must be at least 1"), "{e}");

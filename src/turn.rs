@@ -160,8 +160,8 @@ async fn run_user_turn(
     session.store.save_current(&mut session.current)?;
     session.store.save_reply(&reply)?;
     if outcome.is_none() {
-        // §8 write loop: buffer this turn and flush when due. Reports through events, never fails the turn.
-        session.memory().after_turn(&session.aux_target(&m.model), &text, &reply.items, events, cancel).await;
+        // §8 write loop: only buffer here; the caller flushes once the user has the answer.
+        session.memory().record_turn(&text, &reply.items, events);
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
     events.emit(EventKind::TurnEnded { outcome: ended });

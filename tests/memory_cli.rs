@@ -113,30 +113,134 @@ async fn flush_sends_the_buffer_now() {
     assert_eq!(gw.requests().len(), 2);
 }
 
+/// A turn buffered ten minutes ago by a process that has since exited: overdue (5 min idle).
+fn buffer_an_overdue_turn(home: &Path) {
+    let ten_min_ago = SystemTime::now() - Duration::from_secs(600);
+    buffer::append(&memory_dir(home), PendingTurn::new("my editor is helix", "Noted.", &[], ten_min_ago)).unwrap();
+}
+
+const HELIX: &str = r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#;
+
 #[tokio::test]
-async fn a_one_shot_chat_flushes_an_overdue_buffer_before_its_turn() {
+async fn a_one_shot_chat_answers_first_and_then_flushes_an_overdue_buffer() {
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_text(
-        r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#,
-    )));
-    gw.push(Reply::sse(anthropic_text("Helix, then.")));
+    gw.push(Reply::sse(anthropic_text("Which one do you use?")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
     let h = tempfile::tempdir().unwrap();
     create(h.path()).await;
-    // A turn buffered ten minutes ago by a process that has since exited: overdue (5 min idle).
-    let ten_min_ago = SystemTime::now() - Duration::from_secs(600);
-    buffer::append(&memory_dir(h.path()), PendingTurn::new("my editor is helix", "Noted.", &[], ten_min_ago)).unwrap();
+    buffer_an_overdue_turn(h.path());
 
     let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "which editor?"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "Which one do you use?\n");
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 2);
-    assert_eq!(reqs[0].header("x-cicy-aux"), Some("memory"), "the overdue flush runs before the turn");
-    assert!(reqs[0].body_str().contains("User: my editor is helix\\nAgent: Noted.\\n"), "{}", reqs[0].body_str());
-    assert_eq!(reqs[1].header("x-cicy-aux"), None);
-    assert!(reqs[1].body_str().contains("<memories>\\n- [preference★3] Editor: Uses helix.\\n"), "the turn already sees the new memory");
-    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 1 turn)"), "{}", o.stderr);
-    // The new turn itself is buffered for the next flush.
-    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1);
+    assert_eq!(reqs[0].header("x-cicy-aux"), None, "the turn goes first");
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"));
+    assert!(reqs[1].body_str().contains("User: my editor is helix\\nAgent: Noted.\\n"), "{}", reqs[1].body_str());
+    assert!(reqs[1].body_str().contains("User: which editor?\\nAgent: Which one do you use?\\n"), "the new turn rides along");
+    let flush = "· memory: sending 2 buffered turns to the recognizer…\n· memory usage: input 25, output 15, cache write 10, cache read 100\n· memory: saved 1, updated 0 (from 2 turns)\n";
+    assert!(o.stderr.ends_with(flush), "the flush is the last thing, with a progress line: {}", o.stderr);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 0);
+    assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
+}
+
+/// The JSON events a `--json` run printed, as `type` (and `text` for system lines).
+fn event_types(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON event per line");
+            match v["type"].as_str().expect("type") {
+                "system" => format!("system: {}", v["text"].as_str().expect("text")),
+                t => t.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_question_is_on_disk_before_the_flush_and_a_kill_during_it_loses_nothing() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Which one do you use?")));
+    // The recognizer never answers: the process is held inside the flush until it is killed.
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1", "which editor?", "--json"]).spawn().expect("spawn chat");
+    let reqs = gw.wait_for_requests(2).await;
+    assert_eq!(reqs[0].header("x-cicy-aux"), None);
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"), "the aux request comes after the turn's request");
+    // The process is blocked in the recognizer call: what is on disk now was there when the
+    // aux request arrived.
+    let current: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(h.path().join("workers/w-1/.cicy/history/current.json")).unwrap()).unwrap();
+    assert_eq!(current["status"], "idle");
+    let texts: Vec<String> = current["messages"].as_array().unwrap().iter().map(|m| m["content"].to_string()).collect();
+    assert_eq!(texts, ["\"which editor?\"", r#"[{"type":"text","text":"Which one do you use?"}]"#]);
+
+    child.start_kill().expect("SIGKILL");
+    let out = child.wait_with_output().await.expect("wait");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(libc::SIGKILL));
+    let types = event_types(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(
+        types,
+        [
+            "turn_started",
+            "round_started",
+            "text_delta",
+            "text_delta",
+            "text_delta",
+            "text_end",
+            "usage",
+            "turn_ended",
+            "system: memory: sending 2 buffered turns to the recognizer…"
+        ],
+        "turn_ended comes before the flush"
+    );
+    // Both turns are still buffered for the next flush, and a kill is no failure: no backoff.
+    let users: Vec<String> = buffer::load(&memory_dir(h.path())).unwrap().turns.into_iter().map(|t| t.user).collect();
+    assert_eq!(users, ["my editor is helix", "which editor?"]);
+    assert!(!memory_dir(h.path()).join(".flush-backoff.json").exists());
+}
+
+#[tokio::test]
+async fn a_failed_flush_pauses_automatic_flushes_instead_of_delaying_every_command() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("One.")));
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"no"}}"#));
+    gw.push(Reply::sse(anthropic_text("Two.")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "one?"]).await;
+    assert_eq!(o.code, 0, "a failed flush never fails the command: {}", o.stderr);
+    assert_eq!(gw.requests().len(), 2);
+    assert!(o.stderr.contains("· memory: sending 2 buffered turns to the recognizer…\n"), "{}", o.stderr);
+    assert!(
+        o.stderr.ends_with("the 2 buffered turn(s) are kept for the next flush (automatic flushes pause for 5 min; `cicy-agent memory w-1 flush` tries now)\n"),
+        "{}",
+        o.stderr
+    );
+    let pause = cicy::memory::backoff::load(&memory_dir(h.path())).unwrap().expect("a backoff on disk");
+    assert_eq!(pause.failures, 1);
+
+    // The next one-shot command honours the pause: its turn only, no recognizer call.
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "two?"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(gw.requests().len(), 3);
+    assert!(!o.stderr.contains("memory"), "{}", o.stderr);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 3);
+
+    // Asked for explicitly, a flush runs at once and clears the pause.
+    let o = cicy(h.path(), &gw.url(), &["memory", "w-1", "flush"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("· memory: saved 1, updated 0 (from 3 turns)\n"), "{}", o.stderr);
+    assert!(!memory_dir(h.path()).join(".flush-backoff.json").exists());
 }
 
 #[tokio::test]
@@ -172,4 +276,142 @@ async fn a_resident_chat_flushes_after_the_configured_idle_period() {
     let status = tokio::time::timeout(Duration::from_secs(20), child.wait()).await.expect("exits").unwrap();
     assert_eq!(status.code(), Some(0));
     assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
+}
+
+#[tokio::test]
+async fn a_session_flushes_without_the_turn_lock_and_one_flush_runs_at_a_time() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Noted.")));
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"remember: my editor is helix\n").await.unwrap();
+    stdin.flush().await.unwrap();
+    // The keyword makes the buffer due at once; the session's flush now waits on the recognizer.
+    let reqs = gw.wait_for_requests(2).await;
+    assert_eq!(reqs[1].header("x-cicy-aux"), Some("memory"));
+
+    // Meanwhile the agent is free for commands that take the turn lock …
+    let o = cicy(h.path(), &gw.url(), &["clear", "w-1"]).await;
+    assert_eq!(o.code, 0, "the flush must not hold the turn lock: {}", o.stderr);
+    assert!(o.stderr.starts_with("· /clear: new conversation "), "{}", o.stderr);
+    // … and a second flush does not send the same turns again.
+    let o = cicy(h.path(), &gw.url(), &["memory", "w-1", "flush"]).await;
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (0, "· memory: another process is sending the buffered turns to the recognizer right now; not sent again\n")
+    );
+    assert_eq!(gw.requests().len(), 2);
+
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("wait");
+    drop(stdin);
+    assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 1, "the killed flush kept its turn");
+}
+
+#[tokio::test]
+async fn the_recognizer_call_has_its_own_timeout_from_config() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Noted.")));
+    gw.on_aux(Reply::SseThenHang { chunks: Vec::new() });
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    std::fs::write(h.path().join("config.yaml"), "memory:\n  recognizer_timeout_secs: 1\n").unwrap();
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "remember: my editor is helix"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.stderr.ends_with(
+            "· memory: sending 1 buffered turn to the recognizer…\nerror (memory): memory flush (explicit) failed: memory recognizer call failed: the request timed out after 1 s; the 1 buffered turn(s) are kept for the next flush (automatic flushes pause for 5 min; `cicy-agent memory w-1 flush` tries now)\n"
+        ),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(gw.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_session_whose_buffer_another_process_is_flushing_says_so_once_and_reads_on() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    buffer_an_overdue_turn(h.path());
+    // This test process plays the other flusher.
+    let held = cicy::memory::backoff::try_flush_lock(&memory_dir(h.path())).unwrap().expect("the flush lock is free");
+    let mut child = command(h.path(), &gw.url(), &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let busy = "· memory: another process is sending the buffered turns to the recognizer right now; not sent again";
+    let mut seen = Vec::new();
+    while seen.last().map(String::as_str) != Some(busy) {
+        seen.push(stderr.next_line().await.unwrap().expect("the session said the flush is busy"));
+    }
+    stdin.write_all(b"/exit\n").await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("the session read `/exit`").unwrap();
+    drop(held);
+    while let Some(line) = stderr.next_line().await.unwrap() {
+        seen.push(line);
+    }
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(seen, ["· Welcome! How can I help you today?", busy], "said once, not retried in a loop");
+    assert_eq!(gw.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn retry_runs_the_turn_first_and_then_flushes_an_overdue_buffer() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"no"}}"#));
+    gw.push(Reply::sse(anthropic_text("Helix, then.")));
+    gw.push(Reply::sse(anthropic_text(HELIX)));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "which editor?"]).await;
+    assert_eq!(o.code, 1, "the turn is blocked: {}", o.stderr);
+    buffer_an_overdue_turn(h.path());
+
+    let o = cicy(h.path(), &gw.url(), &["retry", "w-1"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "Helix, then.\n");
+    let reqs = gw.requests();
+    let kinds: Vec<Option<&str>> = reqs.iter().map(|r| r.header("x-cicy-aux")).collect();
+    assert_eq!(kinds, [None, None, Some("memory")], "the retried turn goes first");
+    assert!(reqs[2].body_str().contains("User: which editor?\\nAgent: Helix, then.\\n"), "the retried turn rides along");
+    assert!(o.stderr.ends_with("· memory: saved 1, updated 0 (from 2 turns)\n"), "{}", o.stderr);
+}
+
+#[tokio::test]
+async fn a_torn_buffer_line_is_set_aside_alone_and_named() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("Fine.")));
+    let h = tempfile::tempdir().unwrap();
+    create(h.path()).await;
+    let dir = memory_dir(h.path());
+    let kept = buffer::append(&dir, PendingTurn::new("my editor is helix", "Noted.", &[], SystemTime::now())).unwrap().turns;
+    let line = std::fs::read_to_string(dir.join(buffer::FILE)).unwrap();
+    let torn = r#"{"id":"c3","at_ms":3000,"user":"half a li"#;
+    std::fs::write(dir.join(buffer::FILE), format!("{line}{torn}")).unwrap();
+
+    let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "hello"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let aside: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".pending.jsonl.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), torn);
+    assert!(
+        o.stderr.contains(&format!(
+            "· memory: lines of the buffer that did not parse were set aside in {}; the 1 readable turn(s) are kept\n",
+            aside[0].display()
+        )),
+        "{}",
+        o.stderr
+    );
+    let turns = buffer::load(&dir).unwrap().turns;
+    assert_eq!(turns[0], kept[0], "the complete line is kept as it was");
+    assert_eq!(turns.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["my editor is helix", "hello"]);
 }

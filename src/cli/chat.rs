@@ -12,8 +12,12 @@
 //! compact|clear` from another terminal can run between two turns of a session; while a turn
 //! runs, they are refused with a message that says they were NOT executed.
 //!
-//! Memory (DESIGN.md §8): a one-shot process first flushes a memory buffer that became due
-//! while no process ran; a session's memory timer flushes the buffer while it waits for a line.
+//! Memory (DESIGN.md §8): memory work never runs before a turn or holds the turn lock. A
+//! one-shot process flushes a due buffer after its turn has ended (the answer printed),
+//! having released the lock; a session's memory timer flushes the buffer between lines, also
+//! without the lock, so `cicy-agent compact|clear|chat` from another terminal is not refused
+//! meanwhile. A line typed during a timer flush waits for it (at most the recognizer timeout,
+//! config.yaml `memory.recognizer_timeout_secs`).
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -211,13 +215,14 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
                 events.emit(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
                 return Ok(ExitCode::SUCCESS);
             }
-            let Some((mut session, _lock)) = open_locked(home, id, line.what(), &events)? else {
+            let Some((mut session, lock)) = open_locked(home, id, line.what(), &events)? else {
                 return Ok(ExitCode::from(1));
             };
-            let token = arm(&current);
-            flush_memory(&session, None, &events, &token).await;
-            unset(&current);
-            return run_line(&mut session, &line, &events, &current).await;
+            let overdue = overdue(&session);
+            let code = run_line(&mut session, &line, &events, &current).await?;
+            drop(lock);
+            flush_memory(&session, overdue, &events, &current).await;
+            return Ok(code);
         }
         let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
             return Ok(ExitCode::from(1));
@@ -234,6 +239,9 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
         let mut buf = Vec::new();
         let mut last = ExitCode::SUCCESS;
         let memory = session.memory();
+        // Set when a timer flush left the buffer due (another process is flushing it): the
+        // timer waits one recognizer timeout instead of firing again at once.
+        let mut not_before: Option<SystemTime> = None;
         loop {
             if interactive {
                 eprint!("> ");
@@ -242,14 +250,13 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             // `buf` is cleared only once a whole line is taken.
             let next = tokio::select! {
                 biased;
-                () = sleep_until(memory.next_due().ok().flatten()) => None,
+                () = sleep_until(memory.next_due().ok().flatten().map(|d| not_before.map_or(d, |n| d.max(n)))) => None,
                 n = stdin.read_until(b'\n', &mut buf) => Some(n?),
             };
             if next.is_none() {
-                let token = arm(&current);
-                let reason = memory.due(SystemTime::now()).ok().flatten().unwrap_or(FlushReason::Idle);
-                flush_memory(&session, Some(reason), &events, &token).await;
-                unset(&current);
+                flush_memory(&session, None, &events, &current).await;
+                let now = SystemTime::now();
+                not_before = matches!(memory.due(now), Ok(Some(_))).then(|| now + memory.settings().recognizer_timeout);
                 continue;
             }
             if buf.is_empty() {
@@ -378,14 +385,17 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         let events = emitter(id, json);
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
-        let Some((mut session, _lock)) = open_locked(home, id, "retry", &events)? else {
+        let Some((mut session, lock)) = open_locked(home, id, "retry", &events)? else {
             return Ok(ExitCode::from(1));
         };
+        let overdue = overdue(&session);
         let token = arm(&current);
-        flush_memory(&session, None, &events, &token).await;
         let outcome = turn::retry_turn(&mut session, &events, &token).await;
         unset(&current);
-        match outcome? {
+        let outcome = outcome?;
+        drop(lock);
+        flush_memory(&session, overdue, &events, &current).await;
+        match outcome {
             Some(outcome) => Ok(exit_code(outcome)),
             None => {
                 eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)");
@@ -409,30 +419,37 @@ pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -
     })
 }
 
-/// Flushes the memory buffer: when it is due (`reason` `None`: a one-shot process catching up
-/// on a buffer that became due while nothing ran), or always with `Some(reason)` (the resident
-/// timer). Returns false when a flush failed; every problem is reported as an event.
-async fn flush_memory(session: &Session, reason: Option<FlushReason>, events: &Emitter, cancel: &CancellationToken) -> bool {
+/// Whether the memory buffer is due now, before this one-shot process's turn restarts its idle
+/// period: only a file read, so the turn starts at once; the flush itself waits for the turn.
+fn overdue(session: &Session) -> Option<FlushReason> {
+    session.memory().due(SystemTime::now()).ok().flatten()
+}
+
+/// Flushes the memory buffer when it is due or was `overdue` (the backoff after failed
+/// flushes honoured), with a signal cancelling the flush. Called with the turn lock released:
+/// the flush touches only the memory folder, which has its own lock. Every problem is
+/// reported as an event.
+async fn flush_memory(session: &Session, overdue: Option<FlushReason>, events: &Emitter, current: &Current) {
     let memory = session.memory();
-    let reason = match reason {
-        Some(r) => r,
-        None => match memory.due(SystemTime::now()) {
-            Ok(Some(r)) => r,
-            Ok(None) => return true,
-            Err(e) => {
-                events.emit(EventKind::Error { kind: "memory".into(), message: e.to_string() });
-                return false;
-            }
-        },
-    };
+    match memory.due(SystemTime::now()) {
+        Ok(Some(_)) => {}
+        Ok(None) if overdue.is_some() => {}
+        Ok(None) => return,
+        Err(e) => {
+            events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot read the memory buffer: {e}") });
+            return;
+        }
+    }
     let model = match session.materials() {
         Ok(m) => m.model,
         Err(e) => {
             events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot flush memory: {e}") });
-            return false;
+            return;
         }
     };
-    memory.flush_and_report(&session.aux_target(&model), reason, events, cancel).await
+    let token = arm(current);
+    memory.flush_if_due(&session.aux_target(&model), overdue, events, &token).await;
+    unset(current);
 }
 
 /// Sleeps until `at` (not at all when it has passed), or forever when there is nothing to wait

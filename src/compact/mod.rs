@@ -2,9 +2,11 @@
 //!
 //! Owns when to compact ([`Settings`], [`before_round`]), what to keep ([`cut`]), the summary
 //! ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
-//! `current.<unix>.json` / `reply.<unix>.json`, insert the summary message at the cut, heal,
-//! persist. Nothing is deleted: every original message stays in current.json, and the summary
-//! is a fence (see `conversation::invariants`) where the wire window starts.
+//! `current.<unix>.json` / `reply.<unix>.json` (keeping the first and the last
+//! `compaction.keep_snapshots` of those), insert the summary message at the cut, heal,
+//! persist. No message is deleted: every original message stays in current.json (which is why
+//! old snapshots can go), and the summary is a fence (see `conversation::invariants`) where the
+//! wire window starts.
 //!
 //! Representation: the summary is a user message inserted *before* the kept tail, which always
 //! starts with an assistant message (or is empty), so the window `summary + tail` alternates
@@ -131,18 +133,29 @@ async fn summarize_and_apply(
     };
     let mut progress = |text: String| events.emit(EventKind::System { text });
     let s = summary::summarize(&call, &session.current.messages[ws..cut], &mut progress, cancel).await?;
-    let mut done = apply(&session.store, &mut session.current, cut, &s.text)?;
+    let mut done = apply(&session.store, &mut session.current, cut, &s.text, settings.config.keep_snapshots)?;
     done.usage = s.usage;
     done.requests = s.requests;
     Ok(done)
 }
 
 /// The bookkeeping of a compaction, after the summary exists: archive the files as they are on
-/// disk, insert `SUMMARY_PREFIX + summary` as a user message at `cut` (with the next display
-/// id), heal, persist current.json. `cut` must come from [`cut::choose`].
-pub fn apply(store: &HistoryStore, current: &mut CurrentFile, cut: usize, summary: &str) -> Result<Compacted, HistoryError> {
+/// disk (then delete archives but the first and the last `keep_snapshots`), insert
+/// `SUMMARY_PREFIX + summary` as a user message at `cut` (with the next display id), heal,
+/// persist current.json. `cut` must come from [`cut::choose`].
+pub fn apply(
+    store: &HistoryStore,
+    current: &mut CurrentFile,
+    cut: usize,
+    summary: &str,
+    keep_snapshots: usize,
+) -> Result<Compacted, HistoryError> {
     let before = current.messages.len() - window_start(&current.messages);
     let archive = store.archive(&current.conversation_id)?;
+    // Old snapshots only cost disk; failing to delete one must not fail the compaction.
+    if let Err(e) = store.prune_archives(&current.conversation_id, keep_snapshots) {
+        tracing::warn!(error = %e, "cannot delete old compaction snapshots");
+    }
     current.max_history_id += 1;
     let mut msg = Message::user_text(format!("{SUMMARY_PREFIX}{}", summary.trim()));
     msg.id = Some(current.max_history_id);
@@ -219,7 +232,7 @@ pub async fn before_round(
         let why = failure.unwrap_or_else(|| "automatic compaction is off".to_string());
         let n = cut - ws;
         let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
-        let done = apply(&session.store, &mut session.current, cut, &notice)?;
+        let done = apply(&session.store, &mut session.current, cut, &notice, c.keep_snapshots)?;
         events.emit(EventKind::System {
             text: format!("the window was over the hard cap ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
         });

@@ -2,7 +2,7 @@
 //!
 //! Owns `chat/<conv_id>/current.json` (the whole display history), `reply.json` (the snapshot of
 //! the running or last turn), the archived snapshots `current.<unix>.json` / `reply.<unix>.json`
-//! a compaction leaves (§7), the relative symlinks `current.json` / `reply.json` that point at
+//! a compaction leaves (§7) and pruning them to the first and the last N, the relative symlinks `current.json` / `reply.json` that point at
 //! the active conversation, starting a new conversation (`/clear`), restore after a crash, and
 //! moving unparsable files aside. It never talks to the gateway; healing the restored messages
 //! is `invariants`' job, deciding what to compact is `crate::compact`'s.
@@ -286,8 +286,10 @@ impl HistoryStore {
     }
 
     /// Copies the conversation's current.json and reply.json to `current.<unix>.json` /
-    /// `reply.<unix>.json` beside them (atomic writes; `-<n>` is added when a snapshot of the
-    /// same second exists). Nothing is written when current.json does not exist.
+    /// `reply.<unix>.json` beside them (atomic writes). A later snapshot of the same second is
+    /// `-<n>`, n one above the highest of that second on disk, so names keep the order taken
+    /// even after [`Self::prune_archives`] freed a lower n. Nothing is written when
+    /// current.json does not exist.
     pub fn archive(&self, conv_id: &str) -> Result<Option<Archive>, HistoryError> {
         let dir = self.conversation_dir(conv_id);
         let read = |path: &Path| match std::fs::read(path) {
@@ -298,14 +300,20 @@ impl HistoryStore {
         let Some(current) = read(&dir.join("current.json"))? else { return Ok(None) };
         let reply = read(&dir.join("reply.json"))?;
         let unix = fsutil::unix_now();
-        let mut seq = 0;
         let name = |kind: &str, seq: u32| match seq {
             0 => format!("{kind}.{unix}.json"),
             n => format!("{kind}.{unix}-{n}.json"),
         };
-        while dir.join(name("current", seq)).exists() || dir.join(name("reply", seq)).exists() {
-            seq += 1;
-        }
+        let taken = std::fs::read_dir(&dir)
+            .map_err(|source| HistoryError::Io { path: dir.clone(), source })?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let stamp = name.strip_prefix("current.").or_else(|| name.strip_prefix("reply."))?.strip_suffix(".json")?.to_string();
+                parse_stamp(&stamp).filter(|(u, _)| *u == unix).map(|(_, n)| n)
+            })
+            .max();
+        let seq = taken.map_or(0, |n| n + 1);
         let write = |path: PathBuf, bytes: &[u8]| {
             fsutil::write_atomic(&path, bytes).map_err(|source| HistoryError::Io { path: path.clone(), source })?;
             Ok::<PathBuf, HistoryError>(path)
@@ -328,16 +336,34 @@ impl HistoryStore {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some(stamp) = name.strip_prefix("current.").and_then(|n| n.strip_suffix(".json")) else { continue };
-            let (unix, seq) = match stamp.split_once('-') {
-                Some((u, n)) => (u.parse::<u64>(), n.parse::<u32>()),
-                None => (stamp.parse::<u64>(), Ok(0)),
-            };
-            let (Ok(unix), Ok(seq)) = (unix, seq) else { continue };
+            let Some((unix, seq)) = parse_stamp(stamp) else { continue };
             let reply = dir.join(format!("reply.{stamp}.json"));
             out.push(Archive { unix, seq, current: entry.path(), reply: reply.exists().then_some(reply) });
         }
         out.sort_by_key(|a| (a.unix, a.seq));
         Ok(out)
+    }
+
+    /// Deletes archived snapshots of a conversation so that at most the first and the last
+    /// `keep` remain (each `current.<unix>[-<n>].json` with its `reply.…json`); returns the
+    /// deleted `current.…json` paths, oldest first. The live `current.json` and `reply.json`
+    /// are never archives, so never deleted. The reply copy goes first: a crash between the two
+    /// removals leaves a `current.…json` that is listed, and deleted by the next prune.
+    pub fn prune_archives(&self, conv_id: &str, keep: usize) -> Result<Vec<PathBuf>, HistoryError> {
+        let all = self.archives(conv_id)?;
+        let excess = all.len().saturating_sub(keep + 1);
+        let mut deleted = Vec::with_capacity(excess);
+        for a in all.into_iter().skip(1).take(excess) {
+            for path in a.reply.iter().chain(std::iter::once(&a.current)) {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(HistoryError::Io { path: path.clone(), source }),
+                }
+            }
+            deleted.push(a.current);
+        }
+        Ok(deleted)
     }
 
     fn link(&self, name: &str, target: &Path) -> Result<(), HistoryError> {
@@ -364,6 +390,14 @@ impl HistoryStore {
     pub fn save_reply(&self, reply: &ReplyFile) -> Result<(), HistoryError> {
         let path = self.conversation_dir(&reply.conversation_id).join("reply.json");
         write_json(&path, reply)
+    }
+}
+
+/// `<unix>` or `<unix>-<n>` of an archive's name as (unix, n); n is 0 without a suffix.
+fn parse_stamp(stamp: &str) -> Option<(u64, u32)> {
+    match stamp.split_once('-') {
+        Some((u, n)) => Some((u.parse().ok()?, n.parse().ok()?)),
+        None => Some((stamp.parse().ok()?, 0)),
     }
 }
 

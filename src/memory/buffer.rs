@@ -1,11 +1,12 @@
 //! The write loop's buffer: `.cicy/memory/.pending.jsonl` (DESIGN.md §8 "Write").
 //!
 //! Owns recording finished turns (`{user, answer, tools}`, each cut to 2000 bytes on a character
-//! boundary), the explicit keywords, when a flush is due, marking turns whose flush failed (so
-//! every process backs off for one idle period instead of calling a failing recognizer in a
-//! loop), and removing the turns a flush consumed. The file is one JSON object per line, rewritten atomically under an advisory lock
-//! (`.lock`, flock) so a one-shot process and a resident one never lose each other's turns.
-//! Must not touch memory files or MEMORY.md, and never calls the gateway.
+//! boundary), the explicit keywords, when a flush is due, and removing the turns a flush
+//! consumed. The file is one JSON object per line, rewritten atomically under an advisory lock
+//! (`.lock`, flock) so a one-shot process and a resident one never lose each other's turns. A
+//! line that does not parse (a torn tail, a hand edit) is set aside on its own; every other
+//! line is kept. The backoff after failed flushes is `backoff.rs`'s. Must not touch memory
+//! files or MEMORY.md, and never calls the gateway.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -38,12 +39,9 @@ pub struct PendingTurn {
     pub user: String,
     pub answer: String,
     pub tools: Vec<String>,
-    /// The user text contained a keyword: flush at once (and again after a failed flush).
+    /// The user text contained a keyword: flush at once.
     #[serde(default)]
     pub explicit: bool,
-    /// When a flush that read this turn last failed (ms since the epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failed_at_ms: Option<u64>,
 }
 
 impl PendingTurn {
@@ -67,7 +65,6 @@ impl PendingTurn {
             answer: cut_at_char_boundary(answer, FIELD_CAP_BYTES).to_string(),
             tools: kept,
             explicit: is_explicit(user),
-            failed_at_ms: None,
         }
     }
 
@@ -127,27 +124,22 @@ pub fn due(turns: &[PendingTurn], s: &MemorySettings, now: SystemTime) -> Option
 }
 
 /// When `turns` become due: at once for a keyword or a full batch, else the earlier of the
-/// oldest turn + `max_wait` and the newest + `idle`. After a failed flush, not before one idle
-/// period has passed — unless a new keyword turn asks again. `None` for an empty buffer.
+/// oldest turn + `max_wait` and the newest + `idle`. `None` for an empty buffer. The backoff
+/// after failed flushes is applied on top by `Memory::next_due`.
 pub fn next_due(turns: &[PendingTurn], s: &MemorySettings) -> Option<SystemTime> {
     let (first, last) = (turns.first()?, turns.last()?);
-    if turns.iter().any(|t| t.explicit && t.failed_at_ms.is_none()) {
+    if turns.iter().any(|t| t.explicit) || turns.len() >= s.batch_turns {
         return Some(first.at());
     }
-    let due = if turns.iter().any(|t| t.explicit) || turns.len() >= s.batch_turns {
-        first.at()
-    } else {
-        (first.at() + s.max_wait).min(last.at() + s.idle)
-    };
-    let backoff = turns.iter().filter_map(|t| t.failed_at_ms).max().map(|f| from_millis(f) + s.idle);
-    Some(backoff.map_or(due, |b| due.max(b)))
+    Some((first.at() + s.max_wait).min(last.at() + s.idle))
 }
 
-/// The buffer as read: its turns, oldest first, and where an unreadable file was moved.
+/// The buffer as read: its turns, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Loaded {
     pub turns: Vec<PendingTurn>,
-    pub moved_aside: Option<PathBuf>,
+    /// Lines that did not parse; they stay in the file until the next write sets them aside.
+    pub unparsed_lines: usize,
 }
 
 /// What [`append`] did.
@@ -157,73 +149,97 @@ pub struct Appended {
     pub turns: Vec<PendingTurn>,
     /// Oldest turns dropped to stay within [`MAX_PENDING`].
     pub dropped: usize,
+    /// Where lines of the buffer that did not parse were set aside.
     pub moved_aside: Option<PathBuf>,
 }
 
-/// Reads the buffer in `dir`. A file that does not parse is moved aside (never overwritten)
-/// and the buffer starts empty. Without a buffer file nothing is created (listing an agent's
-/// memory must not make its folder); the file only ever appears by an atomic rename, so
-/// checking for it before taking the lock is safe.
+/// Reads the buffer in `dir`, changing nothing: lines that do not parse are skipped (and
+/// counted). Without a buffer file nothing is created (listing an agent's memory must not make
+/// its folder); the file only ever appears by an atomic rename, so checking for it before
+/// taking the lock is safe.
 pub fn load(dir: &Path) -> Result<Loaded, MemoryError> {
     if !dir.join(FILE).exists() {
         return Ok(Loaded::default());
     }
-    with_lock(dir, || read_unlocked(dir))
+    with_lock(dir, || {
+        let (turns, bad) = read_unlocked(dir)?;
+        Ok(Loaded { turns, unparsed_lines: bad.split_inclusive(|b| *b == b'\n').count() })
+    })
 }
 
-/// Adds `turn` to the buffer in `dir`.
+/// Adds `turn` to the buffer in `dir`. Lines that do not parse (a torn last line, a hand
+/// edit, bytes that are not UTF-8) are set aside as they were to
+/// `.pending.jsonl.corrupt-<unix>` (never overwritten); every line that parses is kept.
 pub fn append(dir: &Path, turn: PendingTurn) -> Result<Appended, MemoryError> {
     with_lock(dir, || {
-        let Loaded { mut turns, moved_aside } = read_unlocked(dir)?;
+        let (mut turns, bad) = read_unlocked(dir)?;
         turns.push(turn);
         let dropped = turns.len().saturating_sub(MAX_PENDING);
         turns.drain(..dropped);
+        let moved_aside = set_aside_unlocked(dir, &bad)?;
         write_unlocked(dir, &turns)?;
         Ok(Appended { turns, dropped, moved_aside })
     })
 }
 
 /// Removes the turns with these ids (those a flush consumed); turns added meanwhile stay. The
-/// file is deleted when nothing is left.
-pub fn remove(dir: &Path, ids: &[String]) -> Result<(), MemoryError> {
+/// file is deleted when nothing is left. Lines that do not parse are set aside as [`append`]
+/// does; returns where.
+pub fn remove(dir: &Path, ids: &[String]) -> Result<Option<PathBuf>, MemoryError> {
     with_lock(dir, || {
-        let Loaded { turns, .. } = read_unlocked(dir)?;
+        let (turns, bad) = read_unlocked(dir)?;
         let rest: Vec<PendingTurn> = turns.into_iter().filter(|t| !ids.contains(&t.id)).collect();
-        write_unlocked(dir, &rest)
+        let moved_aside = set_aside_unlocked(dir, &bad)?;
+        write_unlocked(dir, &rest)?;
+        Ok(moved_aside)
     })
 }
 
-/// Marks the turns with these ids as read by a flush that failed at `at`.
-pub fn mark_failed(dir: &Path, ids: &[String], at: SystemTime) -> Result<(), MemoryError> {
-    with_lock(dir, || {
-        let Loaded { mut turns, .. } = read_unlocked(dir)?;
-        for t in turns.iter_mut().filter(|t| ids.contains(&t.id)) {
-            t.failed_at_ms = Some(millis(at));
-        }
-        write_unlocked(dir, &turns)
-    })
-}
-
-fn read_unlocked(dir: &Path) -> Result<Loaded, MemoryError> {
+/// The turns that parse, and the bytes of the lines that do not (with their newlines).
+fn read_unlocked(dir: &Path) -> Result<(Vec<PendingTurn>, Vec<u8>), MemoryError> {
     let p = dir.join(FILE);
     let bytes = match std::fs::read(&p) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(MemoryError::io(&p, e)),
     };
-    let parsed: Result<Vec<PendingTurn>, String> = std::str::from_utf8(&bytes)
-        .map_err(|e| e.to_string())
-        .and_then(|text| {
-            text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(|e| e.to_string())).collect()
-        });
-    match parsed {
-        Ok(turns) => Ok(Loaded { turns, moved_aside: None }),
-        Err(message) => {
-            tracing::warn!(path = %p.display(), %message, "memory buffer does not parse; moving it aside");
-            let moved = fsutil::move_aside(&p).map_err(|e| MemoryError::io(&p, e))?;
-            Ok(Loaded { turns: Vec::new(), moved_aside: Some(moved) })
+    let mut turns = Vec::new();
+    let mut bad = Vec::new();
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        if body.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match serde_json::from_slice::<PendingTurn>(body) {
+            Ok(t) => turns.push(t),
+            Err(_) => bad.extend_from_slice(line),
         }
     }
+    Ok((turns, bad))
+}
+
+/// Saves `bad` (lines that did not parse) beside the buffer, before the caller rewrites the
+/// buffer without them: a crash in between leaves them in both places, never in neither.
+fn set_aside_unlocked(dir: &Path, bad: &[u8]) -> Result<Option<PathBuf>, MemoryError> {
+    if bad.is_empty() {
+        return Ok(None);
+    }
+    let aside = aside_path(&dir.join(FILE));
+    fsutil::write_atomic(&aside, bad).map_err(|e| MemoryError::io(&aside, e))?;
+    tracing::warn!(aside = %aside.display(), "memory buffer lines did not parse; set them aside");
+    Ok(Some(aside))
+}
+
+/// `<file>.corrupt-<unix>`, with `.<n>` added when that exists (as `fsutil::move_aside` names).
+fn aside_path(p: &Path) -> PathBuf {
+    let base = format!("{FILE}.corrupt-{}", fsutil::unix_now());
+    let mut target = p.with_file_name(&base);
+    let mut n = 1;
+    while target.exists() {
+        target = p.with_file_name(format!("{base}.{n}"));
+        n += 1;
+    }
+    target
 }
 
 fn write_unlocked(dir: &Path, turns: &[PendingTurn]) -> Result<(), MemoryError> {
@@ -245,7 +261,7 @@ fn write_unlocked(dir: &Path, turns: &[PendingTurn]) -> Result<(), MemoryError> 
 
 /// Runs `f` holding an exclusive flock on `<dir>/.lock` (created with the folder if missing).
 /// The lock is released when the file closes, also if `f` fails.
-fn with_lock<T>(dir: &Path, f: impl FnOnce() -> Result<T, MemoryError>) -> Result<T, MemoryError> {
+pub(super) fn with_lock<T>(dir: &Path, f: impl FnOnce() -> Result<T, MemoryError>) -> Result<T, MemoryError> {
     std::fs::create_dir_all(dir).map_err(|e| MemoryError::io(dir, e))?;
     let p = dir.join(LOCK_FILE);
     let file = std::fs::File::options().create(true).truncate(false).write(true).open(&p).map_err(|e| MemoryError::io(&p, e))?;
@@ -259,11 +275,11 @@ fn with_lock<T>(dir: &Path, f: impl FnOnce() -> Result<T, MemoryError>) -> Resul
     result
 }
 
-fn from_millis(ms: u64) -> SystemTime {
+pub(super) fn from_millis(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn millis(t: SystemTime) -> u64 {
+pub(super) fn millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
@@ -324,25 +340,6 @@ mod tests {
     }
 
     #[test]
-    fn after_a_failed_flush_the_buffer_waits_one_idle_period_unless_asked_again() {
-        let s = settings();
-        let t0 = UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let min = |m: u64| Duration::from_secs(60 * m);
-        let mut turns = vec![turn_at("remember: port 8080", t0)];
-        turns[0].failed_at_ms = Some(millis(t0 + min(1)));
-        assert_eq!(due(&turns, &s, t0 + min(5)), None);
-        assert_eq!(next_due(&turns, &s), Some(t0 + min(6)));
-        assert_eq!(due(&turns, &s, t0 + min(6)), Some(FlushReason::Explicit));
-        // A full batch waits too …
-        let mut six: Vec<PendingTurn> = (0..6).map(|_| turn_at("hi", t0)).collect();
-        six[0].failed_at_ms = Some(millis(t0));
-        assert_eq!(due(&six, &s, t0 + min(4)), None);
-        // … but a new keyword turn is tried at once.
-        turns.push(turn_at("记住: port 8080", t0 + min(2)));
-        assert_eq!(due(&turns, &s, t0 + min(2)), Some(FlushReason::Explicit));
-    }
-
-    #[test]
     fn append_load_and_remove_keep_turns_added_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -356,14 +353,12 @@ mod tests {
         remove(d, &flushed).unwrap();
         let left = load(d).unwrap().turns;
         assert_eq!(left.iter().map(|t| t.user.as_str()).collect::<Vec<_>>(), ["three, during the flush"]);
-        mark_failed(d, &[left[0].id.clone()], UNIX_EPOCH + Duration::from_secs(7)).unwrap();
-        assert_eq!(load(d).unwrap().turns[0].failed_at_ms, Some(7000));
         remove(d, &[left[0].id.clone()]).unwrap();
         assert!(!d.join(FILE).exists(), "an empty buffer has no file");
     }
 
     #[test]
-    fn the_buffer_is_bounded_and_a_corrupt_one_is_moved_aside() {
+    fn the_buffer_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         for i in 0..MAX_PENDING {
@@ -372,10 +367,64 @@ mod tests {
         let a = append(d, turn_at("newest", SystemTime::now())).unwrap();
         assert_eq!((a.turns.len(), a.dropped), (MAX_PENDING, 1));
         assert_eq!(a.turns[0].user, "t1");
-        std::fs::write(d.join(FILE), "{not json\n").unwrap();
-        let a = append(d, turn_at("after", SystemTime::now())).unwrap();
-        let moved = a.moved_aside.expect("moved aside");
-        assert_eq!(std::fs::read_to_string(&moved).unwrap(), "{not json\n");
-        assert_eq!(a.turns.len(), 1);
+    }
+
+    const ONE: &str = r#"{"id":"a1","at_ms":1000,"user":"my editor is helix","answer":"Noted.","tools":[],"explicit":false}"#;
+    /// Written by an older version, which marked failed flushes per turn: the field is dropped.
+    const TWO: &str = r#"{"id":"b2","at_ms":2000,"user":"remember: tabs","answer":"OK.","tools":["shell"],"explicit":true,"failed_at_ms":1500}"#;
+    const TWO_NOW: &str = r#"{"id":"b2","at_ms":2000,"user":"remember: tabs","answer":"OK.","tools":["shell"],"explicit":true}"#;
+
+    fn aside_files(d: &Path) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with(".pending.jsonl.corrupt-"))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_torn_last_line_is_set_aside_alone_and_the_complete_lines_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let torn = r#"{"id":"c3","at_ms":3000,"user":"half a li"#;
+        let file = format!("{ONE}\n{TWO}\n{torn}");
+        std::fs::write(d.join(FILE), &file).unwrap();
+        // Reading changes nothing.
+        let loaded = load(d).unwrap();
+        assert_eq!(loaded.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2"]);
+        assert_eq!(loaded.unparsed_lines, 1);
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), file);
+        assert!(aside_files(d).is_empty());
+        // The next write sets the torn tail aside, alone.
+        let ids = ["a1".to_string()];
+        let aside = remove(d, &ids).unwrap().expect("set aside");
+        assert_eq!(aside_files(d), std::slice::from_ref(&aside));
+        let name = aside.file_name().unwrap().to_string_lossy().into_owned();
+        let unix: u64 = name.strip_prefix(".pending.jsonl.corrupt-").unwrap().parse().unwrap();
+        assert!(unix.abs_diff(fsutil::unix_now()) < 60, "{name}");
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), torn);
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{TWO_NOW}\n"));
+        assert_eq!(load(d).unwrap(), Loaded { turns: load(d).unwrap().turns, unparsed_lines: 0 });
+        assert_eq!(remove(d, &ids).unwrap(), None, "nothing more to set aside");
+        assert_eq!(aside_files(d).len(), 1);
+    }
+
+    #[test]
+    fn bad_lines_anywhere_are_set_aside_as_they_were_and_an_append_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let mut bytes = format!("{{not json\n{ONE}\n\n").into_bytes();
+        bytes.extend_from_slice(b"caf\xe9\n");
+        bytes.extend_from_slice(format!("{TWO}\n").as_bytes());
+        std::fs::write(d.join(FILE), &bytes).unwrap();
+        assert_eq!(load(d).unwrap().unparsed_lines, 2);
+        let a = append(d, PendingTurn { id: "d4".into(), at_ms: 4000, user: "hi".into(), answer: "hello".into(), tools: vec![], explicit: false })
+            .unwrap();
+        assert_eq!(a.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2", "d4"]);
+        assert_eq!(std::fs::read(a.moved_aside.expect("set aside")).unwrap(), b"{not json\ncaf\xe9\n");
+        let d4 = r#"{"id":"d4","at_ms":4000,"user":"hi","answer":"hello","tools":[],"explicit":false}"#;
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{ONE}\n{TWO_NOW}\n{d4}\n"));
     }
 }

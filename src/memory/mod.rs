@@ -1,13 +1,17 @@
 //! Long-term memory (DESIGN.md §8): the agent remembers stable facts, preferences and lessons
 //! across `/clear`, compaction and restarts, in plain files under `<workspace>/.cicy/memory/`.
 //!
-//! Owns that folder and nothing else: the buffer of finished turns (`buffer`), the recognizer
-//! aux call (`recognizer`), the memory files and `_archive/` (`store`), and MEMORY.md
-//! (`index`). This file ties them together: [`Memory::after_turn`] is the turn loop's one hook,
-//! [`Memory::flush`] runs a batch through the recognizer into files, [`Memory::next_due`] tells
-//! a resident process when to flush. Must not touch the conversation (history files, reply.json)
-//! or the prompt: `prompt.rs` injects the text [`Memory::index_text`] returns.
+//! Owns that folder and nothing else: the buffer of finished turns (`buffer`), the pause after
+//! failed flushes (`backoff`), the recognizer aux call (`recognizer`), the memory files and
+//! `_archive/` (`store`), and MEMORY.md (`index`). This file ties them together:
+//! [`Memory::record_turn`] is the turn loop's one hook (it only buffers), [`Memory::flush_if_due`]
+//! is what whoever runs turns calls once the user has the turn's answer, [`Memory::flush`] runs a
+//! batch through the recognizer into files, [`Memory::next_due`] tells a resident process when to
+//! flush. Memory work never runs before or inside a turn, so it can neither delay nor endanger
+//! one. Must not touch the conversation (history files, reply.json) or the prompt: `prompt.rs`
+//! injects the text [`Memory::index_text`] returns.
 
+pub mod backoff;
 pub mod buffer;
 pub mod index;
 pub mod recognizer;
@@ -22,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::conversation::message::{ContentBlock, Message, Role, Usage};
 use crate::event::{Emitter, EventKind};
-use crate::gateway::GatewayClient;
+use crate::gateway::{GatewayClient, GatewayError};
 
 pub use buffer::FlushReason;
 pub use recognizer::{RecognizeError, Rejection};
@@ -37,11 +41,19 @@ pub struct MemorySettings {
     /// cicy: 5 min without a new turn (aligned with the prompt-cache TTL, so the memory block
     /// changes when the cache has gone cold anyway).
     pub idle: Duration,
+    /// The whole recognizer call, retries included (ours: 30 s; cicy sets none). Short, because
+    /// a one-shot process waits on it after the user has the answer.
+    pub recognizer_timeout: Duration,
 }
 
 impl Default for MemorySettings {
     fn default() -> Self {
-        Self { batch_turns: 6, max_wait: Duration::from_secs(20 * 60), idle: Duration::from_secs(5 * 60) }
+        Self {
+            batch_turns: 6,
+            max_wait: Duration::from_secs(20 * 60),
+            idle: Duration::from_secs(5 * 60),
+            recognizer_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -58,6 +70,9 @@ pub enum MemoryError {
     NotFound { mem_id: String, dir: PathBuf },
     #[error(transparent)]
     Recognizer(#[from] RecognizeError),
+    /// Another process holds `.flush.lock`: it is sending these turns right now.
+    #[error("another process is sending the buffered turns to the recognizer right now")]
+    FlushBusy,
 }
 
 impl MemoryError {
@@ -89,6 +104,8 @@ pub struct FlushReport {
     pub archived: Vec<String>,
     /// Unparsable files that had the slug of an update and were moved aside.
     pub moved_aside: Vec<PathBuf>,
+    /// Where lines of the buffer that did not parse were set aside.
+    pub buffer_set_aside: Option<PathBuf>,
     /// Memory files skipped because they do not read (see `cicy-agent memory <id> check`).
     pub unreadable: usize,
     /// Memories in MEMORY.md afterwards.
@@ -111,6 +128,9 @@ impl FlushReport {
         }
         for p in &self.moved_aside {
             s.push_str(&format!("; an unreadable file was moved aside to {}", p.display()));
+        }
+        if let Some(p) = &self.buffer_set_aside {
+            s.push_str(&format!("; buffer lines that did not parse were set aside in {}", p.display()));
         }
         if self.unreadable > 0 {
             s.push_str(&format!("; {} unreadable file(s) skipped (see `cicy-agent memory {agent_id} check`)", self.unreadable));
@@ -146,35 +166,63 @@ impl Memory {
         index::current(&self.dir)
     }
 
-    /// Why the buffer must be flushed at `now`, if it must.
+    /// Why the buffer must be flushed automatically at `now`, if it must: [`buffer::due`], held
+    /// back while the [`backoff`] after failed flushes runs.
     pub fn due(&self, now: SystemTime) -> Result<Option<FlushReason>, MemoryError> {
-        Ok(buffer::due(&buffer::load(&self.dir)?.turns, &self.settings, now))
+        let turns = buffer::load(&self.dir)?.turns;
+        if backoff::load(&self.dir)?.is_some_and(|b| b.next_try() > now) {
+            return Ok(None);
+        }
+        Ok(buffer::due(&turns, &self.settings, now))
     }
 
-    /// When the buffer becomes due (`None` when it is empty): what a resident process (the
-    /// `chat` session, later `serve`) sleeps until. Read from disk, so turns buffered and
-    /// flushes failed by other processes count.
+    /// When the buffer becomes due (`None` when it is empty), the backoff included: what a
+    /// resident process (the `chat` session, later `serve`) sleeps until. Read from disk, so
+    /// turns buffered and flushes failed by other processes count.
     pub fn next_due(&self) -> Result<Option<SystemTime>, MemoryError> {
-        Ok(buffer::next_due(&buffer::load(&self.dir)?.turns, &self.settings))
+        let due = buffer::next_due(&buffer::load(&self.dir)?.turns, &self.settings);
+        let pause = backoff::load(&self.dir)?;
+        Ok(due.map(|d| pause.map_or(d, |b| d.max(b.next_try()))))
     }
 
     /// Runs the buffered turns through the recognizer and stores what it returns: writes the
     /// files, applies the 120 → 100 limit, rebuilds MEMORY.md, and only then removes the turns
-    /// it read from the buffer (turns buffered meanwhile stay). On an error the turns stay,
-    /// marked failed, so the next flush (after one idle period) sees them again. An empty
-    /// buffer makes no call.
+    /// it read from the buffer (turns buffered meanwhile stay) and clears the backoff. On an
+    /// error the turns stay and the backoff grows (5 min, doubling to 6 h), so automatic
+    /// flushes pause instead of waiting on a failing recognizer after every turn; a cancelled
+    /// call is no failure. It runs whatever the backoff says (`cicy-agent memory <id> flush`).
+    /// An empty buffer makes no call. One flush runs at a time per agent: while another
+    /// process flushes, this returns [`MemoryError::FlushBusy`] at once (no failure).
     pub async fn flush(&self, aux: &AuxTarget<'_>, cancel: &CancellationToken) -> Result<FlushReport, MemoryError> {
+        self.flush_with(aux, cancel, |_| {}).await
+    }
+
+    /// [`Self::flush`], calling `started` with the number of turns just before the call.
+    async fn flush_with(
+        &self,
+        aux: &AuxTarget<'_>,
+        cancel: &CancellationToken,
+        started: impl FnOnce(usize),
+    ) -> Result<FlushReport, MemoryError> {
+        let Some(_lock) = backoff::try_flush_lock(&self.dir)? else {
+            return Err(MemoryError::FlushBusy);
+        };
         let turns = buffer::load(&self.dir)?.turns;
         if turns.is_empty() {
             return Ok(FlushReport::default());
         }
+        started(turns.len());
         let ids: Vec<String> = turns.iter().map(|t| t.id.clone()).collect();
-        let result = self.flush_turns(aux, turns, cancel).await;
-        match &result {
-            Ok(_) => buffer::remove(&self.dir, &ids)?,
+        let mut result = self.flush_turns(aux, turns, cancel).await;
+        match &mut result {
+            Ok(report) => {
+                report.buffer_set_aside = buffer::remove(&self.dir, &ids)?;
+                backoff::clear(&self.dir)?;
+            }
+            Err(e) if !is_failure(e) => {}
             Err(e) => {
-                if let Err(mark) = buffer::mark_failed(&self.dir, &ids, SystemTime::now()) {
-                    tracing::warn!(error = %mark, flush_error = %e, "cannot mark the memory buffer as failed");
+                if let Err(mark) = backoff::record_failure(&self.dir, SystemTime::now(), &e.to_string()) {
+                    tracing::warn!(error = %mark, flush_error = %e, "cannot record the memory flush backoff");
                 }
             }
         }
@@ -189,7 +237,7 @@ impl Memory {
     ) -> Result<FlushReport, MemoryError> {
         let scan = store::scan(&self.dir)?;
         let existing: Vec<store::Record> = scan.memories.iter().map(|m| m.record.clone()).collect();
-        let (recognized, usage) = recognizer::recognize(aux, &existing, &turns, cancel).await?;
+        let (recognized, usage) = recognizer::recognize(aux, &existing, &turns, self.settings.recognizer_timeout, cancel).await?;
         let mut report = FlushReport { turns: turns.len(), rejected: recognized.rejected, usage, ..FlushReport::default() };
         let now = crate::fsutil::now_rfc3339();
         for mut r in recognized.accepted {
@@ -209,9 +257,11 @@ impl Memory {
         Ok(report)
     }
 
-    /// Flushes and tells the user: a `memory: saved …` system line and the aux usage on
-    /// success; on failure an `error {kind: memory}` saying the turns are kept. Returns whether
-    /// the flush succeeded. Never fails: a memory problem must not fail anyone's turn.
+    /// Flushes and tells the user: first a progress line (`memory: sending 6 buffered turns to
+    /// the recognizer…`), then a `memory: saved …` system line and the aux usage on success; on
+    /// failure an `error {kind: memory}` saying the turns are kept and how long automatic
+    /// flushes pause. Returns whether the flush succeeded. Never fails: a memory problem must
+    /// not fail anyone's turn.
     pub async fn flush_and_report(
         &self,
         aux: &AuxTarget<'_>,
@@ -219,7 +269,11 @@ impl Memory {
         events: &Emitter,
         cancel: &CancellationToken,
     ) -> bool {
-        match self.flush(aux, cancel).await {
+        let started = |pending: usize| {
+            let turns = if pending == 1 { "1 buffered turn".to_string() } else { format!("{pending} buffered turns") };
+            events.emit(EventKind::System { text: format!("memory: sending {turns} to the recognizer…") });
+        };
+        match self.flush_with(aux, cancel, started).await {
             Ok(report) => {
                 if report.turns > 0 {
                     let u = report.usage;
@@ -234,32 +288,64 @@ impl Memory {
                 }
                 true
             }
+            Err(MemoryError::FlushBusy) => {
+                events.emit(EventKind::System { text: format!("memory: {}; not sent again", MemoryError::FlushBusy) });
+                true
+            }
             Err(e) => {
                 let kept = buffer::load(&self.dir).map(|l| l.turns.len()).unwrap_or(0);
-                events.emit(EventKind::Error {
-                    kind: "memory".to_string(),
-                    message: format!("memory flush ({}) failed: {e}; the {kept} buffered turn(s) are kept for the next flush", reason.as_str()),
-                });
+                let message = if !is_failure(&e) {
+                    format!("memory flush ({}) was cancelled; the {kept} buffered turn(s) are kept for the next flush", reason.as_str())
+                } else {
+                    let pause = match backoff::load(&self.dir) {
+                        Ok(Some(b)) => {
+                            let wait = b.next_try().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
+                            format!(" (automatic flushes pause for {} min; `cicy-agent memory {} flush` tries now)", wait.as_secs().div_ceil(60), aux.agent_id)
+                        }
+                        Ok(None) | Err(_) => String::new(),
+                    };
+                    format!("memory flush ({}) failed: {e}; the {kept} buffered turn(s) are kept for the next flush{pause}", reason.as_str())
+                };
+                events.emit(EventKind::Error { kind: "memory".to_string(), message });
+                false
+            }
+        }
+    }
+
+    /// Flushes when [`Self::due`] says so, or for `overdue` (with [`Self::flush_and_report`]'s
+    /// lines); what a process that ran a turn calls once the user has its answer, and what a
+    /// resident process's timer calls (`overdue` `None`). A one-shot process passes what
+    /// [`Self::due`] said at its start: its own turn, buffered since, restarts the idle period,
+    /// and a buffer that became due while no process ran must still be flushed. Returns false
+    /// when a flush ran and failed or the buffer could not be read; every problem is reported
+    /// as an event.
+    pub async fn flush_if_due(
+        &self,
+        aux: &AuxTarget<'_>,
+        overdue: Option<FlushReason>,
+        events: &Emitter,
+        cancel: &CancellationToken,
+    ) -> bool {
+        match self.due(SystemTime::now()) {
+            Ok(Some(reason)) => self.flush_and_report(aux, reason, events, cancel).await,
+            Ok(None) => match overdue {
+                Some(reason) => self.flush_and_report(aux, reason, events, cancel).await,
+                None => true,
+            },
+            Err(e) => {
+                events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot read the memory buffer: {e}") });
                 false
             }
         }
     }
 
     /// The turn loop's hook, called once after a turn that completed: buffers `{user, answer,
-    /// tool names}` (answer and tools from `items`, the messages the turn appended) and, when a
-    /// flush is due (a keyword, a full batch, an old buffer), runs it. Problems are reported as
-    /// events, never returned.
-    pub async fn after_turn(
-        &self,
-        aux: &AuxTarget<'_>,
-        user: &str,
-        items: &[Message],
-        events: &Emitter,
-        cancel: &CancellationToken,
-    ) {
+    /// tool names}` (answer and tools from `items`, the messages the turn appended). Never calls
+    /// the gateway: flushing is [`Self::flush_if_due`]'s, after the turn. Problems are reported
+    /// as events, never returned.
+    pub fn record_turn(&self, user: &str, items: &[Message], events: &Emitter) {
         let (answer, tools) = answer_and_tools(items);
-        let now = SystemTime::now();
-        let appended = match buffer::append(&self.dir, buffer::PendingTurn::new(user, &answer, &tools, now)) {
+        let appended = match buffer::append(&self.dir, buffer::PendingTurn::new(user, &answer, &tools, SystemTime::now())) {
             Ok(a) => a,
             Err(e) => {
                 events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot buffer the turn for memory: {e}") });
@@ -268,7 +354,11 @@ impl Memory {
         };
         if let Some(p) = &appended.moved_aside {
             events.emit(EventKind::System {
-                text: format!("memory: the buffer did not parse; it was moved aside to {}", p.display()),
+                text: format!(
+                    "memory: lines of the buffer that did not parse were set aside in {}; the {} readable turn(s) are kept",
+                    p.display(),
+                    appended.turns.len().saturating_sub(1)
+                ),
             });
         }
         if appended.dropped > 0 {
@@ -276,10 +366,12 @@ impl Memory {
                 text: format!("memory: dropped the {} oldest buffered turn(s) (at most {} wait)", appended.dropped, buffer::MAX_PENDING),
             });
         }
-        if let Some(reason) = buffer::due(&appended.turns, &self.settings, now) {
-            self.flush_and_report(aux, reason, events, cancel).await;
-        }
     }
+}
+
+/// Whether `e` counts toward the backoff: not a cancel, not a flush left to another process.
+fn is_failure(e: &MemoryError) -> bool {
+    !matches!(e, MemoryError::Recognizer(RecognizeError::Gateway(GatewayError::Cancelled)) | MemoryError::FlushBusy)
 }
 
 /// The answer text (all assistant text of the turn, joined by newlines) and the names of the
@@ -329,6 +421,33 @@ mod tests {
             Message::assistant(vec![ContentBlock::text("Two files.")]),
         ];
         assert_eq!(answer_and_tools(&items), ("Let me look.\nTwo files.".to_string(), vec!["shell".to_string()]));
+    }
+
+    #[test]
+    fn the_backoff_on_disk_holds_automatic_flushes_until_its_exact_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Memory { dir: dir.path().to_path_buf(), settings: MemorySettings::default() };
+        let t0 = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let min = |m: u64| Duration::from_secs(60 * m);
+        buffer::append(&memory.dir, buffer::PendingTurn::new("remember: port 8080", "ok", &[], t0)).unwrap();
+        assert_eq!(memory.next_due().unwrap(), Some(t0));
+        assert_eq!(memory.due(t0).unwrap(), Some(FlushReason::Explicit));
+        // Failures at t0, t0+5, t0+15 min: the next try is 5, then 10, then 20 min later.
+        let mut at = t0;
+        for wait in [5, 10, 20] {
+            backoff::record_failure(&memory.dir, at, "HTTP 500").unwrap();
+            assert_eq!(memory.next_due().unwrap(), Some(at + min(wait)));
+            assert_eq!(memory.due(at + min(wait) - Duration::from_millis(1)).unwrap(), None);
+            assert_eq!(memory.due(at + min(wait)).unwrap(), Some(FlushReason::Explicit));
+            at += min(wait);
+        }
+        assert_eq!(at, t0 + min(35));
+        // A buffer that is due later than the backoff keeps its own time.
+        backoff::clear(&memory.dir).unwrap();
+        buffer::remove(&memory.dir, &buffer::load(&memory.dir).unwrap().turns.iter().map(|t| t.id.clone()).collect::<Vec<_>>()).unwrap();
+        buffer::append(&memory.dir, buffer::PendingTurn::new("hi", "ok", &[], t0)).unwrap();
+        backoff::record_failure(&memory.dir, t0 - min(4), "timeout").unwrap();
+        assert_eq!(memory.next_due().unwrap(), Some(t0 + min(5)), "idle 5 min after the turn, past the backoff's t0+1 min");
     }
 
     #[test]

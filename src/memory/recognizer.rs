@@ -2,7 +2,7 @@
 //! remember (DESIGN.md §8 "Recognize").
 //!
 //! Owns the recognizer's system prompt, its input text (the existing index and the turns), the
-//! call (`X-Cicy-Aux: memory`, session `memory-<agent id>`, 2048 output tokens), lenient
+//! call (`X-Cicy-Aux: memory`, session `memory-<agent id>`, 2048 output tokens, its own timeout), lenient
 //! extraction of the JSON answer and strict validation of every entry. It returns validated
 //! [`Record`]s whose `mem_id` is already a slug, so nothing the model writes can name a path;
 //! writing them is `store.rs`'s job. Must not touch files.
@@ -20,8 +20,6 @@ use crate::gateway::{AuxKind, CallOptions, GatewayError, Prompt, PromptBlock, Pr
 
 /// cicy: the memory recognizer may answer with up to 2048 tokens.
 pub const MAX_TOKENS: u32 = 2048;
-/// The whole call, retries included (ours; cicy sets 90 s for compact and none here).
-pub const TIMEOUT: Duration = Duration::from_secs(90);
 /// cicy: a title is at most 30 characters; a longer one is cut (it is only a label).
 pub const MAX_TITLE_CHARS: usize = 30;
 /// cicy: a content is at most 200 characters; a longer one is rejected, not cut, because a cut
@@ -117,10 +115,13 @@ pub fn prompt(input: &str) -> Prompt {
 }
 
 /// Runs the recognizer over `turns`; returns the validated answer and the call's usage.
+/// `timeout` bounds the whole call, retries included (config.yaml `memory.recognizer_timeout_secs`);
+/// running out is [`GatewayError::Timeout`].
 pub async fn recognize(
     aux: &AuxTarget<'_>,
     existing: &[Record],
     turns: &[PendingTurn],
+    timeout: Duration,
     cancel: &CancellationToken,
 ) -> Result<(Recognized, Usage), RecognizeError> {
     let opts = CallOptions {
@@ -128,7 +129,7 @@ pub async fn recognize(
         max_tokens: MAX_TOKENS,
         session_id: format!("memory-{}", aux.agent_id),
         aux: Some(AuxKind::Memory),
-        timeout: Some(TIMEOUT),
+        timeout: Some(timeout),
     };
     let resp = aux.client.send(&prompt(&input_text(existing, turns)), &opts, &mut |_| {}, cancel).await?;
     Ok((parse(&resp.text())?, resp.usage))

@@ -82,6 +82,8 @@ struct Script {
     aux: Option<Reply>,
     fallback: Option<Generator>,
     main_served: usize,
+    /// Woken whenever a request has been recorded.
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 /// The running gateway; the server stops when this is dropped.
@@ -128,6 +130,25 @@ impl ScriptedGateway {
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.script.lock().expect("script lock").requests.clone()
     }
+
+    /// Waits until `n` requests have been received (woken by each arrival, no polling) and
+    /// returns them; panics after 60 s so a test that never gets them fails instead of hanging.
+    pub async fn wait_for_requests(&self, n: usize) -> Vec<RecordedRequest> {
+        let arrived = self.script.lock().expect("script lock").arrived.clone();
+        let wait = async {
+            loop {
+                let notified = arrived.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let reqs = self.requests();
+                if reqs.len() >= n {
+                    return reqs;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), wait).await.unwrap_or_else(|_| panic!("{n} requests never arrived"))
+    }
 }
 
 impl Drop for ScriptedGateway {
@@ -151,6 +172,7 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
                 .collect(),
             body: body.to_vec(),
         });
+        s.arrived.notify_waiters();
         let is_aux = parts.headers.contains_key("x-cicy-aux");
         match (&s.aux, is_aux) {
             (Some(aux), true) => Some(aux.clone()),
