@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cicy::conversation::history::{CurrentFile, ReplyFile};
+use cicy::conversation::history::{CurrentFile, CurrentStatus, ReplyFile};
 use cicy::conversation::invariants;
 use common::cli::{cicy, command};
 use common::gateway::*;
@@ -132,6 +132,6 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     }
     let current: CurrentFile = serde_json::from_slice(&std::fs::read(history.join("current.json")).unwrap()).unwrap();
     assert_eq!(invariants::check_history(&current.messages), Ok(()));
-    assert_eq!(current.status, "idle");
+    assert_eq!(current.status, CurrentStatus::Idle);
     eprintln!("{KILLS} kills, {} main and {} aux requests, {} messages kept", main.len(), aux.len(), current.messages.len());
 }

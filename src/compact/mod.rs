@@ -16,6 +16,7 @@
 
 pub mod cut;
 pub mod summary;
+pub mod window;
 
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +47,8 @@ pub enum CompactError {
 }
 
 /// Compaction thresholds for one agent: config.yaml's `compaction:` and the context window of
-/// its model (role meta.yaml `context_window`, else the config's default).
+/// its model (role meta.yaml `context_window`, else the config's default, lowered to the window
+/// learned from the gateway, see [`window`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     pub config: CompactionConfig,
@@ -57,6 +59,12 @@ pub struct Settings {
 impl Settings {
     pub fn new(config: &CompactionConfig, role_context_window: Option<u64>) -> Self {
         Self { config: *config, context_window: role_context_window.filter(|w| *w > 0).unwrap_or(config.context_window) }
+    }
+
+    /// The same settings with the context window lowered to `learned` tokens, when given.
+    pub fn with_learned(self, learned: Option<u64>) -> Self {
+        let context_window = learned.filter(|w| *w > 0).map_or(self.context_window, |w| w.min(self.context_window));
+        Self { context_window, ..self }
     }
 
     /// Estimated tokens above which a window is compacted (cicy: 85 % of the context window).
@@ -70,13 +78,34 @@ impl Settings {
         self.context_window / 2
     }
 
+    /// Output tokens a summary may take: [`summary::MAX_TOKENS`], at most a quarter of the
+    /// context window (so a small model's window still leaves room for the transcript).
+    pub fn summary_max_tokens(&self) -> u32 {
+        u32::try_from(self.context_window / 4).map_or(summary::MAX_TOKENS, |q| q.min(summary::MAX_TOKENS))
+    }
+
     /// Estimated tokens of transcript one summary request may carry: half the context window
     /// (so an estimate off by 2× still fits), and never more than the window minus the
-    /// summary's 4096 output tokens and ~1000 of prompt; at least 1000.
+    /// summary's output tokens and ~1000 of prompt; at least 256.
     pub fn chunk_tokens(&self) -> u64 {
-        let room = self.context_window.saturating_sub(u64::from(summary::MAX_TOKENS) + 1000);
-        (self.context_window / 2).min(room).max(1000)
+        let room = self.context_window.saturating_sub(u64::from(self.summary_max_tokens()) + 1000);
+        (self.context_window / 2).min(room).max(256)
     }
+}
+
+/// The compaction settings of `session`'s model: configured, then lowered to the learned window.
+/// A learned-window file that cannot be read is reported on the log and ignored (it only ever
+/// lowers the window; the gateway will say so again).
+pub fn settings(session: &Session, m: &TurnMaterials) -> Settings {
+    let configured = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let learned = match window::learned(&session.record.workspace, &m.model) {
+        Ok(l) => l.map(|l| l.tokens),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring the learned context window");
+            None
+        }
+    };
+    configured.with_learned(learned)
 }
 
 /// What a compaction did.
@@ -105,10 +134,10 @@ pub async fn compact_session(
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
     let m = session.materials().map_err(|e| CompactError::Agent(Box::new(e)))?;
-    let settings = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let settings = settings(session, &m);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
-    let cut = cut::choose(msgs, ws, keep, u64::MAX).ok_or(CompactError::Nothing)?;
+    let cut = cut::choose(msgs, ws, keep, u64::MAX, msgs.len()).ok_or(CompactError::Nothing)?;
     let done = summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await?;
     events.emit(EventKind::Compacted { before: done.before, after: done.after });
     Ok(done)
@@ -128,6 +157,7 @@ async fn summarize_and_apply(
         model,
         session_id: &session.current.conversation_id,
         chunk_tokens: settings.chunk_tokens(),
+        max_tokens: settings.summary_max_tokens(),
     };
     let mut progress = |text: String| events.emit(EventKind::System { text });
     let s = summary::summarize(&call, &session.current.messages[ws..cut], &mut progress, cancel).await?;
@@ -159,17 +189,31 @@ pub struct AutoState {
     /// A summary failed this turn: do not try again before the next turn (each try may cost
     /// up to 90 s); the hard cap still applies.
     failed: bool,
+    /// The gateway refused the last request as over the context window: compact before the
+    /// next send whatever the thresholds say.
+    forced: bool,
+}
+
+impl AutoState {
+    /// Makes the next [`before_round`] compact as far as it can, thresholds or not (the gateway
+    /// refused a request as over the context window).
+    pub fn force_next(&mut self) {
+        self.forced = true;
+    }
 }
 
 /// Before a round: when the window has more than `max_messages` messages or more than
-/// `context_percent` % of the context window in estimated tokens, summarize all but the last
-/// `keep_recent` messages (fewer when those alone exceed half the context window).
+/// `context_percent` % of the context window in estimated tokens (or after
+/// [`AutoState::force_next`]), summarize all but the last `keep_recent` messages (fewer when
+/// those alone exceed half the context window). The running turn's user message (see
+/// [`cut::turn_start`]) is never summarized or set aside: the cut stops before it.
 ///
 /// When that is off or fails and the window is still over the hard cap (or over the whole
-/// context window), a mechanical cut keeps the tail and puts a notice where the summary would
-/// be, so the turn goes on instead of sending a request the gateway must refuse; a
-/// [`EventKind::System`] says so. Aux usage is added to `reply`. Errors only when the history
-/// cannot be written; a cancelled summary returns `Ok` and leaves the cancel to the caller.
+/// context window, or the gateway refused it), a mechanical cut keeps the tail and puts a
+/// notice where the summary would be, so the turn goes on instead of sending a request the
+/// gateway must refuse; a [`EventKind::System`] says so. Aux usage is added to `reply`. Errors
+/// only when the history cannot be written; a cancelled summary returns `Ok` and leaves the
+/// cancel to the caller.
 pub async fn before_round(
     session: &mut Session,
     m: &TurnMaterials,
@@ -179,27 +223,28 @@ pub async fn before_round(
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<(), AgentError> {
-    let settings = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let settings = settings(session, m);
+    let forced = std::mem::take(&mut state.forced);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
     let count = msgs.len() - ws;
     let tokens = window_tokens(&m.template.system_md, tools, &msgs[ws..]);
     let c = &settings.config;
-    if count <= c.max_messages && tokens <= settings.trigger_tokens() {
+    if !forced && count <= c.max_messages && tokens <= settings.trigger_tokens() {
         return Ok(());
     }
-    let Some(cut) = cut::choose(msgs, ws, c.keep_recent, settings.tail_tokens()) else {
+    let limit = cut::turn_start(msgs).unwrap_or(msgs.len());
+    let Some(cut) = cut::choose(msgs, ws, c.keep_recent, settings.tail_tokens(), limit) else {
         return Ok(());
     };
     let mut failure = None;
     if c.auto && !state.failed {
-        events.emit(EventKind::System {
-            text: format!(
-                "compacting: the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)",
-                c.max_messages,
-                settings.trigger_tokens()
-            ),
-        });
+        let why = if forced {
+            format!("the gateway refused the request as over the context window of {} tokens", settings.context_window)
+        } else {
+            format!("the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)", c.max_messages, settings.trigger_tokens())
+        };
+        events.emit(EventKind::System { text: format!("compacting: {why}") });
         match summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await {
             Ok(done) => {
                 reply.add_usage(&done.usage);
@@ -215,13 +260,14 @@ pub async fn before_round(
             }
         }
     }
-    if count > c.hard_cap || tokens > settings.context_window {
+    if forced || count > c.hard_cap || tokens > settings.context_window {
         let why = failure.unwrap_or_else(|| "automatic compaction is off".to_string());
         let n = cut - ws;
         let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
         let done = apply(&session.store, &mut session.current, cut, &notice)?;
+        let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };
         events.emit(EventKind::System {
-            text: format!("the window was over the hard cap ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
+            text: format!("{what} ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
         });
         events.emit(EventKind::Compacted { before: done.before, after: done.after });
     }
