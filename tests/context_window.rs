@@ -210,3 +210,22 @@ async fn an_agents_md_over_half_the_window_is_warned_about() {
     );
     assert_eq!(body(&gw.requests()[0])["messages"][0]["content"][0], json!({"type": "text", "text": format!("<role>\n{}\n</role>", "a".repeat(20_000))}));
 }
+
+#[tokio::test]
+async fn the_cli_refuses_a_message_over_the_configured_window_with_exit_1() {
+    let gw = ScriptedGateway::start().await;
+    let h = tempfile::tempdir().unwrap();
+    let url = gw.url();
+    assert_eq!(common::cli::cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
+    let text = "y".repeat(120_000);
+    let out = common::cli::command(h.path(), &url, &["chat", "w-1", &text])
+        .env("CICY_CONTEXT_WINDOW", "8192")
+        .output()
+        .await
+        .expect("run chat");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error (too_large): the message is too large to send: 120000 bytes, ~30004 tokens; the context window of model test-model is 8192 tokens"), "{stderr}");
+    assert!(stderr.contains("· turn ended: \"blocked\"") || stderr.contains("· turn ended: blocked"), "{stderr}");
+    assert_eq!(gw.requests().len(), 0);
+}
