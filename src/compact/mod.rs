@@ -1,15 +1,17 @@
 //! Compaction (DESIGN.md §7): `/compact`, automatic compaction before a round, the hard cap.
 //!
-//! Owns when to compact ([`Settings`], [`before_round`]), what to keep ([`cut`]), the summary
-//! ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
+//! Owns when to compact ([`Settings`], [`before_round`]), the context window learned from the
+//! gateway ([`window`]), what to keep ([`cut`]; never the running turn's user message), the
+//! summary ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
 //! `current.<unix>.json` / `reply.<unix>.json`, insert the summary message at the cut, heal,
 //! persist. Nothing is deleted: every original message stays in current.json, and the summary
 //! is a fence (see `conversation::invariants`) where the wire window starts.
 //!
-//! Representation: the summary is a user message inserted *before* the kept tail, which always
-//! starts with an assistant message (or is empty), so the window `summary + tail` alternates
-//! and every `tool_use` keeps its result. `/compact` keeps no tail: the summary is appended and
-//! the next user message follows it (merged into it on the wire only).
+//! Representation: the summary is a user message inserted *before* the kept tail, which starts
+//! with an assistant message, with the running turn's user message, or is empty, so every
+//! `tool_use` keeps its result and a user message right after the summary merges into it on
+//! the wire only. `/compact` keeps no tail: the summary is appended and the next user message
+//! follows it.
 //!
 //! Must not touch: memory, AGENTS.md, the registry, the turn's reply items. The aux requests and
 //! their answers are never written to the conversation; only the summary message is.
