@@ -229,3 +229,24 @@ async fn the_cli_refuses_a_message_over_the_configured_window_with_exit_1() {
     assert!(stderr.contains("· turn ended: \"blocked\"") || stderr.contains("· turn ended: blocked"), "{stderr}");
     assert_eq!(gw.requests().len(), 0);
 }
+
+#[tokio::test]
+async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 8192);
+    let id = t.create("small", None);
+    std::fs::write(t.workspace(&id).join("AGENTS.md"), "a".repeat(200_000)).unwrap();
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 0);
+    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let (kind, message) = error.expect("an error event");
+    assert_eq!(kind, "too_large");
+    assert_eq!(
+        message,
+        "AGENTS.md takes ~50000 tokens: with the system prompt and 512 tokens for the answer, requests need ~50816 tokens before any message, over the context window of model test-model (8192 tokens). Nothing was sent; the message is kept in the history. Shorten AGENTS.md in the workspace"
+    );
+    assert_eq!(messages(&id, &t)[0].plain_text(), "hello");
+}

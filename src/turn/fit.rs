@@ -36,7 +36,8 @@ pub(super) fn warn_large(t: &Turn<'_>, specs: &[ToolSpec]) {
 
 /// `Some(Blocked)`, after an `error` event of kind `too_large`, when the turn's user message
 /// cannot fit the context window even alone: with the system text, tools, AGENTS.md and the
-/// answer's `max_tokens`. Nothing is sent and the message stays in the history.
+/// answer's `max_tokens`. The error names AGENTS.md when that alone leaves no room. Nothing is
+/// sent and the message stays in the history.
 pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec]) -> Option<Outcome> {
     let w = compact::settings(t.session, t.m).context_window;
     let msg = turn_message(t)?;
@@ -44,16 +45,24 @@ pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec]) -> Option<Outco
     if needed <= w {
         return None;
     }
-    let bytes = msg.plain_text().len();
     let tokens = cut::message_tokens(msg);
-    let room = w.saturating_sub(needed - tokens);
-    t.events.emit(EventKind::Error {
-        kind: "too_large".to_string(),
-        message: format!(
-            "the message is too large to send: {bytes} bytes, ~{tokens} tokens; the context window of model {} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{room} tokens of message fit. Nothing was sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",
-            t.m.model, t.m.max_tokens
-        ),
-    });
+    let fixed = needed - tokens;
+    let model = &t.m.model;
+    let message = if fixed > w {
+        format!(
+            "AGENTS.md takes ~{} tokens: with the system prompt and {} tokens for the answer, requests need ~{fixed} tokens before any message, over the context window of model {model} ({w} tokens). Nothing was sent; the message is kept in the history. Shorten AGENTS.md in the workspace",
+            cut::estimate_tokens(&t.m.agents_md),
+            t.m.max_tokens
+        )
+    } else {
+        format!(
+            "the message is too large to send: {} bytes, ~{tokens} tokens; the context window of model {model} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{} tokens of message fit. Nothing was sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",
+            msg.plain_text().len(),
+            t.m.max_tokens,
+            w - fixed
+        )
+    };
+    t.events.emit(EventKind::Error { kind: "too_large".to_string(), message });
     Some(Outcome::Blocked)
 }
 
