@@ -60,7 +60,7 @@ fn bench(c: &mut Criterion) {
     let before = request_bytes(&history, &tools);
     for keep in [0, 160] {
         let (_dir, store, mut current) = fresh(&history);
-        let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens(), current.messages.len()).expect("a cut");
+        let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens()).expect("a cut");
         compact::apply(&store, &mut current, cut, &summary).expect("apply");
         let after = request_bytes(&current.messages, &tools);
         eprintln!(
@@ -74,7 +74,7 @@ fn bench(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     let (dir, store, current) = fresh(&history);
-                    let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens(), current.messages.len()).expect("a cut");
+                    let cut = cut::choose(&current.messages, 0, keep, settings.tail_tokens()).expect("a cut");
                     (dir, store, current, cut)
                 },
                 |(dir, store, mut current, cut)| {
@@ -87,7 +87,7 @@ fn bench(c: &mut Criterion) {
     }
     c.bench_function("choose_cut_and_build_transcript_600", |b| {
         b.iter(|| {
-            let cut = cut::choose(&history, 0, 160, settings.tail_tokens(), history.len()).expect("a cut");
+            let cut = cut::choose(&history, 0, 160, settings.tail_tokens()).expect("a cut");
             summary::chunks(&summary::transcript(&history[..cut]), settings.chunk_tokens())
         })
     });

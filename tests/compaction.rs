@@ -321,7 +321,7 @@ async fn a_history_too_big_to_send_is_summarized_in_chunks_then_the_summaries_ar
     let tools = t.open(&id).materials().unwrap().tools.specs();
     let before_tokens = compact::window_tokens("You are a test agent.", &tools, &all);
     assert!(before_tokens > 20_000, "the window cannot be sent in one request: ~{before_tokens} tokens");
-    let cut_at = cut::choose(&all, 0, 160, settings.tail_tokens(), all.len() - 1).unwrap();
+    let cut_at = cut::choose(&all, 0, 160, settings.tail_tokens()).unwrap();
     let lines = summary::transcript(&all[..cut_at]);
     let parts = summary::chunks(&lines, settings.chunk_tokens());
     let k = parts.len();

@@ -50,57 +50,53 @@ fn block_tokens(b: &ContentBlock) -> u64 {
         }
 }
 
-/// Index of the user message that started the last turn: the last user message that is
-/// neither only tool results nor a compact summary. `None` when that turn began before the
-/// last summary (compaction folded its start into the summary).
-pub fn turn_start(messages: &[Message]) -> Option<usize> {
-    let start = messages.iter().rposition(|m| {
+/// Index of the last message the user wrote: the last user message that is neither only tool
+/// results nor a compact summary, before or after the last summary.
+pub fn last_user_text(messages: &[Message]) -> Option<usize> {
+    messages.iter().rposition(|m| {
         m.role == Role::User
             && !m.is_summary()
             && match &m.content {
                 Content::Text(_) => true,
                 Content::Blocks(b) => b.iter().any(|x| !matches!(x, ContentBlock::ToolResult { .. })),
             }
-    })?;
+    })
+}
+
+/// Index of the user message that started the last turn ([`last_user_text`]). `None` when that
+/// turn began before the last summary: compaction folded its start into the summary, so the
+/// turn cannot be cut out of the history.
+pub fn turn_start(messages: &[Message]) -> Option<usize> {
+    let start = last_user_text(messages)?;
     let fence = messages.iter().rposition(Message::is_summary);
     fence.is_none_or(|f| start > f).then_some(start)
 }
 
 /// Where to cut `messages` so that `messages[window_start..cut]` is summarized and
-/// `messages[cut..]` stays in the window after the summary; the cut is never past `limit`
-/// (the running turn's user message, which must stay as the user wrote it; `messages.len()`
-/// for no limit).
+/// `messages[cut..]` stays in the window after the summary.
 ///
 /// The kept tail is the longest one that has at most `keep` messages and at most
-/// `max_tail_tokens` estimated tokens, and starts at a boundary: it is empty (`cut ==
-/// messages.len()`), or starts with an assistant message, or is `limit` itself, and the
-/// message before it has no `tool_use`. A `tool_use` and its result sit in an assistant message
-/// and the user message right after it, so such a cut can never fall between them. When
-/// `limit` leaves no such tail, the cut is the last boundary at or before `limit` (the most
-/// that may be summarized). `None` when the summarized part would hold nothing but an earlier
-/// summary (there is nothing new to compact).
-pub fn choose(messages: &[Message], window_start: usize, keep: usize, max_tail_tokens: u64, limit: usize) -> Option<usize> {
+/// `max_tail_tokens` estimated tokens, and is either empty (`cut == messages.len()`) or starts
+/// with an assistant message whose predecessor has no `tool_use`. A `tool_use` and its result
+/// sit in an assistant message and the user message right after it, so such a cut can never
+/// fall between them. `None` when the summarized part would hold nothing but an earlier summary
+/// (there is nothing new to compact).
+pub fn choose(messages: &[Message], window_start: usize, keep: usize, max_tail_tokens: u64) -> Option<usize> {
     let len = messages.len();
-    let limit = limit.min(len);
-    if limit <= window_start {
+    let first = len.saturating_sub(keep).max(window_start + 1);
+    if first > len {
         return None;
     }
-    let first = len.saturating_sub(keep).max(window_start + 1);
     // Estimated tokens of messages[c..] for every c, built from the end.
     let mut tail_tokens = vec![0u64; len + 1];
-    for i in (first.min(len)..len).rev() {
+    for i in (first..len).rev() {
         tail_tokens[i] = tail_tokens[i + 1] + message_tokens(&messages[i]);
     }
-    let boundary = |c: usize| {
-        c == len
-            || ((c == limit || messages[c].role == Role::Assistant) && messages[c - 1].tool_uses().next().is_none())
-    };
-    let fitting = (first..=limit).find(|&c| boundary(c) && tail_tokens[c] <= max_tail_tokens);
-    let cut = match fitting {
-        Some(c) => c,
-        None if limit < len => (window_start + 1..=limit).rev().find(|&c| boundary(c))?,
-        None => return None,
-    };
+    let cut = (first..=len).find(|&c| {
+        let boundary = c == len
+            || (messages[c].role == Role::Assistant && messages[c - 1].tool_uses().next().is_none());
+        boundary && tail_tokens[c] <= max_tail_tokens
+    })?;
     messages[window_start..cut].iter().any(|m| !m.is_summary()).then_some(cut)
 }
 
@@ -134,43 +130,16 @@ mod tests {
             Message::assistant(vec![ContentBlock::text("a2")]),
         ];
         // keep 4 would start at the tool_result (index 2): the tail shrinks to start at index 3.
-        assert_eq!(choose(&h, 0, 4, u64::MAX, h.len()), Some(3));
-        assert_eq!(choose(&h, 0, 5, u64::MAX, h.len()), Some(1));
-        assert_eq!(choose(&h, 0, 0, u64::MAX, h.len()), Some(6));
+        assert_eq!(choose(&h, 0, 4, u64::MAX), Some(3));
+        assert_eq!(choose(&h, 0, 5, u64::MAX), Some(1));
+        assert_eq!(choose(&h, 0, 0, u64::MAX), Some(6));
         // A token budget shrinks the tail further.
-        assert_eq!(choose(&h, 0, 5, message_tokens(&h[5]), h.len()), Some(5));
+        assert_eq!(choose(&h, 0, 5, message_tokens(&h[5])), Some(5));
         // A keep as long as the window still summarizes its first message (the token budget
         // may need the room).
-        assert_eq!(choose(&h, 0, 6, u64::MAX, h.len()), Some(1));
+        assert_eq!(choose(&h, 0, 6, u64::MAX), Some(1));
         let only_summary = vec![Message::user_text(format!("{SUMMARY_PREFIX}s")), Message::assistant(vec![ContentBlock::text("a")])];
-        assert_eq!(choose(&only_summary, 0, 1, u64::MAX, only_summary.len()), None);
-    }
-
-    #[test]
-    fn the_cut_never_passes_the_running_turns_message() {
-        let mut h = tool_turn_fixture();
-        h.push(Message::user_text("x".repeat(4000)));
-        let start = turn_start(&h).unwrap();
-        assert_eq!(start, 6);
-        // The tail budget cannot hold the new message: the cut stops right before it.
-        assert_eq!(choose(&h, 0, 160, 100, start), Some(6));
-        assert_eq!(choose(&h, 0, 160, 100, h.len()), Some(7));
-        // Within the limit, a fitting tail is still preferred.
-        assert_eq!(choose(&h, 0, 3, u64::MAX, start), Some(5));
-        // Nothing before the limit but the summary: nothing to compact.
-        let s = vec![Message::user_text(format!("{SUMMARY_PREFIX}s")), Message::user_text("q")];
-        assert_eq!(choose(&s, 0, 0, 0, turn_start(&s).unwrap()), None);
-    }
-
-    fn tool_turn_fixture() -> Vec<Message> {
-        vec![
-            Message::user_text("q1"),
-            Message::assistant(vec![tool_use("A")]),
-            Message::user_blocks(vec![result("A")]),
-            Message::assistant(vec![ContentBlock::text("a1")]),
-            Message::user_text("q2"),
-            Message::assistant(vec![ContentBlock::text("a2")]),
-        ]
+        assert_eq!(choose(&only_summary, 0, 1, u64::MAX), None);
     }
 
     #[test]
@@ -181,7 +150,7 @@ mod tests {
             Message::assistant(vec![ContentBlock::text("sure"), tool_use("A")]),
             Message::user_text("summarise"),
         ];
-        assert_eq!(choose(&h, 0, 2, u64::MAX, h.len()), Some(1));
+        assert_eq!(choose(&h, 0, 2, u64::MAX), Some(1));
         // Two assistant messages in a row (unhealed): never cut right after the tool_use.
         let h = vec![
             Message::user_text("q"),
@@ -189,7 +158,7 @@ mod tests {
             Message::assistant(vec![ContentBlock::text("x")]),
             Message::user_blocks(vec![result("A")]),
         ];
-        assert_eq!(choose(&h, 0, 2, u64::MAX, h.len()), Some(4));
+        assert_eq!(choose(&h, 0, 2, u64::MAX), Some(4));
     }
 
     fn arb_history() -> impl Strategy<Value = Vec<Message>> {
@@ -217,7 +186,7 @@ mod tests {
     proptest! {
         #[test]
         fn no_cut_ever_separates_a_tool_pair(h in arb_history(), keep in 0usize..30, budget in 0u64..400) {
-            if let Some(cut) = choose(&h, 0, keep, budget, h.len()) {
+            if let Some(cut) = choose(&h, 0, keep, budget) {
                 prop_assert!(cut >= 1 && cut <= h.len());
                 prop_assert!(h.len() - cut <= keep);
                 let mut window = vec![Message::user_text(format!("{SUMMARY_PREFIX}summary"))];

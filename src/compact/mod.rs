@@ -1,17 +1,16 @@
 //! Compaction (DESIGN.md §7): `/compact`, automatic compaction before a round, the hard cap.
 //!
 //! Owns when to compact ([`Settings`], [`before_round`]), the context window learned from the
-//! gateway ([`window`]), what to keep ([`cut`]; never the running turn's user message), the
-//! summary ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
+//! gateway ([`window`]), what to keep ([`cut`]; the running turn's user message is carried
+//! verbatim when the cut passes it), the summary ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
 //! `current.<unix>.json` / `reply.<unix>.json`, insert the summary message at the cut, heal,
 //! persist. Nothing is deleted: every original message stays in current.json, and the summary
 //! is a fence (see `conversation::invariants`) where the wire window starts.
 //!
-//! Representation: the summary is a user message inserted *before* the kept tail, which starts
-//! with an assistant message, with the running turn's user message, or is empty, so every
-//! `tool_use` keeps its result and a user message right after the summary merges into it on
-//! the wire only. `/compact` keeps no tail: the summary is appended and the next user message
-//! follows it.
+//! Representation: the summary is a user message inserted *before* the kept tail, which always
+//! starts with an assistant message (or is empty), so the window `summary + tail` alternates
+//! and every `tool_use` keeps its result. `/compact` keeps no tail: the summary is appended and
+//! the next user message follows it (merged into it on the wire only).
 //!
 //! Must not touch: memory, AGENTS.md, the registry, the turn's reply items. The aux requests and
 //! their answers are never written to the conversation; only the summary message is.
@@ -139,17 +138,20 @@ pub async fn compact_session(
     let settings = settings(session, &m);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
-    let cut = cut::choose(msgs, ws, keep, u64::MAX, msgs.len()).ok_or(CompactError::Nothing)?;
-    let done = summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await?;
+    let cut = cut::choose(msgs, ws, keep, u64::MAX).ok_or(CompactError::Nothing)?;
+    let done = summarize_and_apply(session, &m.model, &settings, cut, None, events, cancel).await?;
     events.emit(EventKind::Compacted { before: done.before, after: done.after });
     Ok(done)
 }
 
+/// Summarizes `messages[window start..cut]` and applies the summary, with `carried` (the
+/// running turn's message, see [`carried_message`]) appended verbatim.
 async fn summarize_and_apply(
     session: &mut Session,
     model: &str,
     settings: &Settings,
     cut: usize,
+    carried: Option<&str>,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
@@ -163,10 +165,30 @@ async fn summarize_and_apply(
     };
     let mut progress = |text: String| events.emit(EventKind::System { text });
     let s = summary::summarize(&call, &session.current.messages[ws..cut], &mut progress, cancel).await?;
-    let mut done = apply(&session.store, &mut session.current, cut, &s.text)?;
+    let mut done = apply(&session.store, &mut session.current, cut, &with_carried(&s.text, carried))?;
     done.usage = s.usage;
     done.requests = s.requests;
     Ok(done)
+}
+
+/// Opens the verbatim copy of the running turn's message in a summary or notice.
+pub const CARRIED_PREFIX: &str = "[The user's message that started the current turn, verbatim:]";
+
+/// Closes it (so no trimming of the summary text can touch the message's own whitespace).
+pub const CARRIED_END: &str = "[End of the user's message.]";
+
+/// The text of the running turn's user message when a cut at `cut` would leave it out of the
+/// window (summarized or set aside). The compaction then carries it, verbatim, at the end of
+/// the summary message, so the question being answered is never summarized away.
+pub fn carried_message(messages: &[Message], cut: usize) -> Option<String> {
+    cut::last_user_text(messages).filter(|&s| s < cut).map(|s| messages[s].plain_text())
+}
+
+fn with_carried(summary: &str, carried: Option<&str>) -> String {
+    match carried {
+        Some(text) => format!("{}\n\n{CARRIED_PREFIX}\n{text}\n{CARRIED_END}", summary.trim()),
+        None => summary.to_string(),
+    }
 }
 
 /// The bookkeeping of a compaction, after the summary exists: archive the files as they are on
@@ -207,8 +229,9 @@ impl AutoState {
 /// Before a round: when the window has more than `max_messages` messages or more than
 /// `context_percent` % of the context window in estimated tokens (or after
 /// [`AutoState::force_next`]), summarize all but the last `keep_recent` messages (fewer when
-/// those alone exceed half the context window). The running turn's user message (see
-/// [`cut::turn_start`]) is never summarized or set aside: the cut stops before it.
+/// those alone exceed half the context window). When the cut leaves the running turn's user
+/// message out of the window, the summary (or notice) carries it verbatim
+/// ([`carried_message`]): the question being answered is never summarized away or set aside.
 ///
 /// When that is off or fails and the window is still over the hard cap (or over the whole
 /// context window, or the gateway refused it), a mechanical cut keeps the tail and puts a
@@ -235,10 +258,10 @@ pub async fn before_round(
     if !forced && count <= c.max_messages && tokens <= settings.trigger_tokens() {
         return Ok(());
     }
-    let limit = cut::turn_start(msgs).unwrap_or(msgs.len());
-    let Some(cut) = cut::choose(msgs, ws, c.keep_recent, settings.tail_tokens(), limit) else {
+    let Some(cut) = cut::choose(msgs, ws, c.keep_recent, settings.tail_tokens()) else {
         return Ok(());
     };
+    let carried = carried_message(msgs, cut);
     let mut failure = None;
     if c.auto && !state.failed {
         let why = if forced {
@@ -247,7 +270,7 @@ pub async fn before_round(
             format!("the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)", c.max_messages, settings.trigger_tokens())
         };
         events.emit(EventKind::System { text: format!("compacting: {why}") });
-        match summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await {
+        match summarize_and_apply(session, &m.model, &settings, cut, carried.as_deref(), events, cancel).await {
             Ok(done) => {
                 reply.add_usage(&done.usage);
                 events.emit(EventKind::Compacted { before: done.before, after: done.after });
@@ -264,9 +287,11 @@ pub async fn before_round(
     }
     if forced || count > c.hard_cap || tokens > settings.context_window {
         let why = failure.unwrap_or_else(|| "automatic compaction is off".to_string());
-        let n = cut - ws;
+        // The carried message is still sent: it is not among those set aside.
+        let carried_in_window = cut::last_user_text(&session.current.messages).is_some_and(|s| (ws..cut).contains(&s));
+        let n = cut - ws - usize::from(carried_in_window);
         let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
-        let done = apply(&session.store, &mut session.current, cut, &notice)?;
+        let done = apply(&session.store, &mut session.current, cut, &with_carried(&notice, carried.as_deref()))?;
         let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };
         events.emit(EventKind::System {
             text: format!("{what} ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),

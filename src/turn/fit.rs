@@ -88,7 +88,7 @@ pub(super) fn learn_window(t: &Turn<'_>, over: &Overflow, err: &GatewayError) {
 /// The user message that started the running turn.
 fn turn_message<'a>(t: &'a Turn<'_>) -> Option<&'a Message> {
     let msgs = &t.session.current.messages;
-    cut::turn_start(msgs).map(|i| &msgs[i])
+    cut::last_user_text(msgs).map(|i| &msgs[i])
 }
 
 /// Estimated tokens of a request carrying only `msg`, plus the answer's `max_tokens`.
