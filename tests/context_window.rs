@@ -253,3 +253,18 @@ async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
     );
     assert_eq!(messages(&id, &t)[0].plain_text(), "hello");
 }
+
+#[tokio::test]
+async fn tool_results_over_half_the_window_are_warned_about() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"head -c 10000 /dev/zero | tr '\\0' 'z'"}"#)));
+    gw.push(Reply::sse(anthropic_text("long")));
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 4500);
+    let id = t.create("small", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "print", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let sys = system_texts(&ev);
+    assert_eq!(sys, ["the tool results of this round take ~2509 tokens, more than half of the model's context window (4500 tokens)"]);
+}

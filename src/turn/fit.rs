@@ -1,7 +1,7 @@
 //! What must fit the context window before a turn sends anything (issue 7 items 15–16).
 //!
-//! Owns three checks on the running turn: a warning when AGENTS.md or the user's message alone
-//! takes more than half the window, refusing a message that cannot fit even alone (before
+//! Owns three checks on the running turn: a warning when AGENTS.md, the user's message or a
+//! round's tool results alone take more than half the window, refusing a message that cannot fit even alone (before
 //! anything is sent; the message stays in the history as the user wrote it), and learning the
 //! window a gateway states when it refuses a request as too large. Sizes are the estimates of
 //! `crate::compact::cut`. Must not touch: the history (it only reads it), the request.
@@ -31,6 +31,19 @@ pub(super) fn warn_large(t: &Turn<'_>, specs: &[ToolSpec]) {
                 text: format!("this message takes ~{tokens} tokens, more than half of the model's context window ({w} tokens)"),
             });
         }
+    }
+}
+
+/// Emits an [`EventKind::System`] warning when the tool results just appended (the last
+/// message) take more than half of the context window: the next round must compact.
+pub(super) fn warn_large_results(t: &Turn<'_>) {
+    let w = compact::settings(t.session, t.m).context_window;
+    let Some(msg) = t.session.current.messages.last() else { return };
+    let tokens = cut::message_tokens(msg);
+    if tokens > w / 2 {
+        t.events.emit(EventKind::System {
+            text: format!("the tool results of this round take ~{tokens} tokens, more than half of the model's context window ({w} tokens)"),
+        });
     }
 }
 

@@ -56,7 +56,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
         }
         let plan = Plan::for_round(final_round, max_rounds, stop_reason);
         match tools::run_calls(t, &calls, &plan).await? {
-            Ran::All => {}
+            Ran::All => fit::warn_large_results(t),
             Ran::NotRun => return Ok(None),
             Ran::Cancelled => return Ok(Some(Outcome::Cancelled)),
         }
