@@ -7,6 +7,10 @@
 #   CICY_GATEWAY_URL   use this gateway instead of starting the local one
 #   CICY_API_STYLE     anthropic (default) or openai
 #   CICY_MODEL         model name (default for the local gateway: smollm2)
+#   GATEWAY_CTX        context size of the local model in tokens (default 8192, see
+#                      scripts/local-gateway.sh); passed on as CICY_CONTEXT_WINDOW so cicy
+#                      compacts for the window the model really has
+#   CICY_CONTEXT_WINDOW  the model's context window in tokens (overrides the above)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +29,8 @@ if [ -z "${CICY_GATEWAY_URL:-}" ]; then
     CICY_GATEWAY_URL="$(scripts/local-gateway.sh start | tail -n 1)"
     export CICY_GATEWAY_URL
     export CICY_MODEL="${CICY_MODEL:-smollm2}"
+    # The local server gives its one slot the whole n_ctx (local-gateway.sh GATEWAY_CTX).
+    export CICY_CONTEXT_WINDOW="${CICY_CONTEXT_WINDOW:-${GATEWAY_CTX:-8192}}"
 fi
 cleanup() {
     if [ -n "$started_gateway" ]; then
@@ -33,7 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== gateway: $CICY_GATEWAY_URL (${CICY_API_STYLE:-anthropic})" >&2
+echo "== gateway: $CICY_GATEWAY_URL (${CICY_API_STYLE:-anthropic}), context window ${CICY_CONTEXT_WINDOW:-from config.yaml}" >&2
 ID="$("$BIN" create "Demo assistant" --role-template assistant)"
 echo "== created agent $ID" >&2
 "$BIN" show "$ID" >&2

@@ -18,7 +18,8 @@
 //!   context_percent: 85              # cicy: … or its estimated tokens exceed this share
 //!   keep_recent: 160                 # cicy: messages kept after the summary
 //!   hard_cap: 600                    # cicy: never send more messages than this
-//!   context_window: 200000           # tokens, for a model whose role meta.yaml names none
+//!   context_window: 200000           # tokens, for a model whose role meta.yaml names none;
+//!                                    # env CICY_CONTEXT_WINDOW
 //!   keep_snapshots: 20               # ours: archived current/reply pairs kept, plus the first
 //! memory:                            # when buffered turns go to the memory recognizer (§8)
 //!   batch_turns: 6                   # cicy: 6 turns
@@ -40,6 +41,9 @@ pub const ENV_GATEWAY_URL: &str = "CICY_GATEWAY_URL";
 pub const ENV_API_STYLE: &str = "CICY_API_STYLE";
 pub const ENV_API_KEY: &str = "CICY_API_KEY";
 pub const ENV_MODEL: &str = "CICY_MODEL";
+/// Overrides `compaction.context_window` (tokens; e.g. `scripts/main-job.sh` sets the n_ctx of
+/// the local model it starts).
+pub const ENV_CONTEXT_WINDOW: &str = "CICY_CONTEXT_WINDOW";
 
 /// Errors reading the configuration; each names the file or variable at fault.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +58,8 @@ pub enum ConfigError {
     GatewayUrl { source_name: String, value: String },
     #[error("{path}: compaction: {message}")]
     Compaction { path: PathBuf, message: String },
+    #[error("{name}: the context window must be a whole number of tokens above 0, got `{value}`")]
+    ContextWindow { name: String, value: String },
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -207,7 +213,12 @@ impl Config {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(source) => return Err(ConfigError::Read { path: config_path.to_path_buf(), source }),
         };
-        let compaction = CompactionConfig::from_file(file.compaction, config_path)?;
+        let mut compaction = CompactionConfig::from_file(file.compaction, config_path)?;
+        if let Some(v) = env(ENV_CONTEXT_WINDOW) {
+            compaction.context_window = v.trim().parse().ok().filter(|w: &u64| *w > 0).ok_or_else(|| {
+                ConfigError::ContextWindow { name: ENV_CONTEXT_WINDOW.to_string(), value: v.clone() }
+            })?;
+        }
         let g = file.gateway;
         let api_style = match (env(ENV_API_STYLE), g.api_style) {
             (Some(v), _) => parse_style(&v, ENV_API_STYLE)?,
@@ -348,6 +359,17 @@ mod tests {
         assert_eq!(c.memory.batch_turns, 6);
         assert_eq!(c.memory.max_wait, Duration::from_secs(1200));
         assert_eq!(c.memory.idle, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_context_window_env_overrides_the_file_and_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.yaml");
+        std::fs::write(&p, "compaction:\n  context_window: 32000\n").unwrap();
+        let c = Config::load_with_env(&p, env_of(&[(ENV_CONTEXT_WINDOW, "8192")])).unwrap();
+        assert_eq!(c.compaction.context_window, 8192);
+        let e = Config::load_with_env(&p, env_of(&[(ENV_CONTEXT_WINDOW, "8k")])).unwrap_err().to_string();
+        assert_eq!(e, "CICY_CONTEXT_WINDOW: the context window must be a whole number of tokens above 0, got `8k`");
     }
 
     #[test]

@@ -12,12 +12,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cicy::conversation::history::{CurrentFile, ReplyFile};
+use cicy::conversation::history::{CurrentFile, CurrentStatus, ReplyFile};
 use cicy::conversation::invariants;
 use common::cli::{cicy, command};
 use common::gateway::*;
 use common::history::{assert_valid_request, split_aux};
-use tokio::io::AsyncWriteExt;
+use cicy::conversation::message::{Content, ContentBlock};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// cicy's contract is about any point; 60 kills spread over start-up, streaming, tool runs,
 /// summary calls and file writes.
@@ -133,6 +134,52 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     }
     let current: CurrentFile = serde_json::from_slice(&std::fs::read(history.join("current.json")).unwrap()).unwrap();
     assert_eq!(invariants::check_history(&current.messages), Ok(()));
-    assert_eq!(current.status, "idle");
+    assert_eq!(current.status, CurrentStatus::Idle);
     eprintln!("{KILLS} kills, {} main and {} aux requests, {} messages kept", main.len(), aux.len(), current.messages.len());
+}
+
+#[tokio::test]
+async fn kill_9_after_the_first_of_two_tool_calls_keeps_its_real_result() {
+    let gw = ScriptedGateway::start().await;
+    // The second call is still running when the process is killed; it ends by itself after.
+    gw.push(Reply::sse(anthropic_tool_uses(&[
+        ("t1", "shell", r#"{"command":"echo ran > first.txt; echo first-done"}"#),
+        ("t2", "shell", r#"{"command":"sleep 5"}"#),
+    ])));
+    let h = tempfile::tempdir().unwrap();
+    let url = gw.url();
+    std::fs::write(h.path().join("config.yaml"), format!("gateway:\n  url: {url}\n  model: test-model\n  max_retries: 0\n")).unwrap();
+    assert_eq!(cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
+    let mut child = command(h.path(), &url, &["chat", "w-1", "--json", "two steps"]).spawn().expect("spawn chat");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    while let Some(line) = lines.next_line().await.expect("read events") {
+        if line.contains(r#""type":"tool_started""#) && line.contains(r#""id":"t2""#) {
+            break;
+        }
+    }
+    child.start_kill().expect("SIGKILL");
+    let status = child.wait().await.expect("wait");
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+    let workspace = h.path().join("workers/w-1");
+    assert_eq!(std::fs::read_to_string(workspace.join("first.txt")).unwrap(), "ran\n");
+
+    let session = cicy::agent::Session::open(&cicy::home::Home::at(h.path().to_path_buf()), "w-1").expect("open");
+    let hist = &session.current.messages;
+    assert_eq!(invariants::check_history(hist), Ok(()));
+    assert_eq!(hist.len(), 4, "{hist:?}");
+    assert_eq!(
+        hist[2].content,
+        Content::Blocks(vec![
+            ContentBlock::ToolResult { tool_use_id: "t1".into(), content: "first-done\nexit code: 0".into(), is_error: false },
+            ContentBlock::ToolResult { tool_use_id: "t2".into(), content: invariants::SYNTHETIC_RESULT.into(), is_error: true },
+        ])
+    );
+    drop(session);
+
+    // What the model is told next: the first command ran, with its output.
+    gw.push(Reply::sse(anthropic_text("noted")));
+    let o = cicy(h.path(), &url, &["chat", "w-1", "what ran?"], None).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let sent: serde_json::Value = serde_json::from_slice(&gw.requests()[1].body).unwrap();
+    assert_eq!(sent["messages"][2]["content"][0], serde_json::json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"}));
 }

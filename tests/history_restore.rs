@@ -70,3 +70,25 @@ fn a_missing_symlink_starts_a_new_conversation_and_keeps_the_old_folder() {
     assert_eq!(std::fs::read_link(hist.join("current.json")).unwrap(), std::path::Path::new("chat").join(&second).join("current.json"));
     assert_eq!(std::fs::read_link(hist.join("reply.json")).unwrap(), std::path::Path::new("chat").join(&second).join("reply.json"));
 }
+
+#[test]
+fn an_unknown_status_string_is_read_as_an_interrupted_turn_not_a_corrupt_file() {
+    let t = TestHome::new("http://127.0.0.1:9", 0);
+    let id = t.create("tester", None);
+    let conv = t.open(&id).current.conversation_id.clone();
+    let dir = t.workspace(&id).join(".cicy/history/chat").join(&conv);
+    let current = json!({
+        "conversation_id": conv, "agent_id": id, "model": "test-model", "updated_at": "2026-01-01T00:00:00Z",
+        "status": "paused", "system": "", "tools": [], "max_history_id": 1, "prompts": 1,
+        "messages": [{"id": 1, "role": "user", "content": "hello"}]
+    });
+    std::fs::write(dir.join("current.json"), serde_json::to_vec(&current).unwrap()).unwrap();
+    let s = t.open(&id);
+    assert_eq!(s.current.status, cicy::conversation::history::CurrentStatus::Idle);
+    assert_eq!(s.current.messages.len(), 2);
+    assert_eq!(s.current.messages[0].plain_text(), "hello");
+    assert_eq!(s.current.messages[1].plain_text(), "(no reply this turn · cancelled)");
+    assert_eq!(t.current_json(&id)["status"], "idle");
+    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(names.iter().all(|n| !n.contains("corrupt") && !n.contains("aside")), "{names:?}");
+}

@@ -54,6 +54,8 @@ async fn two_automatic_compactions_in_one_turn_keep_every_request_valid() {
     let last = wire_messages(reqs.last().unwrap());
     assert_eq!(last.len(), 5);
     assert!(last[0].plain_text().contains(&format!("{SUMMARY_PREFIX}S2")));
+    // The second cut passes the turn's own question: the summary carries it verbatim.
+    assert!(last[0].plain_text().contains(&format!("S2\n\n{}\ngo\n{}", compact::CARRIED_PREFIX, compact::CARRIED_END)));
     let stored = messages(&id, &t);
     assert_eq!(invariants::check_history(&stored), Ok(()));
     assert_eq!(stored.iter().filter(|m| m.is_summary()).count(), 2);

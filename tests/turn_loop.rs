@@ -376,7 +376,7 @@ async fn openai_style_retries_a_529_and_never_runs_a_cut_tool_call() {
 #[tokio::test]
 async fn markers_never_reach_the_wire_and_a_refused_turn_is_replaced_by_the_next_question() {
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"prompt is too long"}}"#));
+    gw.push(Reply::status(400, &[], r#"{"error":{"type":"invalid_request_error","message":"messages.0: unexpected content"}}"#));
     gw.push(Reply::sse(anthropic_text("answer two")));
     let t = TestHome::new(&gw.url(), 0);
     let id = t.create("tester", None);
@@ -426,4 +426,67 @@ async fn retry_continues_the_turn_without_running_completed_tools_again() {
     assert_eq!(invariants::check(&hist), Ok(()));
     assert_eq!(hist.len(), 4);
     assert_eq!(hist[3].plain_text(), "finished");
+}
+
+/// The two calls of one response: the first writes a file and finishes, the second is still
+/// running when the turn dies.
+fn two_calls() -> Vec<Vec<u8>> {
+    anthropic_tool_uses(&[
+        ("t1", "shell", r#"{"command":"echo ran > first.txt; echo first-done"}"#),
+        ("t2", "shell", r#"{"command":"sleep 30"}"#),
+    ])
+}
+
+#[tokio::test]
+async fn a_crash_after_the_first_of_two_tool_calls_keeps_its_real_result() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(two_calls()));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let second_started = std::sync::Arc::new(tokio::sync::Notify::new());
+    let n = second_started.clone();
+    let em = cicy::event::Emitter::new(&id, move |ev| {
+        if matches!(&ev.kind, EventKind::ToolStarted { id, .. } if id == "t2") {
+            n.notify_one();
+        }
+    });
+    // The process dies while the second call runs: the turn's future is dropped there.
+    let never = CancellationToken::new();
+    tokio::select! {
+        o = turn::run_turn(&mut s, "two steps", &em, &never) => panic!("the turn ended: {o:?}"),
+        () = second_started.notified() => {}
+    }
+    drop(s);
+    assert_eq!(std::fs::read_to_string(t.workspace(&id).join("first.txt")).unwrap(), "ran\n");
+    let on_disk: Vec<Message> = serde_json::from_value(t.reply_json(&id)["items"].clone()).unwrap();
+    assert_eq!(on_disk.len(), 2, "reply.json holds the answer and the finished result: {on_disk:?}");
+
+    let mut s = t.open(&id);
+    let hist = s.current.messages.clone();
+    assert_eq!(invariants::check(&hist), Ok(()));
+    assert_eq!(hist.len(), 4, "{hist:?}");
+    let results = match &hist[2].content {
+        cicy::conversation::message::Content::Blocks(b) => b.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        results,
+        vec![
+            ContentBlock::ToolResult { tool_use_id: "t1".into(), content: "first-done\nexit code: 0".into(), is_error: false },
+            ContentBlock::ToolResult { tool_use_id: "t2".into(), content: invariants::SYNTHETIC_RESULT.into(), is_error: true },
+        ]
+    );
+    assert_eq!(hist[3].plain_text(), "(no reply this turn · cancelled)");
+
+    // The next request tells the model the first command ran, with its real output.
+    gw.push(Reply::sse(anthropic_text("noted")));
+    let (em, _ev) = collector(&id);
+    turn::run_turn(&mut s, "what happened?", &em, &CancellationToken::new()).await.unwrap();
+    let sent = body(&gw.requests()[1]);
+    assert_eq!(sent["messages"][2]["content"][0], json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"}));
+    assert_eq!(
+        sent["messages"][2]["content"][1],
+        json!({"type": "tool_result", "tool_use_id": "t2", "content": invariants::SYNTHETIC_RESULT, "is_error": true})
+    );
 }

@@ -50,6 +50,28 @@ fn block_tokens(b: &ContentBlock) -> u64 {
         }
 }
 
+/// Index of the last message the user wrote: the last user message that is neither only tool
+/// results nor a compact summary, before or after the last summary.
+pub fn last_user_text(messages: &[Message]) -> Option<usize> {
+    messages.iter().rposition(|m| {
+        m.role == Role::User
+            && !m.is_summary()
+            && match &m.content {
+                Content::Text(_) => true,
+                Content::Blocks(b) => b.iter().any(|x| !matches!(x, ContentBlock::ToolResult { .. })),
+            }
+    })
+}
+
+/// Index of the user message that started the last turn ([`last_user_text`]). `None` when that
+/// turn began before the last summary: compaction folded its start into the summary, so the
+/// turn cannot be cut out of the history.
+pub fn turn_start(messages: &[Message]) -> Option<usize> {
+    let start = last_user_text(messages)?;
+    let fence = messages.iter().rposition(Message::is_summary);
+    fence.is_none_or(|f| start > f).then_some(start)
+}
+
 /// Where to cut `messages` so that `messages[window_start..cut]` is summarized and
 /// `messages[cut..]` stays in the window after the summary.
 ///

@@ -1,12 +1,13 @@
 //! Compaction (DESIGN.md §7): `/compact`, automatic compaction before a round, the hard cap.
 //!
-//! Owns when to compact ([`Settings`], [`before_round`]), what to keep ([`cut`]), the summary
-//! ([`summary`]) and applying it ([`apply`]): archive `current.json` / `reply.json` as
-//! `current.<unix>.json` / `reply.<unix>.json` (keeping the first and the last
-//! `compaction.keep_snapshots` of those), insert the summary message at the cut, heal,
-//! persist. No message is deleted: every original message stays in current.json (which is why
-//! old snapshots can go), and the summary is a fence (see `conversation::invariants`) where the
-//! wire window starts.
+//! Owns when to compact ([`Settings`], [`before_round`]), the context window learned from the
+//! gateway ([`window`]), what to keep ([`cut`]; the running turn's user message is carried
+//! verbatim when the cut passes it), the summary ([`summary`]) and applying it ([`apply`]):
+//! archive `current.json` / `reply.json` as `current.<unix>.json` / `reply.<unix>.json`
+//! (keeping the first and the last `compaction.keep_snapshots` of those), insert the summary
+//! message at the cut, heal, persist. No message is deleted: every original message stays in
+//! current.json (which is why old snapshots can go), and the summary is a fence (see
+//! `conversation::invariants`) where the wire window starts.
 //!
 //! Representation: the summary is a user message inserted *before* the kept tail, which always
 //! starts with an assistant message (or is empty), so the window `summary + tail` alternates
@@ -18,6 +19,7 @@
 
 pub mod cut;
 pub mod summary;
+pub mod window;
 
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +50,8 @@ pub enum CompactError {
 }
 
 /// Compaction thresholds for one agent: config.yaml's `compaction:` and the context window of
-/// its model (role meta.yaml `context_window`, else the config's default).
+/// its model (role meta.yaml `context_window`, else the config's default, lowered to the window
+/// learned from the gateway, see [`window`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
     pub config: CompactionConfig,
@@ -59,6 +62,12 @@ pub struct Settings {
 impl Settings {
     pub fn new(config: &CompactionConfig, role_context_window: Option<u64>) -> Self {
         Self { config: *config, context_window: role_context_window.filter(|w| *w > 0).unwrap_or(config.context_window) }
+    }
+
+    /// The same settings with the context window lowered to `learned` tokens, when given.
+    pub fn with_learned(self, learned: Option<u64>) -> Self {
+        let context_window = learned.filter(|w| *w > 0).map_or(self.context_window, |w| w.min(self.context_window));
+        Self { context_window, ..self }
     }
 
     /// Estimated tokens above which a window is compacted (cicy: 85 % of the context window).
@@ -72,13 +81,34 @@ impl Settings {
         self.context_window / 2
     }
 
+    /// Output tokens a summary may take: [`summary::MAX_TOKENS`], at most a quarter of the
+    /// context window (so a small model's window still leaves room for the transcript).
+    pub fn summary_max_tokens(&self) -> u32 {
+        u32::try_from(self.context_window / 4).map_or(summary::MAX_TOKENS, |q| q.min(summary::MAX_TOKENS))
+    }
+
     /// Estimated tokens of transcript one summary request may carry: half the context window
     /// (so an estimate off by 2× still fits), and never more than the window minus the
-    /// summary's 4096 output tokens and ~1000 of prompt; at least 1000.
+    /// summary's output tokens and ~1000 of prompt; at least 256.
     pub fn chunk_tokens(&self) -> u64 {
-        let room = self.context_window.saturating_sub(u64::from(summary::MAX_TOKENS) + 1000);
-        (self.context_window / 2).min(room).max(1000)
+        let room = self.context_window.saturating_sub(u64::from(self.summary_max_tokens()) + 1000);
+        (self.context_window / 2).min(room).max(256)
     }
+}
+
+/// The compaction settings of `session`'s model: configured, then lowered to the learned window.
+/// A learned-window file that cannot be read is reported on the log and ignored (it only ever
+/// lowers the window; the gateway will say so again).
+pub fn settings(session: &Session, m: &TurnMaterials) -> Settings {
+    let configured = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let learned = match window::learned(&session.record.workspace, &m.model) {
+        Ok(l) => l.map(|l| l.tokens),
+        Err(e) => {
+            tracing::warn!(error = %e, "ignoring the learned context window");
+            None
+        }
+    };
+    configured.with_learned(learned)
 }
 
 /// What a compaction did.
@@ -107,20 +137,23 @@ pub async fn compact_session(
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
     let m = session.materials().map_err(|e| CompactError::Agent(Box::new(e)))?;
-    let settings = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let settings = settings(session, &m);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
     let cut = cut::choose(msgs, ws, keep, u64::MAX).ok_or(CompactError::Nothing)?;
-    let done = summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await?;
+    let done = summarize_and_apply(session, &m.model, &settings, cut, None, events, cancel).await?;
     events.emit(EventKind::Compacted { before: done.before, after: done.after });
     Ok(done)
 }
 
+/// Summarizes `messages[window start..cut]` and applies the summary, with `carried` (the
+/// running turn's message, see [`carried_message`]) appended verbatim.
 async fn summarize_and_apply(
     session: &mut Session,
     model: &str,
     settings: &Settings,
     cut: usize,
+    carried: Option<&str>,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
@@ -130,13 +163,34 @@ async fn summarize_and_apply(
         model,
         session_id: &session.current.conversation_id,
         chunk_tokens: settings.chunk_tokens(),
+        max_tokens: settings.summary_max_tokens(),
     };
     let mut progress = |text: String| events.emit(EventKind::System { text });
     let s = summary::summarize(&call, &session.current.messages[ws..cut], &mut progress, cancel).await?;
-    let mut done = apply(&session.store, &mut session.current, cut, &s.text, settings.config.keep_snapshots)?;
+    let mut done = apply(&session.store, &mut session.current, cut, &with_carried(&s.text, carried), settings.config.keep_snapshots)?;
     done.usage = s.usage;
     done.requests = s.requests;
     Ok(done)
+}
+
+/// Opens the verbatim copy of the running turn's message in a summary or notice.
+pub const CARRIED_PREFIX: &str = "[The user's message that started the current turn, verbatim:]";
+
+/// Closes it (so no trimming of the summary text can touch the message's own whitespace).
+pub const CARRIED_END: &str = "[End of the user's message.]";
+
+/// The text of the running turn's user message when a cut at `cut` would leave it out of the
+/// window (summarized or set aside). The compaction then carries it, verbatim, at the end of
+/// the summary message, so the question being answered is never summarized away.
+pub fn carried_message(messages: &[Message], cut: usize) -> Option<String> {
+    cut::last_user_text(messages).filter(|&s| s < cut).map(|s| messages[s].plain_text())
+}
+
+fn with_carried(summary: &str, carried: Option<&str>) -> String {
+    match carried {
+        Some(text) => format!("{}\n\n{CARRIED_PREFIX}\n{text}\n{CARRIED_END}", summary.trim()),
+        None => summary.to_string(),
+    }
 }
 
 /// The bookkeeping of a compaction, after the summary exists: archive the files as they are on
@@ -172,17 +226,32 @@ pub struct AutoState {
     /// A summary failed this turn: do not try again before the next turn (each try may cost
     /// up to 90 s); the hard cap still applies.
     failed: bool,
+    /// The gateway refused the last request as over the context window: compact before the
+    /// next send whatever the thresholds say.
+    forced: bool,
+}
+
+impl AutoState {
+    /// Makes the next [`before_round`] compact as far as it can, thresholds or not (the gateway
+    /// refused a request as over the context window).
+    pub fn force_next(&mut self) {
+        self.forced = true;
+    }
 }
 
 /// Before a round: when the window has more than `max_messages` messages or more than
-/// `context_percent` % of the context window in estimated tokens, summarize all but the last
-/// `keep_recent` messages (fewer when those alone exceed half the context window).
+/// `context_percent` % of the context window in estimated tokens (or after
+/// [`AutoState::force_next`]), summarize all but the last `keep_recent` messages (fewer when
+/// those alone exceed half the context window). When the cut leaves the running turn's user
+/// message out of the window, the summary (or notice) carries it verbatim
+/// ([`carried_message`]): the question being answered is never summarized away or set aside.
 ///
 /// When that is off or fails and the window is still over the hard cap (or over the whole
-/// context window), a mechanical cut keeps the tail and puts a notice where the summary would
-/// be, so the turn goes on instead of sending a request the gateway must refuse; a
-/// [`EventKind::System`] says so. Aux usage is added to `reply`. Errors only when the history
-/// cannot be written; a cancelled summary returns `Ok` and leaves the cancel to the caller.
+/// context window, or the gateway refused it), a mechanical cut keeps the tail and puts a
+/// notice where the summary would be, so the turn goes on instead of sending a request the
+/// gateway must refuse; a [`EventKind::System`] says so. Aux usage is added to `reply`. Errors
+/// only when the history cannot be written; a cancelled summary returns `Ok` and leaves the
+/// cancel to the caller.
 pub async fn before_round(
     session: &mut Session,
     m: &TurnMaterials,
@@ -192,28 +261,29 @@ pub async fn before_round(
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<(), AgentError> {
-    let settings = Settings::new(&session.config.compaction, m.template.meta.context_window);
+    let settings = settings(session, m);
+    let forced = std::mem::take(&mut state.forced);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
     let count = msgs.len() - ws;
     let tokens = window_tokens(&m.template.system_md, tools, &msgs[ws..]);
     let c = &settings.config;
-    if count <= c.max_messages && tokens <= settings.trigger_tokens() {
+    if !forced && count <= c.max_messages && tokens <= settings.trigger_tokens() {
         return Ok(());
     }
     let Some(cut) = cut::choose(msgs, ws, c.keep_recent, settings.tail_tokens()) else {
         return Ok(());
     };
+    let carried = carried_message(msgs, cut);
     let mut failure = None;
     if c.auto && !state.failed {
-        events.emit(EventKind::System {
-            text: format!(
-                "compacting: the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)",
-                c.max_messages,
-                settings.trigger_tokens()
-            ),
-        });
-        match summarize_and_apply(session, &m.model, &settings, cut, events, cancel).await {
+        let why = if forced {
+            format!("the gateway refused the request as over the context window of {} tokens", settings.context_window)
+        } else {
+            format!("the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)", c.max_messages, settings.trigger_tokens())
+        };
+        events.emit(EventKind::System { text: format!("compacting: {why}") });
+        match summarize_and_apply(session, &m.model, &settings, cut, carried.as_deref(), events, cancel).await {
             Ok(done) => {
                 reply.add_usage(&done.usage);
                 events.emit(EventKind::Compacted { before: done.before, after: done.after });
@@ -228,13 +298,16 @@ pub async fn before_round(
             }
         }
     }
-    if count > c.hard_cap || tokens > settings.context_window {
+    if forced || count > c.hard_cap || tokens > settings.context_window {
         let why = failure.unwrap_or_else(|| "automatic compaction is off".to_string());
-        let n = cut - ws;
+        // The carried message is still sent: it is not among those set aside.
+        let carried_in_window = cut::last_user_text(&session.current.messages).is_some_and(|s| (ws..cut).contains(&s));
+        let n = cut - ws - usize::from(carried_in_window);
         let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
-        let done = apply(&session.store, &mut session.current, cut, &notice, c.keep_snapshots)?;
+        let done = apply(&session.store, &mut session.current, cut, &with_carried(&notice, carried.as_deref()), c.keep_snapshots)?;
+        let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };
         events.emit(EventKind::System {
-            text: format!("the window was over the hard cap ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
+            text: format!("{what} ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
         });
         events.emit(EventKind::Compacted { before: done.before, after: done.after });
     }

@@ -16,7 +16,7 @@ use super::cut::estimate_tokens;
 use super::CompactError;
 use crate::conversation::message::{Content, ContentBlock, Message, Role, Usage, SUMMARY_PREFIX};
 use crate::event::preview;
-use crate::gateway::{AuxKind, CallOptions, GatewayClient, GatewayEvent, Prompt, PromptBlock, PromptMessage, SystemBlock};
+use crate::gateway::{overflow, AuxKind, CallOptions, GatewayClient, GatewayEvent, Prompt, PromptBlock, PromptMessage, SystemBlock};
 
 /// cicy: a compact summary may be 4096 tokens long.
 pub const MAX_TOKENS: u32 = 4096;
@@ -71,7 +71,7 @@ pub fn transcript(messages: &[Message]) -> Vec<String> {
     let mut names: HashMap<&str, &str> = HashMap::new();
     let mut lines = Vec::new();
     for m in messages {
-        if crate::turn::marker_of(m).is_some() {
+        if crate::conversation::outcome::marker_of(m).is_some() {
             continue;
         }
         if m.is_summary() {
@@ -167,6 +167,8 @@ pub struct Call<'a> {
     pub session_id: &'a str,
     /// Estimated tokens of transcript one request may carry (see `super::Settings`).
     pub chunk_tokens: u64,
+    /// Output tokens of each summary request (see `super::Settings::summary_max_tokens`).
+    pub max_tokens: u32,
 }
 
 /// A finished summary.
@@ -180,9 +182,16 @@ pub struct Summary {
     pub requests: usize,
 }
 
+/// cicy: a summary request the gateway refuses as over the context window is tried again in
+/// parts of half the size, down to this many estimated tokens.
+pub const MIN_CHUNK_TOKENS: u64 = 256;
+
 /// Summarizes `messages`: in one request when the transcript fits `call.chunk_tokens`,
-/// otherwise part by part, then the summaries of the parts (again in parts if need be).
-/// `progress` hears one line per extra request and per gateway retry.
+/// otherwise part by part, then the summaries of the parts (again in parts if need be). When
+/// the gateway refuses a request as over the context window (see
+/// `crate::gateway::overflow`), the whole summary starts again with parts half the size, down
+/// to [`MIN_CHUNK_TOKENS`]. `progress` hears one line per extra request, per gateway retry and
+/// per such restart.
 ///
 /// Errors: [`CompactError::Nothing`] for an empty transcript, [`CompactError::Gateway`] when a
 /// request fails (including [`crate::gateway::GatewayError::Cancelled`]),
@@ -194,13 +203,38 @@ pub async fn summarize(
     progress: &mut (dyn FnMut(String) + Send),
     cancel: &CancellationToken,
 ) -> Result<Summary, CompactError> {
-    let parts = chunks(&transcript(messages), call.chunk_tokens);
-    let mut acc = Summary { text: String::new(), usage: Usage::default(), requests: 0 };
+    let entries = transcript(messages);
+    let mut chunk_tokens = call.chunk_tokens;
+    let (mut usage, mut requests) = (Usage::default(), 0);
+    loop {
+        let sized = Call { chunk_tokens, ..*call };
+        let mut acc = Summary { text: String::new(), usage, requests };
+        let result = summarize_in_chunks(&sized, &entries, &mut acc, progress, cancel).await;
+        match result {
+            Err(CompactError::Gateway(e)) if chunk_tokens > MIN_CHUNK_TOKENS && overflow::detect(&e).is_some() => {
+                chunk_tokens = (chunk_tokens / 2).max(MIN_CHUNK_TOKENS);
+                progress(format!("the summary request was over the context window; trying again in parts of ~{chunk_tokens} tokens"));
+                (usage, requests) = (acc.usage, acc.requests);
+            }
+            Err(e) => return Err(e),
+            Ok(()) => return Ok(acc),
+        }
+    }
+}
+
+async fn summarize_in_chunks(
+    call: &Call<'_>,
+    entries: &[String],
+    acc: &mut Summary,
+    progress: &mut (dyn FnMut(String) + Send),
+    cancel: &CancellationToken,
+) -> Result<(), CompactError> {
+    let parts = chunks(entries, call.chunk_tokens);
     match parts.len() {
         0 => return Err(CompactError::Nothing),
         1 => {
-            acc.text = request(call, WHOLE_INTRO, "transcript", &parts[0], &mut acc, progress, cancel).await?;
-            return Ok(acc);
+            acc.text = request(call, WHOLE_INTRO, "transcript", &parts[0], acc, progress, cancel).await?;
+            return Ok(());
         }
         _ => {}
     }
@@ -208,7 +242,7 @@ pub async fn summarize(
     let mut texts = Vec::with_capacity(k);
     for (i, part) in parts.iter().enumerate() {
         progress(format!("summarizing part {} of {k}", i + 1));
-        texts.push(request(call, &part_intro(i + 1, k), "transcript", part, &mut acc, progress, cancel).await?);
+        texts.push(request(call, &part_intro(i + 1, k), "transcript", part, acc, progress, cancel).await?);
     }
     for _ in 0..MAX_MERGE_LEVELS {
         let n = texts.len();
@@ -217,8 +251,8 @@ pub async fn summarize(
         let groups = chunks(&entries, call.chunk_tokens);
         if groups.len() == 1 {
             progress(format!("merging {n} partial summaries"));
-            acc.text = request(call, MERGE_INTRO, "summaries", &groups[0], &mut acc, progress, cancel).await?;
-            return Ok(acc);
+            acc.text = request(call, MERGE_INTRO, "summaries", &groups[0], acc, progress, cancel).await?;
+            return Ok(());
         }
         if groups.len() >= n {
             break;
@@ -226,7 +260,7 @@ pub async fn summarize(
         let mut next = Vec::with_capacity(groups.len());
         for (i, g) in groups.iter().enumerate() {
             progress(format!("merging partial summaries, group {} of {}", i + 1, groups.len()));
-            next.push(request(call, MERGE_INTRO, "summaries", g, &mut acc, progress, cancel).await?);
+            next.push(request(call, MERGE_INTRO, "summaries", g, acc, progress, cancel).await?);
         }
         texts = next;
     }
@@ -256,7 +290,7 @@ async fn request(
 ) -> Result<String, CompactError> {
     let opts = CallOptions {
         model: call.model.to_string(),
-        max_tokens: MAX_TOKENS,
+        max_tokens: call.max_tokens,
         session_id: call.session_id.to_string(),
         aux: Some(AuxKind::Compact),
         timeout: Some(TIMEOUT),
@@ -294,7 +328,7 @@ mod tests {
                 ContentBlock::ToolUse { id: "t1".into(), name: "shell".into(), input: json!({"command": long_cmd}) },
             ]),
             Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: "t1".into(), content: format!("line1\n{}", "y".repeat(500)), is_error: true }]),
-            Message::assistant(vec![ContentBlock::text(crate::turn::Outcome::Cancelled.marker())]),
+            Message::assistant(vec![ContentBlock::text(crate::conversation::outcome::Outcome::Cancelled.marker())]),
         ];
         let t = transcript(&h);
         assert_eq!(t.len(), 5);

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::invariants;
 use super::message::{Message, Usage};
+use super::outcome::Outcome;
 use crate::fsutil;
 
 /// `current.json`: the whole history of one conversation.
@@ -24,7 +25,7 @@ pub struct CurrentFile {
     /// RFC 3339 UTC.
     pub updated_at: String,
     /// `idle` between turns, `running` while a turn is in flight.
-    pub status: String,
+    pub status: CurrentStatus,
     /// The system text of the latest request (for display; re-read from the role each turn).
     #[serde(default)]
     pub system: String,
@@ -47,7 +48,7 @@ impl CurrentFile {
             agent_id: agent_id.to_string(),
             model: model.to_string(),
             updated_at: fsutil::now_rfc3339(),
-            status: "idle".to_string(),
+            status: CurrentStatus::Idle,
             system: String::new(),
             tools: Vec::new(),
             messages: Vec::new(),
@@ -63,6 +64,19 @@ impl CurrentFile {
         self.messages.push(msg);
         self.max_history_id
     }
+}
+
+/// `current.json` `status`: whether a turn was in flight when the file was written (DESIGN.md
+/// §6.3; the strings on disk are `idle` and `running`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CurrentStatus {
+    Idle,
+    Running,
+    /// Any other string (a hand edit, a newer version): read as a turn that did not end
+    /// cleanly, so restore heals it instead of moving the whole file aside.
+    #[serde(other)]
+    Unknown,
 }
 
 /// Status of a turn in `reply.json`.
@@ -232,17 +246,17 @@ impl HistoryStore {
                 current.messages.push(m);
             }
         }
-        let interrupted = current.status != "idle" || reply.as_ref().is_some_and(|r| !r.status.is_terminal());
+        let interrupted = current.status != CurrentStatus::Idle || reply.as_ref().is_some_and(|r| !r.status.is_terminal());
         healed.extend(invariants::heal(&mut current.messages));
         let mut reply = reply;
         if interrupted {
             healed.push("the previous turn was interrupted; marked it cancelled".to_string());
             if current.messages.last().is_some_and(|m| m.role == super::message::Role::User) {
                 current.push(Message::assistant(vec![super::message::ContentBlock::text(
-                    crate::turn::Outcome::Cancelled.marker(),
+                    Outcome::Cancelled.marker(),
                 )]));
             }
-            current.status = "idle".to_string();
+            current.status = CurrentStatus::Idle;
             if let Some(r) = reply.as_mut() {
                 r.status = ReplyStatus::Cancelled;
                 r.updated_at = fsutil::now_rfc3339();

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod client;
 pub mod openai;
+pub mod overflow;
 pub mod response;
 pub mod retry;
 pub mod sse;

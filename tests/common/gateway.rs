@@ -324,6 +324,12 @@ pub fn anthropic_text_and_tool(text: &str, id: &str, name: &str, input_json: &st
         .concat()
 }
 
+/// Several tool_use blocks (indexes 0, 1, …) in one response; stop_reason `tool_use`.
+pub fn anthropic_tool_uses(calls: &[(&str, &str, &str)]) -> Vec<Vec<u8>> {
+    let blocks = calls.iter().zip(0u32..).flat_map(|((id, name, input), i)| anthropic_tool_block(i, id, name, input));
+    [anthropic_start(), blocks.collect(), anthropic_end("tool_use")].concat()
+}
+
 /// The two events that open an Anthropic stream (message_start, ping) — for cut-off streams.
 pub fn anthropic_prelude() -> Vec<Vec<u8>> {
     anthropic_start()

@@ -1,0 +1,112 @@
+//! What must fit the context window before a turn sends anything (issue 7 items 15–16).
+//!
+//! Owns three checks on the running turn: a warning when AGENTS.md, the user's message or a
+//! round's tool results alone take more than half the window, refusing a message that cannot fit even alone (before
+//! anything is sent; the message stays in the history as the user wrote it), and learning the
+//! window a gateway states when it refuses a request as too large. Sizes are the estimates of
+//! `crate::compact::cut`. Must not touch: the history (it only reads it), the request.
+
+use super::round::Turn;
+use crate::compact::{self, cut, window};
+use crate::conversation::message::Message;
+use crate::conversation::outcome::Outcome;
+use crate::event::EventKind;
+use crate::gateway::overflow::Overflow;
+use crate::gateway::{GatewayError, ToolSpec};
+
+/// Emits an [`EventKind::System`] warning for AGENTS.md and for the turn's user message when
+/// either alone takes more than half of the context window.
+pub(super) fn warn_large(t: &Turn<'_>, specs: &[ToolSpec]) {
+    let w = compact::settings(t.session, t.m).context_window;
+    let agents = cut::estimate_tokens(&t.m.agents_md);
+    if agents > w / 2 {
+        t.events.emit(EventKind::System {
+            text: format!("AGENTS.md takes ~{agents} tokens, more than half of the model's context window ({w} tokens); every request carries it"),
+        });
+    }
+    if let Some(msg) = turn_message(t) {
+        let tokens = cut::message_tokens(msg);
+        if tokens > w / 2 && needed_alone(t, specs, msg) <= w {
+            t.events.emit(EventKind::System {
+                text: format!("this message takes ~{tokens} tokens, more than half of the model's context window ({w} tokens)"),
+            });
+        }
+    }
+}
+
+/// Emits an [`EventKind::System`] warning when the tool results just appended (the last
+/// message) take more than half of the context window: the next round must compact.
+pub(super) fn warn_large_results(t: &Turn<'_>) {
+    let w = compact::settings(t.session, t.m).context_window;
+    let Some(msg) = t.session.current.messages.last() else { return };
+    let tokens = cut::message_tokens(msg);
+    if tokens > w / 2 {
+        t.events.emit(EventKind::System {
+            text: format!("the tool results of this round take ~{tokens} tokens, more than half of the model's context window ({w} tokens)"),
+        });
+    }
+}
+
+/// `Some(Blocked)`, after an `error` event of kind `too_large`, when the turn's user message
+/// cannot fit the context window even alone: with the system text, tools, AGENTS.md and the
+/// answer's `max_tokens`. The error names AGENTS.md when that alone leaves no room. Nothing is
+/// sent and the message stays in the history.
+pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec]) -> Option<Outcome> {
+    let w = compact::settings(t.session, t.m).context_window;
+    let msg = turn_message(t)?;
+    let needed = needed_alone(t, specs, msg);
+    if needed <= w {
+        return None;
+    }
+    let tokens = cut::message_tokens(msg);
+    let fixed = needed - tokens;
+    let model = &t.m.model;
+    let message = if fixed > w {
+        format!(
+            "AGENTS.md takes ~{} tokens: with the system prompt and {} tokens for the answer, requests need ~{fixed} tokens before any message, over the context window of model {model} ({w} tokens). Nothing was sent; the message is kept in the history. Shorten AGENTS.md in the workspace",
+            cut::estimate_tokens(&t.m.agents_md),
+            t.m.max_tokens
+        )
+    } else {
+        format!(
+            "the message is too large to send: {} bytes, ~{tokens} tokens; the context window of model {model} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{} tokens of message fit. Nothing was sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",
+            msg.plain_text().len(),
+            t.m.max_tokens,
+            w - fixed
+        )
+    };
+    t.events.emit(EventKind::Error { kind: "too_large".to_string(), message });
+    Some(Outcome::Blocked)
+}
+
+/// Records the window that `over` states (or half the assumed one) for this agent's model, and
+/// says so in an [`EventKind::System`]. A file that cannot be written is said too; the turn
+/// goes on with the compaction the refusal calls for either way.
+pub(super) fn learn_window(t: &Turn<'_>, over: &Overflow, err: &GatewayError) {
+    let assumed = compact::settings(t.session, t.m).context_window;
+    let (tokens, reason) = window::after_overflow(assumed, over);
+    let ws = &t.session.record.workspace;
+    let saved = match window::record(ws, &t.m.model, tokens, &reason) {
+        Ok(()) => format!("recorded in .cicy/{}", window::FILE_NAME),
+        Err(e) => format!("could not be recorded: {e}"),
+    };
+    t.events.emit(EventKind::System {
+        text: format!(
+            "the gateway refused the request as over the context window ({err}); {reason}: model {} now has a window of {tokens} tokens ({saved}); compacting and sending once more",
+            t.m.model
+        ),
+    });
+}
+
+/// The user message that started the running turn.
+fn turn_message<'a>(t: &'a Turn<'_>) -> Option<&'a Message> {
+    let msgs = &t.session.current.messages;
+    cut::last_user_text(msgs).map(|i| &msgs[i])
+}
+
+/// Estimated tokens of a request carrying only `msg`, plus the answer's `max_tokens`.
+fn needed_alone(t: &Turn<'_>, specs: &[ToolSpec], msg: &Message) -> u64 {
+    compact::window_tokens(&t.m.template.system_md, specs, std::slice::from_ref(msg))
+        + cut::estimate_tokens(&t.m.agents_md)
+        + u64::from(t.m.max_tokens)
+}

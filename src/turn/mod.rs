@@ -1,0 +1,153 @@
+//! The turn loop (DESIGN.md §6.1–6.2).
+//!
+//! Owns one turn: append the user text, run rounds (assemble → send → stream → run tools) until
+//! a tool-free answer or the round budget, write the history before every round, end every
+//! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. The steps of a
+//! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
+//! checks of what fits the context window in `fit`. Before each round it lets
+//! `crate::compact` compact the history if it has grown too large. It knows nothing of the
+//! terminal or HTTP; the caller supplies the emitter and the cancel token.
+
+mod fit;
+mod round;
+mod send;
+mod tools;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AgentError, Session, TurnMaterials};
+use crate::compact::cut::turn_start;
+use crate::conversation::history::{CurrentStatus, ReplyFile, ReplyStatus};
+use crate::conversation::message::{ContentBlock, Message};
+use crate::event::{Emitter, EventKind, TurnOutcome};
+use crate::fsutil;
+
+pub use send::ROUND_RERUNS;
+pub use tools::CANCELLED_RESULT;
+
+pub use crate::conversation::outcome::{marker_of, Outcome};
+
+fn outcome_event(o: Outcome) -> TurnOutcome {
+    match o {
+        Outcome::Cancelled => TurnOutcome::Cancelled,
+        Outcome::Blocked => TurnOutcome::Blocked,
+        Outcome::Failed => TurnOutcome::Failed,
+    }
+}
+
+/// Removes the last turn if it ended with a `generation failed` or `blocked` marker: a new
+/// question replaces a turn whose request failed or was refused (a refused request, e.g. one
+/// over the context window, would otherwise be sent again with every later question). A
+/// cancelled turn stays: what ran, ran.
+fn pop_failed_turn(session: &mut Session) {
+    let msgs = &mut session.current.messages;
+    if !matches!(msgs.last().and_then(marker_of), Some(Outcome::Failed | Outcome::Blocked)) {
+        return;
+    }
+    if let Some(start) = turn_start(msgs) {
+        msgs.truncate(start);
+    }
+}
+
+/// Where a turn starts: a new user message, or the unfinished turn already in the history.
+enum Start<'a> {
+    New(&'a str),
+    Resume { history_id: u64, text: String },
+}
+
+/// Runs one user turn. Errors are returned only for what stops a turn from starting or its
+/// files from being written; gateway failures end the turn with an outcome instead.
+pub async fn run_turn(
+    session: &mut Session,
+    text: &str,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<TurnOutcome, AgentError> {
+    let materials = session.materials()?;
+    pop_failed_turn(session);
+    run_user_turn(session, Start::New(text), materials, events, cancel).await
+}
+
+/// `cicy-agent retry`: when the last turn ended with an outcome marker (failed, blocked or
+/// cancelled), removes the marker and continues that turn from where it stopped: its user
+/// message and any tool rounds that completed stay and are not run again. `Ok(None)` when there
+/// is nothing to retry (no marker, or the turn began before the last compaction).
+pub async fn retry_turn(
+    session: &mut Session,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<Option<TurnOutcome>, AgentError> {
+    let materials = session.materials()?;
+    let msgs = &session.current.messages;
+    if msgs.last().and_then(marker_of).is_none() {
+        return Ok(None);
+    }
+    let Some(start) = turn_start(&msgs[..msgs.len() - 1]) else {
+        return Ok(None);
+    };
+    let (history_id, text) = (msgs[start].id.unwrap_or(0), msgs[start].plain_text());
+    session.current.messages.pop();
+    let start = Start::Resume { history_id, text };
+    run_user_turn(session, start, materials, events, cancel).await.map(Some)
+}
+
+async fn run_user_turn(
+    session: &mut Session,
+    start: Start<'_>,
+    m: TurnMaterials,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<TurnOutcome, AgentError> {
+    let cur = &mut session.current;
+    cur.model = m.model.clone();
+    cur.tools = m.template.tools.clone();
+    cur.system = m.template.system_md.trim().to_string();
+    cur.status = CurrentStatus::Running;
+    let (history_id, text) = match start {
+        Start::New(text) => {
+            cur.prompts += 1;
+            (cur.push(Message::user_text(text)), text.to_string())
+        }
+        Start::Resume { history_id, text } => (history_id, text),
+    };
+    let now = fsutil::now_rfc3339();
+    let mut reply = ReplyFile {
+        turn_id: uuid::Uuid::new_v4().to_string(),
+        history_id,
+        status: ReplyStatus::Working,
+        started_at: now.clone(),
+        updated_at: now,
+        ..ReplyFile::idle(&cur.conversation_id, &m.model)
+    };
+    session.store.save_current(&mut session.current)?;
+    session.store.save_reply(&reply)?;
+    events.emit(EventKind::TurnStarted {
+        turn_id: reply.turn_id.clone(),
+        conv_id: session.current.conversation_id.clone(),
+    });
+
+    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel }).await?;
+    if let Some(o) = outcome {
+        let cur = &mut session.current;
+        let id = cur.push(Message::assistant(vec![ContentBlock::text(o.marker())]));
+        reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+        debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+    }
+    reply.status = match outcome {
+        None => ReplyStatus::Completed,
+        Some(Outcome::Cancelled) => ReplyStatus::Cancelled,
+        Some(Outcome::Blocked | Outcome::Failed) => ReplyStatus::Failed,
+    };
+    reply.updated_at = fsutil::now_rfc3339();
+    session.current.status = CurrentStatus::Idle;
+    session.store.save_current(&mut session.current)?;
+    session.store.save_reply(&reply)?;
+    if outcome.is_none() {
+        // §8 write loop: only buffer here; the caller flushes once the user has the answer.
+        session.memory().record_turn(&text, &reply.items, events);
+    }
+    let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
+    events.emit(EventKind::TurnEnded { outcome: ended });
+    Ok(ended)
+}
+

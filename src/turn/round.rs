@@ -1,0 +1,195 @@
+//! The rounds of one turn (DESIGN.md §6.1 steps 3–5): [`rounds`] reads as the page of steps it
+//! runs, each step a function below it.
+//!
+//! Owns the round budget, the order of the steps, sending a round (with one re-send after the
+//! gateway refuses it as over the context window), recording usage and appending the answer.
+//! Must not touch: how a tool call runs (`super::tools`), how a request is re-run
+//! (`super::send`), what fits the window (`super::fit`).
+
+use tokio_util::sync::CancellationToken;
+
+use super::fit;
+use super::send::{error_kind, send_with_reruns};
+use super::tools::{self, Plan, Ran, ToolCall};
+use crate::agent::{AgentError, Session, TurnMaterials};
+use crate::compact::{self, AutoState};
+use crate::conversation::history::ReplyFile;
+use crate::conversation::message::{ContentBlock, Message};
+use crate::conversation::outcome::Outcome;
+use crate::event::{Emitter, EventKind};
+use crate::fsutil;
+use crate::gateway::{overflow, CallOptions, GatewayError, Prompt, Response, StopReason, ToolSpec};
+use crate::prompt::{self, PromptInputs};
+
+/// What every step of a turn works on.
+pub(super) struct Turn<'a> {
+    pub session: &'a mut Session,
+    pub m: &'a TurnMaterials,
+    pub reply: &'a mut ReplyFile,
+    pub events: &'a Emitter,
+    pub cancel: &'a CancellationToken,
+}
+
+/// Runs the rounds of a turn; `Ok(None)` when it ended normally.
+pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentError> {
+    let max_rounds = t.m.template.max_tool_rounds();
+    let specs = t.m.tools.specs();
+    let mut auto_compact = AutoState::default();
+    fit::warn_large(t, &specs);
+    if let Some(refused) = fit::refuse_too_large(t, &specs) {
+        return Ok(Some(refused));
+    }
+    for round in 0..max_rounds {
+        let final_round = round + 1 == max_rounds;
+        if let Some(o) = prepare(t, round, &specs, &mut auto_compact).await? {
+            return Ok(Some(o));
+        }
+        let mut resp = match send_round(t, &specs, final_round, &mut auto_compact).await? {
+            Sent::Answer(resp) => resp,
+            Sent::Ended(o) => return Ok(Some(o)),
+        };
+        resp.rename_ids_used_in(&t.session.current.messages);
+        record_usage(t, &resp);
+        let calls = append_answer(t, &resp.content)?;
+        if calls.is_empty() {
+            return Ok(None);
+        }
+        let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
+        match tools::run_calls(t, &calls, &plan, &resp).await? {
+            Ran::All => fit::warn_large_results(t),
+            Ran::NotRun => return Ok(None),
+            Ran::Cancelled => return Ok(Some(Outcome::Cancelled)),
+        }
+    }
+    Ok(None)
+}
+
+/// Starts round `round`: the cancel check, its event, automatic compaction.
+async fn prepare(t: &mut Turn<'_>, round: u32, specs: &[ToolSpec], auto: &mut AutoState) -> Result<Option<Outcome>, AgentError> {
+    if t.cancel.is_cancelled() {
+        return Ok(Some(Outcome::Cancelled));
+    }
+    t.events.emit(EventKind::RoundStarted { round });
+    compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
+    Ok(t.cancel.is_cancelled().then_some(Outcome::Cancelled))
+}
+
+/// How sending a round ended.
+enum Sent {
+    Answer(Response),
+    /// The turn ends with this outcome (the error, if any, was reported).
+    Ended(Outcome),
+}
+
+/// Assembles and sends the round. When the gateway refuses it as over the context window, the
+/// window it states is learned, the history compacted, and the round sent once more.
+async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, auto: &mut AutoState) -> Result<Sent, AgentError> {
+    let opts = call_options(t.session, t.m);
+    let mut resent = false;
+    loop {
+        let prompt = assemble(t, specs, final_round);
+        t.session.store.save_current(&mut t.session.current)?;
+        let err = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
+            Ok(resp) => return Ok(Sent::Answer(resp)),
+            Err(GatewayError::Cancelled) => return Ok(Sent::Ended(Outcome::Cancelled)),
+            Err(e) => e,
+        };
+        let Some(over) = overflow::detect(&err).filter(|_| !resent) else {
+            return Ok(Sent::Ended(report_failure(t.events, &err)));
+        };
+        resent = true;
+        fit::learn_window(t, &over, &err);
+        auto.force_next();
+        compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
+        if t.cancel.is_cancelled() {
+            return Ok(Sent::Ended(Outcome::Cancelled));
+        }
+        if let Some(refused) = fit::refuse_too_large(t, specs) {
+            return Ok(Sent::Ended(refused));
+        }
+    }
+}
+
+fn call_options(session: &Session, m: &TurnMaterials) -> CallOptions {
+    CallOptions {
+        model: m.model.clone(),
+        max_tokens: m.max_tokens,
+        session_id: session.current.conversation_id.clone(),
+        aux: None,
+        timeout: None,
+    }
+}
+
+fn assemble(t: &Turn<'_>, specs: &[ToolSpec], final_round: bool) -> Prompt {
+    prompt::assemble(&PromptInputs {
+        system_md: &t.m.template.system_md,
+        skills: &t.m.skills,
+        tools: specs,
+        final_round,
+        history: &t.session.current.messages,
+        agents_md: &t.m.agents_md,
+        memory_md: &t.m.memory_md,
+    })
+}
+
+/// Reports a failed send as an `error` event; a 4xx the gateway will refuse again blocks the
+/// turn, anything else fails it.
+fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
+    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message: e.to_string() });
+    match e {
+        GatewayError::Status { status, .. } if (400..500).contains(status) => Outcome::Blocked,
+        _ => Outcome::Failed,
+    }
+}
+
+fn record_usage(t: &mut Turn<'_>, resp: &Response) {
+    t.reply.add_usage(&resp.usage);
+    t.reply.prefix_sha256 = resp.prefix_sha256.clone();
+    t.reply.last_stop_reason = resp.stop_reason.as_ref().map(|r| r.as_str().to_string());
+    t.events.emit(EventKind::Usage {
+        input: resp.usage.input_tokens,
+        output: resp.usage.output_tokens,
+        cache_creation: resp.usage.cache_creation_input_tokens,
+        cache_read: resp.usage.cache_read_input_tokens,
+        prefix_sha256: resp.prefix_sha256.clone(),
+    });
+    if resp.stop_reason == Some(StopReason::MaxTokens) {
+        t.events.emit(EventKind::System {
+            text: format!(
+                "the answer was cut off at max_tokens ({}); set max_tokens in the role's meta.yaml to allow longer answers",
+                t.m.max_tokens
+            ),
+        });
+    }
+}
+
+/// Appends the answer's non-empty blocks as one assistant message; returns its tool calls.
+fn append_answer(t: &mut Turn<'_>, content: &[ContentBlock]) -> Result<Vec<ToolCall>, AgentError> {
+    let content: Vec<ContentBlock> = content.iter().filter(|b| !b.is_empty()).cloned().collect();
+    let calls = content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some(ToolCall { id: id.clone(), name: name.clone(), input: input.clone() }),
+            _ => None,
+        })
+        .collect();
+    let calls: Vec<ToolCall> = calls;
+    if calls.is_empty() && !content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
+        t.events.emit(EventKind::NoAnswerText);
+    }
+    if !content.is_empty() {
+        append(t, Message::assistant(content))?;
+    }
+    Ok(calls)
+}
+
+/// Appends a message to the history and the reply snapshot, and persists the snapshot so a
+/// crash before the next round loses nothing.
+pub(super) fn append(t: &mut Turn<'_>, msg: Message) -> Result<(), AgentError> {
+    let cur = &mut t.session.current;
+    cur.push(msg);
+    t.reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+    t.reply.updated_at = fsutil::now_rfc3339();
+    t.session.store.save_reply(t.reply)?;
+    Ok(())
+}

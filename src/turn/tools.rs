@@ -1,0 +1,155 @@
+//! The tool calls of one response (DESIGN.md §6.1 step 5, §6.2 cancel).
+//!
+//! Owns deciding, per call, whether it runs ([`Plan`]), running one call ([`run_call`]) and
+//! persisting each result the moment it exists: the results go into ONE user message that is
+//! appended at the first result and grows with each later one, and reply.json is written after
+//! every result. A crash mid-round therefore keeps every finished result; only calls that had
+//! not finished get the synthetic result when the history is restored (see
+//! `conversation::invariants::heal`), so the model is never told a command that ran did not.
+//! Must not touch: the request, compaction.
+
+use std::time::Instant;
+
+use serde_json::Value;
+
+use super::round::{append, Turn};
+use crate::agent::{AgentError, Session};
+use crate::conversation::message::{Content, ContentBlock, Message};
+use crate::event::{preview, Emitter, EventKind, TOOL_RESULT_PREVIEW_CHARS};
+use crate::fsutil;
+use crate::gateway::{Response, StopReason};
+use crate::tools::{ToolContext, ToolOutput, ToolSet};
+
+/// The result text of a tool call that the user cancelled.
+pub const CANCELLED_RESULT: &str = "error: cancelled by user";
+
+/// One `tool_use` of a response.
+pub(super) struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+/// Whether a response's calls run.
+pub(super) enum Plan {
+    Run,
+    /// The final round offers no tools: none of its calls run.
+    BudgetUsedUp { max_rounds: u32 },
+    /// The response did not stop for its tool calls (e.g. `end_turn` with a call in it).
+    Stopped { stop_reason: Option<StopReason> },
+}
+
+impl Plan {
+    /// A response cut at the output limit still runs its complete calls (the cut one is
+    /// rejected by the gateway's normalisation), so the model can go on in smaller pieces.
+    pub(super) fn for_round(final_round: bool, max_rounds: u32, stop_reason: Option<StopReason>) -> Self {
+        match (final_round, &stop_reason) {
+            (true, _) => Plan::BudgetUsedUp { max_rounds },
+            (false, Some(StopReason::ToolUse | StopReason::MaxTokens)) => Plan::Run,
+            (false, _) => Plan::Stopped { stop_reason },
+        }
+    }
+}
+
+/// How the calls of a response ended; every call got a result either way.
+pub(super) enum Ran {
+    All,
+    /// The plan ran none of them; the turn ends.
+    NotRun,
+    Cancelled,
+}
+
+/// Gives every call a result, in order, persisting each as it is made.
+pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan, resp: &Response) -> Result<Ran, AgentError> {
+    let ctx = tool_context(t.session, t.cancel);
+    let mut cancelled = false;
+    for (i, call) in calls.iter().enumerate() {
+        let output = if cancelled || t.cancel.is_cancelled() {
+            cancelled = true;
+            ToolOutput::error(CANCELLED_RESULT)
+        } else {
+            match plan {
+                Plan::BudgetUsedUp { max_rounds } => {
+                    ToolOutput::error(format!("error: not run: this turn's budget of {max_rounds} rounds is used up"))
+                }
+                Plan::Stopped { stop_reason } => ToolOutput::error(format!(
+                    "error: not run: the response ended with stop_reason `{}`",
+                    stop_reason.as_ref().map_or("none", StopReason::as_str)
+                )),
+                Plan::Run => match rejected_output(resp, &call.id, t.m.max_tokens, t.events) {
+                    Some(refused) => refused,
+                    None => {
+                        let out = run_call(&t.m.tools, call, &ctx, t.events).await;
+                        if t.cancel.is_cancelled() {
+                            cancelled = true;
+                            ToolOutput::error(out.content)
+                        } else {
+                            out
+                        }
+                    }
+                },
+            }
+        };
+        let result = ContentBlock::ToolResult { tool_use_id: call.id.clone(), content: output.content, is_error: output.is_error };
+        persist_result(t, i == 0, result)?;
+    }
+    Ok(match (cancelled, plan) {
+        (true, _) => Ran::Cancelled,
+        (false, Plan::Run) => Ran::All,
+        (false, Plan::BudgetUsedUp { .. } | Plan::Stopped { .. }) => Ran::NotRun,
+    })
+}
+
+/// The error result of a call the gateway's normalisation rejected (cut off at the output
+/// limit, input not a JSON object): it is not run, and the user is told why.
+fn rejected_output(resp: &Response, id: &str, max_tokens: u32, events: &Emitter) -> Option<ToolOutput> {
+    let rejected = resp.rejection(id)?;
+    let text = rejected.result_text(max_tokens);
+    events.emit(EventKind::System {
+        text: format!("tool call `{}` ({id}) not run: {}", rejected.name, text.trim_start_matches("error: not run: ")),
+    });
+    Some(ToolOutput::error(text))
+}
+
+/// Runs one call, reporting its start and end.
+async fn run_call(tools: &ToolSet, call: &ToolCall, ctx: &ToolContext, events: &Emitter) -> ToolOutput {
+    events.emit(EventKind::ToolStarted { id: call.id.clone(), name: call.name.clone(), input: call.input.clone() });
+    let started = Instant::now();
+    let out = tools.run(&call.name, &call.input, ctx).await;
+    events.emit(EventKind::ToolFinished {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        result: preview(&out.content, TOOL_RESULT_PREVIEW_CHARS),
+        is_error: out.is_error,
+        duration_ms: started.elapsed().as_millis() as u64,
+    });
+    out
+}
+
+fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken) -> ToolContext {
+    ToolContext {
+        workspace: session.record.workspace.clone(),
+        skills_dir: session.home.skills_dir(),
+        cancel: cancel.clone(),
+        hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
+        running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
+    }
+}
+
+/// Adds `result` to the round's results message (appending that message with the first
+/// result) and writes reply.json.
+fn persist_result(t: &mut Turn<'_>, first: bool, result: ContentBlock) -> Result<(), AgentError> {
+    if first {
+        return append(t, Message::user_blocks(vec![result]));
+    }
+    let in_history = t.session.current.messages.last_mut();
+    let in_reply = t.reply.items.last_mut();
+    for m in in_history.into_iter().chain(in_reply) {
+        let mut blocks = m.content.to_blocks();
+        blocks.push(result.clone());
+        m.content = Content::Blocks(blocks);
+    }
+    t.reply.updated_at = fsutil::now_rfc3339();
+    t.session.store.save_reply(t.reply)?;
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! The context window against the scripted gateway (issue 7 items 15–16): a message that cannot
+//! fit is refused before anything is sent and kept; the running turn's message is never set
+//! aside or summarized away; a summary request the gateway refuses is made again in smaller
+//! parts; a gateway's "over the context window" refusal teaches the window, compacts and sends
+//! once more; warnings for AGENTS.md or a message over half the window.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
+
+mod common;
+
+use cicy::compact::{self, summary, window};
+use cicy::conversation::message::{Message, SUMMARY_PREFIX};
+use cicy::event::{EventKind, TurnOutcome};
+use cicy::turn;
+use common::fixture::{collector, kinds, TestHome};
+use common::gateway::*;
+use common::history::*;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const SUMMARY: &str = "1. User goals and requests: count files.\n8. Next step: none";
+
+/// llama.cpp's refusal of a request over its context (HTTP 400), stating `n_ctx`.
+const LLAMA_OVERFLOW: &str = r#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#;
+
+fn messages(id: &str, t: &TestHome) -> Vec<Message> {
+    serde_json::from_value(t.current_json(id)["messages"].clone()).expect("messages parse")
+}
+
+/// A `small` role whose meta.yaml gives `context_window`.
+fn small_role(t: &TestHome, context_window: u64) {
+    let d = t.home.roles_dir().join("small");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("system.md"), "You are a test agent.\n").unwrap();
+    std::fs::write(d.join("role.md"), "You are {{TITLE}}.\n").unwrap();
+    std::fs::write(d.join("meta.yaml"), format!("name: Small\ntools: [core]\nmax_tool_rounds: 10\nmax_tokens: 512\ncontext_window: {context_window}\n")).unwrap();
+}
+
+fn system_texts(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<String> {
+    kinds(ev).into_iter().filter_map(|k| if let EventKind::System { text } = k { Some(text) } else { None }).collect()
+}
+
+#[tokio::test]
+async fn a_message_larger_than_the_window_is_refused_before_sending_and_kept_as_written() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 8192);
+    let id = t.create("small", None);
+    seed(&t, &id, tool_turns(2));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let huge = "x".repeat(1 << 20);
+    let outcome = turn::run_turn(&mut s, &huge, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 0, "no summary and no main request was sent");
+    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let (kind, message) = error.expect("an error event");
+    assert_eq!(kind, "too_large");
+    assert!(
+        message.starts_with("the message is too large to send: 1048576 bytes, ~262148 tokens; the context window of model test-model is 8192 tokens"),
+        "{message}"
+    );
+    assert!(message.contains("Nothing was sent; the message is kept in the history."), "{message}");
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 10, "the earlier turns stay as they were, nothing set aside");
+    assert!(!hist.iter().any(Message::is_summary));
+    assert_eq!(hist[8].plain_text(), huge);
+    assert_eq!(hist[9].plain_text(), "(no reply this turn · blocked)");
+    assert_eq!(t.reply_json(&id)["status"], "failed");
+    assert_eq!(kinds(&ev).last(), Some(&EventKind::TurnEnded { outcome: TurnOutcome::Blocked }));
+}
+
+#[tokio::test]
+async fn the_running_turns_message_is_never_set_aside_when_the_summary_fails() {
+    let gw = ScriptedGateway::start().await;
+    // The summary request is refused; the hard cap then sets the earlier turns aside.
+    gw.push(Reply::status(500, &[("x-should-retry", "false")], "summarizer down"));
+    gw.push(Reply::sse(anthropic_text("Here is my answer.")));
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 8192);
+    let id = t.create("small", None);
+    let result = "r".repeat(4000);
+    seed(&t, &id, (0..10).flat_map(|i| tool_turn(i, &format!("q{i}"), &result)).collect());
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let question = format!("Please read this and answer: {}", "word ".repeat(4000));
+    let outcome = turn::run_turn(&mut s, &question, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let reqs = gw.requests();
+    let (aux, main) = split_aux(&reqs);
+    assert_eq!((aux.len(), main.len()), (1, 1));
+    let wire = wire_messages(&main[0]);
+    assert_eq!(wire.len(), 1, "the notice and the question, merged on the wire");
+    assert_eq!(wire[0].plain_text().matches(&question).count(), 1, "the question is sent as the user wrote it");
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 43);
+    assert_eq!(hist[40].plain_text(), question, "the question stays where the user wrote it");
+    assert_eq!(
+        hist[41].plain_text(),
+        format!(
+            "{SUMMARY_PREFIX}(40 earlier messages could not be summarized (the summary call failed: gateway answered HTTP 500: summarizer down). They are kept in the history files but are no longer sent.)\n\n{}\n{question}\n{}",
+            compact::CARRIED_PREFIX,
+            compact::CARRIED_END
+        ),
+        "the notice carries the question verbatim"
+    );
+    let sys = system_texts(&ev);
+    assert!(sys.contains(&"this message takes ~5012 tokens, more than half of the model's context window (8192 tokens)".to_string()), "{sys:?}");
+}
+
+#[tokio::test]
+async fn a_summary_request_the_gateway_refuses_is_made_again_in_smaller_parts() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 20_000);
+    let id = t.create("small", None);
+    let filler = "lorem ipsum dolor sit amet ".repeat(100);
+    let all = seed(&t, &id, (0..8).flat_map(|i| tool_turn(i, &format!("q{i} {filler}"), "ok")).collect());
+    let settings = compact::Settings::new(&cicy::config::CompactionConfig::default(), Some(20_000));
+    assert_eq!((settings.chunk_tokens(), settings.summary_max_tokens()), (10_000, 4096));
+    let lines = summary::transcript(&all);
+    assert_eq!(summary::chunks(&lines, 10_000).len(), 1);
+    let k = summary::chunks(&lines, 5_000).len();
+    assert_eq!(k, 2);
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    for i in 0..k {
+        gw.push(Reply::sse(anthropic_text(&format!("part {i}"))));
+    }
+    gw.push(Reply::sse(anthropic_text(SUMMARY)));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let done = compact::compact_session(&mut s, 0, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(done.requests, k + 1);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 1 + k + 1);
+    assert!(reqs.iter().all(|r| r.header("x-cicy-aux") == Some("compact")));
+    for r in &reqs[1..=k] {
+        let text = body(r)["messages"][0]["content"][0]["text"].as_str().unwrap().to_string();
+        assert!(cicy::compact::cut::estimate_tokens(&text) <= 5_000 + 100, "each part fits the smaller size");
+    }
+    assert!(system_texts(&ev).contains(&"the summary request was over the context window; trying again in parts of ~5000 tokens".to_string()));
+    let hist = messages(&id, &t);
+    assert_eq!(hist.last().unwrap().plain_text(), format!("{SUMMARY_PREFIX}{SUMMARY}"));
+}
+
+#[tokio::test]
+async fn a_gateway_overflow_teaches_the_window_compacts_and_sends_once_more() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    gw.push(Reply::sse(anthropic_text(SUMMARY)));
+    gw.push(Reply::sse(anthropic_text("Done.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    seed(&t, &id, tool_turns(6));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "and now?", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.iter().map(|r| r.header("x-cicy-aux")).collect::<Vec<_>>(), [None, Some("compact"), None]);
+    // The summary request is sized for the learned window: a quarter of it for the answer.
+    assert_eq!(body(&reqs[1])["max_tokens"], 2048);
+    let resent = wire_messages(&reqs[2]);
+    assert!(resent[0].plain_text().contains(SUMMARY), "the re-sent window starts at the summary");
+    assert!(resent.last().unwrap().plain_text().contains("and now?"));
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.workspace(&id).join(".cicy").join(window::FILE_NAME)).unwrap()).unwrap();
+    assert_eq!(file["test-model"]["tokens"], 8192);
+    assert_eq!(file["test-model"]["reason"], "the gateway stated a context window of 8192 tokens");
+    let sys = system_texts(&ev);
+    assert!(
+        sys.iter().any(|t| t.starts_with("the gateway refused the request as over the context window (gateway answered HTTP 400: ")
+            && t.ends_with("the gateway stated a context window of 8192 tokens: model test-model now has a window of 8192 tokens (recorded in .cicy/context_windows.json); compacting and sending once more")),
+        "{sys:?}"
+    );
+    // The next session of this agent assumes the learned window.
+    let s = t.open(&id);
+    let m = s.materials().unwrap();
+    assert_eq!(compact::settings(&s, &m).context_window, 8192);
+}
+
+#[tokio::test]
+async fn a_second_overflow_after_the_resend_blocks_the_turn() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    gw.push(Reply::sse(anthropic_text(SUMMARY)));
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    seed(&t, &id, tool_turns(3));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 3, "sent once more, not again and again");
+    let errors: Vec<String> = kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+    assert_eq!(errors, ["http_status"]);
+    assert_eq!(messages(&id, &t).last().unwrap().plain_text(), "(no reply this turn · blocked)");
+}
+
+#[tokio::test]
+async fn an_agents_md_over_half_the_window_is_warned_about() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("hi")));
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 8192);
+    let id = t.create("small", None);
+    std::fs::write(t.workspace(&id).join("AGENTS.md"), "a".repeat(20_000)).unwrap();
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(
+        system_texts(&ev),
+        ["AGENTS.md takes ~5000 tokens, more than half of the model's context window (8192 tokens); every request carries it"]
+    );
+    assert_eq!(body(&gw.requests()[0])["messages"][0]["content"][0], json!({"type": "text", "text": format!("<role>\n{}\n</role>", "a".repeat(20_000))}));
+}
+
+#[tokio::test]
+async fn the_cli_refuses_a_message_over_the_configured_window_with_exit_1() {
+    let gw = ScriptedGateway::start().await;
+    let h = tempfile::tempdir().unwrap();
+    let url = gw.url();
+    assert_eq!(common::cli::cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
+    let text = "y".repeat(120_000);
+    let out = common::cli::command(h.path(), &url, &["chat", "w-1", &text])
+        .env("CICY_CONTEXT_WINDOW", "8192")
+        .output()
+        .await
+        .expect("run chat");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error (too_large): the message is too large to send: 120000 bytes, ~30004 tokens; the context window of model test-model is 8192 tokens"), "{stderr}");
+    assert!(stderr.contains("· turn ended: \"blocked\"") || stderr.contains("· turn ended: blocked"), "{stderr}");
+    assert_eq!(gw.requests().len(), 0);
+}
+
+#[tokio::test]
+async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 8192);
+    let id = t.create("small", None);
+    std::fs::write(t.workspace(&id).join("AGENTS.md"), "a".repeat(200_000)).unwrap();
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 0);
+    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let (kind, message) = error.expect("an error event");
+    assert_eq!(kind, "too_large");
+    assert_eq!(
+        message,
+        "AGENTS.md takes ~50000 tokens: with the system prompt and 512 tokens for the answer, requests need ~50816 tokens before any message, over the context window of model test-model (8192 tokens). Nothing was sent; the message is kept in the history. Shorten AGENTS.md in the workspace"
+    );
+    assert_eq!(messages(&id, &t)[0].plain_text(), "hello");
+}
+
+#[tokio::test]
+async fn tool_results_over_half_the_window_are_warned_about() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"head -c 10000 /dev/zero | tr '\\0' 'z'"}"#)));
+    gw.push(Reply::sse(anthropic_text("long")));
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 4500);
+    let id = t.create("small", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "print", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let sys = system_texts(&ev);
+    assert_eq!(sys, ["the tool results of this round take ~2509 tokens, more than half of the model's context window (4500 tokens)"]);
+}
