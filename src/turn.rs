@@ -16,12 +16,13 @@ use crate::conversation::history::{ReplyFile, ReplyStatus};
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{preview, Emitter, EventKind, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::fsutil;
-use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response};
+use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response, RoundFailure};
 use crate::prompt::{self, PromptInputs};
 use crate::tools::ToolContext;
 
-/// cicy: a round that fails after the gateway's retries is re-run at most 2 more times.
-pub const ROUND_RERUNS: u32 = 2;
+/// cicy: a round whose stream failed after content began is re-run at most 2 times (decided,
+/// like every retry, by `gateway::retry`).
+pub use crate::gateway::retry::ROUND_RERUNS;
 
 /// The result text of a tool call that the user cancelled.
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
@@ -146,9 +147,26 @@ async fn run_user_turn(
     let outcome = rounds(session, &m, &mut reply, events, cancel).await?;
     if let Some(o) = outcome {
         let cur = &mut session.current;
-        let id = cur.push(Message::assistant(vec![ContentBlock::text(o.marker())]));
-        reply.items.push(cur.messages[cur.messages.len() - 1].clone());
-        debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+        let marker = ContentBlock::text(o.marker());
+        match cur.messages.last_mut() {
+            // The partial answer a failed round kept: the marker ends that message, so roles
+            // still alternate and `marker_of` finds it.
+            Some(last) if last.role == Role::Assistant => {
+                let mut blocks = last.content.to_blocks();
+                blocks.push(marker);
+                last.content = Content::Blocks(blocks);
+                let last = last.clone();
+                match reply.items.last_mut() {
+                    Some(item) if item.id == last.id => *item = last,
+                    _ => reply.items.push(last),
+                }
+            }
+            _ => {
+                let id = cur.push(Message::assistant(vec![marker]));
+                reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+                debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+            }
+        }
     }
     reply.status = match outcome {
         None => ReplyStatus::Completed,
@@ -214,13 +232,22 @@ async fn rounds(
         session.store.save_current(&mut session.current)?;
         let resp = match send_with_reruns(session, &prompt, &opts, events, cancel).await {
             Ok(r) => r,
-            Err(GatewayError::Cancelled) => return Ok(Some(Outcome::Cancelled)),
-            Err(e) => {
+            Err(RoundFailure { error: GatewayError::Cancelled, .. }) => return Ok(Some(Outcome::Cancelled)),
+            Err(RoundFailure { error: e, partial, .. }) => {
                 let outcome = match &e {
+                    // A rate limit or a timeout that outlasted the budget is a failure, not a refusal.
+                    GatewayError::Status { status: 408 | 409 | 429, .. } => Outcome::Failed,
                     GatewayError::Status { status, .. } if (400..500).contains(status) => Outcome::Blocked,
+                    GatewayError::NoKey { .. } | GatewayError::NotFound { .. } => Outcome::Blocked,
                     _ => Outcome::Failed,
                 };
                 events.emit(EventKind::Error { kind: error_kind(&e).to_string(), message: e.to_string() });
+                if !partial.trim().is_empty() {
+                    // What the reader saw stays in the history, marked; the outcome marker ends
+                    // this message (see `run_user_turn`) and the prompt leaves it out.
+                    let cut = ContentBlock::text(format!("[cut off: {e}]"));
+                    append(session, reply, Message::assistant(vec![ContentBlock::text(partial), cut]))?;
+                }
                 return Ok(Some(outcome));
             }
         };
@@ -314,62 +341,51 @@ fn append(session: &mut Session, reply: &mut ReplyFile, msg: Message) -> Result<
     Ok(())
 }
 
-/// Sends one round; a failure after the gateway's own retries is re-run up to
-/// [`ROUND_RERUNS`] times from the same history (nothing of a failed round was appended).
+/// Sends one round through the gateway's one retry layer (`gateway::retry` decides every retry
+/// and re-run; nothing of a failed round was appended) and reports its progress as events. A
+/// `Retry` after answer text was shown means that text is discarded: it is closed (`text_end`)
+/// and marked `[retrying]` so it does not read as one answer with the re-run's. A failure
+/// closes shown text too; the error carries it so the turn can keep it.
 async fn send_with_reruns(
     session: &Session,
     prompt: &crate::gateway::Prompt,
     opts: &CallOptions,
     events: &Emitter,
     cancel: &CancellationToken,
-) -> Result<Response, GatewayError> {
-    let mut attempt = 0;
-    loop {
-        let mut streamed_text = false;
-        let mut on_event = |ev: GatewayEvent| match ev {
-            GatewayEvent::TextDelta(text) => {
-                streamed_text = true;
-                events.emit(EventKind::TextDelta { text })
-            }
-            GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
-            GatewayEvent::Retry { attempt, delay_ms, reason } => {
-                events.emit(EventKind::Retry { attempt, delay_ms, reason })
-            }
-        };
-        let result = session.client.send(prompt, opts, &mut on_event, cancel).await;
-        match result {
-            Ok(resp) => {
-                if resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
-                    events.emit(EventKind::TextEnd);
-                }
-                return Ok(resp);
-            }
-            Err(GatewayError::Cancelled) => return Err(GatewayError::Cancelled),
-            Err(e @ GatewayError::Status { should_retry: Some(false), .. }) => return Err(e),
-            Err(e @ GatewayError::Status { status, .. }) if (400..500).contains(&status) && status != 408 && status != 409 && status != 429 => {
-                return Err(e)
-            }
-            // The gateway layer already tried this connection 1 + max_retries times.
-            Err(e @ GatewayError::Connect { .. }) => return Err(e),
-            Err(e) if attempt < ROUND_RERUNS => {
-                attempt += 1;
-                if streamed_text {
-                    // Close the partial answer so the re-run's text does not run on from it.
-                    events.emit(EventKind::TextEnd);
-                }
+) -> Result<Response, RoundFailure> {
+    let mut text_open = false;
+    let mut on_event = |ev: GatewayEvent| match ev {
+        GatewayEvent::TextDelta(text) => {
+            text_open = true;
+            events.emit(EventKind::TextDelta { text })
+        }
+        GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
+        GatewayEvent::Retry { attempt, delay_ms, reason } => {
+            if std::mem::take(&mut text_open) {
+                events.emit(EventKind::TextEnd);
                 events.emit(EventKind::System {
-                    text: format!("round failed ({e}); running it again ({attempt}/{ROUND_RERUNS})"),
+                    text: "[retrying] the answer above was cut off and is discarded; the round is sent again".to_string(),
                 });
             }
-            Err(e) => return Err(e),
+            events.emit(EventKind::Retry { attempt, delay_ms, reason })
         }
+    };
+    let result = session.client.send_round(prompt, opts, &mut on_event, cancel).await;
+    let shown = match &result {
+        Ok(resp) => resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })),
+        Err(_) => text_open,
+    };
+    if shown {
+        events.emit(EventKind::TextEnd);
     }
+    result
 }
 
 fn error_kind(e: &GatewayError) -> &'static str {
     match e {
         GatewayError::Connect { .. } => "connect",
-        GatewayError::Status { .. } => "http_status",
+        GatewayError::Status { .. } | GatewayError::NotFound { .. } => "http_status",
+        GatewayError::NoKey { .. } => "no_api_key",
         GatewayError::StreamError { .. } => "stream_error",
         GatewayError::Incomplete(_) => "incomplete_stream",
         GatewayError::Decode(_) => "decode",
