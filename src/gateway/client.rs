@@ -314,8 +314,7 @@ impl GatewayClient {
         let request = self.http.post(&self.url).headers(headers.clone()).body(body.clone()).send();
         let response = match tokio::time::timeout(idle, request).await {
             Err(_) => return Err(GatewayError::Timeout(idle.as_secs())),
-            // reqwest's own text repeats the URL, which the error already names.
-            Ok(Err(e)) => return Err(GatewayError::Connect { url: self.display_url.clone(), message: error_chain(&e.without_url()) }),
+            Ok(Err(e)) => return Err(GatewayError::Connect { url: self.display_url.clone(), message: root_cause(&e) }),
             Ok(Ok(r)) => r,
         };
         let status = response.status();
@@ -458,6 +457,17 @@ pub struct RoundFailure {
     pub partial: String,
     /// Attempts made in the round (0 when the request could not be built).
     pub attempts: u32,
+}
+
+/// The innermost source of a request error (e.g. `Connection refused (os error 111)`): the
+/// layers above it only repeat the URL, which the error names already, and "error sending
+/// request".
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
 }
 
 /// An error and its sources, joined with `: ` (reqwest hides the OS reason in the sources).
