@@ -1,11 +1,10 @@
-//! The gateway client: one round = one streaming HTTP request, sent again by the one retry layer.
+//! The gateway client: its settings and one streaming HTTP request (an attempt).
 //!
 //! Owns: the HTTP side (reqwest 0.13, rustls, gzip/br/deflate bodies), headers, endpoint URLs,
-//! timeouts, cancellation, and driving `sse.rs` + the style's accumulator over the response
-//! bytes; the retry loop of a round — retries before content and re-runs after it — whose every
-//! decision comes from `retry.rs` ([`RoundBudget`]). Must not touch: the bytes of the body
-//! (`anthropic.rs` / `openai.rs` encode them), conversation history, or anything the caller does
-//! with events.
+//! the idle timeout, the errors of an answer, and driving `sse.rs` + the style's accumulator
+//! over the response bytes. Must not touch: the bytes of the body (`anthropic.rs` /
+//! `openai.rs` encode them), the retry loop (`round.rs`, deciding through `retry.rs`),
+//! conversation history, or anything the caller does with events.
 //!
 //! The API key goes only into its request header (marked sensitive); every error and retry
 //! reason is scrubbed of it before it leaves this module, and nothing here logs it.
@@ -17,12 +16,9 @@ use futures_util::StreamExt;
 use reqwest::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
 };
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-
-use super::retry::{self, Decision, RetryPolicy, RoundBudget};
+use super::retry::{self, RetryPolicy};
 use super::sse::{self, SseError, SseEvent};
-use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Prompt, Response};
+use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Response};
 
 /// How to reach the gateway. Build with [`GatewaySettings::new`] for cicy's defaults.
 #[derive(Clone)]
@@ -114,14 +110,14 @@ pub struct CallOptions {
 /// A gateway client; cheap to share by reference, one per gateway configuration.
 pub struct GatewayClient {
     http: reqwest::Client,
-    settings: GatewaySettings,
+    pub(super) settings: GatewaySettings,
     /// The endpoint URL.
     url: String,
     /// The endpoint URL without user info, for error messages.
     display_url: String,
     /// The authorization header, built once (so a bad key fails at construction).
     auth: Option<(HeaderName, HeaderValue)>,
-    policy: RetryPolicy,
+    pub(super) policy: RetryPolicy,
 }
 
 impl std::fmt::Debug for GatewayClient {
@@ -180,130 +176,8 @@ impl GatewayClient {
         &self.display_url
     }
 
-    /// Sends `prompt` as one round and streams the answer: text/thinking deltas and retries
-    /// are reported through `on_event` as they happen; the complete [`Response`] (with
-    /// `prefix_sha256`) is returned at the end.
-    ///
-    /// The round has one attempt budget (`1 + max_retries`, see `retry.rs`): a retryable failure
-    /// before any content is sent again; one after content began (a cut stream, an in-stream
-    /// error) re-runs the round at most [`retry::ROUND_RERUNS`] times, after the same wait. Each
-    /// is announced by [`GatewayEvent::Retry`] (`attempt` 1-based) before its wait; after a
-    /// re-run's `Retry`, the deltas already reported are void. Errors ([`RoundFailure`]): the
-    /// last attempt's error with the text it had streamed; [`GatewayError::Cancelled`] as soon
-    /// as `cancel` fires (the stream or the wait is dropped); [`GatewayError::Timeout`] when
-    /// `opts.timeout` runs out.
-    pub async fn send_round(
-        &self,
-        prompt: &Prompt,
-        opts: &CallOptions,
-        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<Response, RoundFailure> {
-        let encoded = match self.settings.style {
-            ApiStyle::Anthropic => anthropic::encode(prompt, &opts.model, opts.max_tokens),
-            ApiStyle::Openai => openai::encode(prompt, &opts.model, opts.max_tokens),
-        };
-        let headers = self.headers(opts).map_err(|error| RoundFailure { error, partial: String::new(), attempts: 0 })?;
-        let body = Bytes::from(encoded.body);
-        let mut partial = String::new();
-        let mut attempts = 0;
-        let result = {
-            let run = async {
-                let run = self.run_round(&body, &headers, on_event, &mut partial, &mut attempts);
-                match opts.timeout {
-                    Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or(Err(GatewayError::Timeout(limit.as_secs()))),
-                    None => run.await,
-                }
-            };
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => Err(GatewayError::Cancelled),
-                r = run => r,
-            }
-        };
-        match result {
-            Ok(mut response) => {
-                response.prefix_sha256 = encoded.prefix_sha256;
-                Ok(response)
-            }
-            Err(e) => Err(RoundFailure { error: self.scrub(e), partial, attempts }),
-        }
-    }
-
-    /// [`GatewayClient::send_round`] for callers that do not keep a partial answer (aux calls):
-    /// the same round, its error alone.
-    pub async fn send(
-        &self,
-        prompt: &Prompt,
-        opts: &CallOptions,
-        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<Response, GatewayError> {
-        self.send_round(prompt, opts, on_event, cancel).await.map_err(|f| f.error)
-    }
-
-    /// The attempts of one round. `partial` gets the text of the last attempt that streamed any;
-    /// `attempts` counts the attempts made.
-    async fn run_round(
-        &self,
-        body: &Bytes,
-        headers: &HeaderMap,
-        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
-        partial: &mut String,
-        attempts: &mut u32,
-    ) -> Result<Response, GatewayError> {
-        let mut budget = RoundBudget::new(self.policy);
-        loop {
-            let started = Instant::now();
-            let mut content_started = false;
-            let mut text = String::new();
-            let result = {
-                let mut forward = |ev: GatewayEvent| {
-                    if let GatewayEvent::TextDelta(t) = &ev {
-                        text.push_str(t);
-                    }
-                    on_event(ev);
-                };
-                self.attempt(body, headers, &mut forward, &mut content_started).await
-            };
-            let err = match result {
-                Ok(response) => return Ok(response),
-                Err(e) => e,
-            };
-            if !text.is_empty() {
-                *partial = text;
-            }
-            let decision = budget.after_failure(&err, content_started, started, Instant::now(), rand::random::<f64>);
-            *attempts = budget.attempts();
-            let delay = match decision {
-                Decision::Retry { delay, .. } => delay,
-                Decision::Stop(why) => {
-                    tracing::debug!(?why, attempts = *attempts, "gateway round gives up");
-                    return Err(err);
-                }
-            };
-            let reason = self.retry_reason(err);
-            let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            tracing::warn!(attempt = *attempts, delay_ms, %reason, "gateway request failed; retrying");
-            on_event(GatewayEvent::Retry { attempt: *attempts, delay_ms, reason });
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    /// What a retry line says: the (scrubbed) error, and for a refused connection how long it
-    /// is tried, so one line tells the reader why they wait.
-    fn retry_reason(&self, err: GatewayError) -> String {
-        let connect = matches!(err, GatewayError::Connect { .. });
-        let text = self.scrub(err).to_string();
-        match (connect, self.policy.connect_retry_budget) {
-            (false, _) => text,
-            (true, Some(budget)) => format!("{text}; trying again for up to {} s", budget.as_secs_f64().ceil()),
-            (true, None) => format!("{text}; trying again until it answers"),
-        }
-    }
-
     /// One HTTP request and its stream. Sets `content_started` once the accumulator saw content.
-    async fn attempt(
+    pub(super) async fn attempt(
         &self,
         body: &Bytes,
         headers: &HeaderMap,
@@ -394,7 +268,7 @@ impl GatewayClient {
         }
     }
 
-    fn headers(&self, opts: &CallOptions) -> Result<HeaderMap, GatewayError> {
+    pub(super) fn headers(&self, opts: &CallOptions) -> Result<HeaderMap, GatewayError> {
         let mut h = HeaderMap::new();
         if let Some((name, value)) = &self.auth {
             h.insert(name.clone(), value.clone());
@@ -419,7 +293,7 @@ impl GatewayClient {
     }
 
     /// Removes the API key from every text an error carries (a gateway may echo it back).
-    fn scrub(&self, err: GatewayError) -> GatewayError {
+    pub(super) fn scrub(&self, err: GatewayError) -> GatewayError {
         let Some(key) = self.settings.api_key.as_deref().filter(|k| !k.is_empty()) else {
             return err;
         };
@@ -444,19 +318,6 @@ impl GatewayClient {
 fn refusal_for_no_key(status: u16, body: &str) -> bool {
     let body = body.to_ascii_lowercase();
     matches!(status, 401 | 403) || (status == 500 && (body.contains("auth") || body.contains("key")))
-}
-
-/// A round that failed for good.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct RoundFailure {
-    /// The last attempt's error (scrubbed of the key).
-    pub error: GatewayError,
-    /// The text streamed by the last attempt that streamed any: the partial answer the reader
-    /// saw last (empty when no attempt streamed text).
-    pub partial: String,
-    /// Attempts made in the round (0 when the request could not be built).
-    pub attempts: u32,
 }
 
 /// The innermost source of a request error (e.g. `Connection refused (os error 111)`): the

@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod client;
 pub mod openai;
 pub mod retry;
+pub mod round;
 pub mod sse;
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,8 @@ use serde_json::Value;
 
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
-pub use client::{CallOptions, GatewayClient, GatewaySettings, RoundFailure};
+pub use client::{CallOptions, GatewayClient, GatewaySettings};
+pub use round::RoundFailure;
 
 /// Which wire protocol a gateway speaks. Default: Anthropic Messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
