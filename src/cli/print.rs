@@ -132,6 +132,23 @@ mod tests {
     }
 
     #[test]
+    fn a_rerun_after_shown_text_ends_its_line_and_says_retrying() {
+        let (out, err) = run(vec![
+            EventKind::TextDelta { text: "half an ans".into() },
+            EventKind::TextEnd,
+            EventKind::System { text: "[retrying] the answer above was cut off and is discarded; the round is sent again".into() },
+            EventKind::Retry { attempt: 1, delay_ms: 500, reason: "cut".into() },
+            EventKind::TextDelta { text: "whole".into() },
+            EventKind::TextEnd,
+        ]);
+        assert_eq!(out, "half an ans\nwhole\n");
+        assert_eq!(
+            err,
+            "· [retrying] the answer above was cut off and is discarded; the round is sent again\n· retry 1 in 500 ms: cut\n"
+        );
+    }
+
+    #[test]
     fn identical_retries_in_a_row_print_one_line() {
         let retry = |attempt, reason: &str| EventKind::Retry { attempt, delay_ms: 500, reason: reason.into() };
         let (_, err) = run(vec![
