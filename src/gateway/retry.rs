@@ -82,7 +82,6 @@ impl RetryPolicy {
             None => backoff,
         }
     }
-
 }
 
 /// What to do after a failed attempt.
@@ -216,15 +215,15 @@ pub fn repeat_is_final(err: &GatewayError) -> bool {
     }
 }
 
-/// Is this failure worth another attempt (before any content streamed)?
+/// Is this failure worth another attempt? Before content this means a retry, after content a
+/// re-run of the round ([`RoundBudget`] counts both).
 ///
 /// Retryable: connection errors ([`GatewayError::Connect`]); HTTP 408, 409, 429 and every 5xx
 /// (529 "overloaded" included) unless the server's `x-should-retry` said otherwise — and any
 /// status when it said `true`; in-stream `overloaded_error` and `api_error`; a stream that ended
-/// or went silent ([`GatewayError::Incomplete`], [`GatewayError::Timeout`] from the idle timer)
-/// — the caller retries those only when no content came, which makes them connection failures.
+/// or went silent ([`GatewayError::Incomplete`], [`GatewayError::Timeout`] from the idle timer).
 /// Not retryable: other statuses (a 404 and a refusal without a key included), other stream
-/// errors, decode errors, cancel.
+/// errors, decode errors (a body cicy cannot read reads no better the next time), cancel.
 pub fn classify(err: &GatewayError) -> bool {
     match err {
         GatewayError::Connect { .. } | GatewayError::Incomplete(_) | GatewayError::Timeout(_) => true,

@@ -122,8 +122,8 @@ impl GatewayClient {
             }
             let decision = budget.after_failure(&err, content_started, started, Instant::now(), rand::random::<f64>);
             *attempts = budget.attempts();
-            let delay = match decision {
-                Decision::Retry { delay, .. } => delay,
+            let (delay, rerun) = match decision {
+                Decision::Retry { delay, rerun } => (delay, rerun),
                 Decision::Stop(why) => {
                     tracing::debug!(?why, attempts = *attempts, "gateway round gives up");
                     return Err(err);
@@ -131,7 +131,7 @@ impl GatewayClient {
             };
             let reason = self.retry_reason(err);
             let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            tracing::warn!(attempt = *attempts, delay_ms, %reason, "gateway request failed; retrying");
+            tracing::warn!(attempt = *attempts, delay_ms, rerun, %reason, "gateway request failed; retrying");
             on_event(GatewayEvent::Retry { attempt: *attempts, delay_ms, reason });
             tokio::time::sleep(delay).await;
         }
