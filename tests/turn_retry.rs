@@ -41,8 +41,8 @@ async fn a_429_forever_costs_eleven_requests_per_round_each_after_retry_after() 
     let mut s = t.open(&id);
     let (em, ev) = collector(&id);
     let outcome = turn::run_turn(&mut s, "hello?", &em, &CancellationToken::new()).await.unwrap();
-    assert_eq!(outcome, TurnOutcome::Failed);
     assert_eq!(gw.requests().len(), 11, "1 + max_retries attempts, not 33");
+    assert_eq!(outcome, TurnOutcome::Failed, "a rate limit that outlasts the budget is a failure, not a refusal");
     let waits: Vec<(u32, u64)> = kinds(&ev)
         .into_iter()
         .filter_map(|k| match k {
