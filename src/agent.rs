@@ -287,6 +287,7 @@ fn client_for(home: &Home, record: &AgentRecord, config: &Config) -> Result<Gate
         base_url: url,
         style: record.config.api_style.unwrap_or(config.api_style),
         api_key: config.api_key.clone(),
+        api_key_env: config.api_key_env.clone(),
         connect_timeout: config.connect_timeout,
         idle_timeout: config.idle_timeout,
         max_retries: config.max_retries,

@@ -55,7 +55,7 @@ async fn compact_and_clear_are_refused_while_another_process_runs_a_turn() {
     let o = cicy(h.path(), &url, &["compact", "w-1"], None).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("· compacted: 4 → 1 messages\n"), "{}", o.stderr);
-    assert!(o.stderr.contains("· /compact done: 1 summary call(s), input 25 / output 15 tokens; the state before is archived as current."), "{}", o.stderr);
+    assert!(o.stderr.contains("· /compact done: 1 summary call(s), input 25, output 15, cache write 10, cache read 100; the state before is archived as current."), "{}", o.stderr);
     assert_eq!(gw.requests()[2].header("x-cicy-aux"), Some("compact"));
 
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;

@@ -112,6 +112,7 @@ async fn anthropic_exact_wire_bytes_and_headers() {
             ("anthropic-version", "2023-06-01"),
             ("content-type", "application/json"),
             ("accept", "text/event-stream"),
+            ("accept-encoding", "identity"),
             ("x-cicy-session-id", "conv-1234"),
         ])
     );
@@ -150,6 +151,7 @@ async fn openai_exact_wire_bytes_and_headers_on_aux_call() {
             ("authorization", &format!("Bearer {KEY}")),
             ("content-type", "application/json"),
             ("accept", "text/event-stream"),
+            ("accept-encoding", "identity"),
             ("x-cicy-session-id", "conv-1234"),
             ("x-cicy-aux", "compact"),
         ])
@@ -285,25 +287,44 @@ async fn overloaded_error_before_content_is_retried() {
 }
 
 #[tokio::test]
-async fn error_after_content_propagates_without_retry() {
+async fn an_error_after_content_reruns_the_round_and_reports_the_text_it_streamed() {
     let gw = ScriptedGateway::start().await;
     let full = anthropic_text("partial answer");
     // message_start, ping, block start, first text delta — then the error.
     let mut chunks = full[..4].to_vec();
     chunks.push(anthropic_error("overloaded_error", "Overloaded"));
     gw.push(Reply::sse(chunks));
-    gw.push(Reply::sse(anthropic_text("must not be fetched")));
+    gw.push(Reply::sse(anthropic_text("second run")));
     let (r, events) = send(&client(&gw.url(), ApiStyle::Anthropic), &prompt(), &opts(), &CancellationToken::new()).await;
-    match r {
-        Err(GatewayError::StreamError { kind, message }) => {
-            assert_eq!(kind, "overloaded_error");
-            assert_eq!(message, "Overloaded");
-        }
-        other => panic!("{other:?}"),
+    assert_eq!(r.expect("the re-run answers").content, vec![ContentBlock::text("second run")]);
+    let first = pieces("partial answer", 3)[0].clone();
+    assert_eq!(events[0], GatewayEvent::TextDelta(first));
+    match &events[1] {
+        GatewayEvent::Retry { attempt: 1, reason, .. } => assert_eq!(reason, "gateway stream error (overloaded_error): Overloaded"),
+        other => panic!("the re-run is announced as a retry: {other:?}"),
     }
-    assert_eq!(text_of(&events), vec![pieces("partial answer", 3)[0].clone()]);
-    assert!(retries(&events).is_empty());
-    assert_eq!(gw.requests().len(), 1);
+    assert_eq!(text_of(&events[2..]), pieces("second run", 3));
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[0].body, reqs[1].body);
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_content_for_good_fails_after_two_reruns_keeping_the_partial_text() {
+    let gw = ScriptedGateway::start().await;
+    let full = anthropic_text("cut every time");
+    for _ in 0..3 {
+        gw.push(Reply::sse(full[..4].to_vec()));
+    }
+    let c = client(&gw.url(), ApiStyle::Anthropic);
+    let mut seen = Vec::new();
+    let r = c.send_round(&prompt(), &opts(), &mut |e| seen.push(e), &CancellationToken::new()).await;
+    let f = r.expect_err("cut three times");
+    assert!(matches!(f.error, GatewayError::Incomplete(_)), "{:?}", f.error);
+    assert_eq!(f.partial, pieces("cut every time", 3)[0]);
+    assert_eq!(f.attempts, 3);
+    assert_eq!(retries(&seen), vec![1, 2]);
+    assert_eq!(gw.requests().len(), 3, "one send and two re-runs, not more");
 }
 
 #[tokio::test]
@@ -311,14 +332,20 @@ async fn eof_inside_tool_input_is_incomplete_and_returns_no_tool() {
     let gw = ScriptedGateway::start().await;
     let full = anthropic_tool_use("toolu_1", "shell", r#"{"cmd": "rm -rf /tmp/x"}"#);
     // message_start, ping, block start, empty fragment, first real fragment — then EOF.
-    gw.push(Reply::sse(full[..5].to_vec()));
-    let (r, events) = send(&client(&gw.url(), ApiStyle::Anthropic), &prompt(), &opts(), &CancellationToken::new()).await;
-    match r {
-        Err(GatewayError::Incomplete(why)) => assert!(why.contains("shell"), "{why}"),
+    for _ in 0..3 {
+        gw.push(Reply::sse(full[..5].to_vec()));
+    }
+    let c = client(&gw.url(), ApiStyle::Anthropic);
+    let mut seen = Vec::new();
+    let r = c.send_round(&prompt(), &opts(), &mut |e| seen.push(e), &CancellationToken::new()).await;
+    let f = r.expect_err("cut");
+    match &f.error {
+        GatewayError::Incomplete(why) => assert!(why.contains("shell"), "{why}"),
         other => panic!("expected Incomplete, got {other:?}"),
     }
-    assert!(retries(&events).is_empty(), "content had started: no retry");
-    assert_eq!(gw.requests().len(), 1);
+    assert_eq!(f.partial, "", "no text streamed");
+    assert_eq!(retries(&seen), vec![1, 2], "content had started: two re-runs");
+    assert_eq!(gw.requests().len(), 3);
 }
 
 #[tokio::test]
@@ -337,10 +364,12 @@ async fn eof_before_any_content_is_retried_then_reported() {
 async fn openai_eof_before_finish_reason_is_incomplete() {
     let gw = ScriptedGateway::start().await;
     let full = openai_tool_call("call_1", "shell", r#"{"cmd":"ls"}"#);
-    gw.push(Reply::sse(full[..3].to_vec()));
+    for _ in 0..3 {
+        gw.push(Reply::sse(full[..3].to_vec()));
+    }
     let (r, _) = send(&client(&gw.url(), ApiStyle::Openai), &prompt(), &opts(), &CancellationToken::new()).await;
     assert!(matches!(r, Err(GatewayError::Incomplete(_))), "{r:?}");
-    assert_eq!(gw.requests().len(), 1);
+    assert_eq!(gw.requests().len(), 3, "a send and two re-runs");
 }
 
 #[tokio::test]

@@ -334,8 +334,12 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
                 .unwrap_or_default();
             events.emit(EventKind::System {
                 text: format!(
-                    "/compact done: {} summary call(s), input {} / output {} tokens{archived}",
-                    done.requests, done.usage.input_tokens, done.usage.output_tokens
+                    "/compact done: {} summary call(s), input {}, output {}, cache write {}, cache read {}{archived}",
+                    done.requests,
+                    done.usage.input_tokens,
+                    done.usage.output_tokens,
+                    done.usage.cache_creation_input_tokens,
+                    done.usage.cache_read_input_tokens
                 ),
             });
             Ok(ExitCode::SUCCESS)

@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use cicy::event::{Event, EventKind};
 
@@ -11,6 +12,9 @@ use cicy::event::{Event, EventKind};
 pub struct Human {
     /// Answer text was printed since the last `text_end`: stdout is in the middle of a line.
     text_open: AtomicBool,
+    /// The reason of the retry line printed last, while only retries followed it: a run of
+    /// identical retries (a gateway that is down, a rate limit) prints one line, not one each.
+    last_retry: Mutex<Option<String>>,
 }
 
 impl Human {
@@ -22,6 +26,14 @@ impl Human {
     }
 
     fn write(&self, ev: &Event, out: &mut impl Write, err: &mut impl Write) -> std::io::Result<()> {
+        {
+            let mut last = self.last_retry.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match &ev.kind {
+                EventKind::Retry { reason, .. } if last.as_deref() == Some(reason.as_str()) => return Ok(()),
+                EventKind::Retry { reason, .. } => *last = Some(reason.clone()),
+                _ => *last = None,
+            }
+        }
         match &ev.kind {
             EventKind::TextDelta { text } => {
                 if !text.is_empty() {
@@ -136,5 +148,38 @@ mod tests {
         let (out, err) = run(vec![EventKind::NoAnswerText, EventKind::TurnEnded { outcome: TurnOutcome::Completed }]);
         assert_eq!(out, "");
         assert_eq!(err, "(no answer text)\n");
+    }
+
+    #[test]
+    fn a_rerun_after_shown_text_ends_its_line_and_says_retrying() {
+        let (out, err) = run(vec![
+            EventKind::TextDelta { text: "half an ans".into() },
+            EventKind::TextEnd,
+            EventKind::System { text: "[retrying] the answer above was cut off and is discarded; the round is sent again".into() },
+            EventKind::Retry { attempt: 1, delay_ms: 500, reason: "cut".into() },
+            EventKind::TextDelta { text: "whole".into() },
+            EventKind::TextEnd,
+        ]);
+        assert_eq!(out, "half an ans\nwhole\n");
+        assert_eq!(
+            err,
+            "· [retrying] the answer above was cut off and is discarded; the round is sent again\n· retry 1 in 500 ms: cut\n"
+        );
+    }
+
+    #[test]
+    fn identical_retries_in_a_row_print_one_line() {
+        let retry = |attempt, reason: &str| EventKind::Retry { attempt, delay_ms: 500, reason: reason.into() };
+        let (_, err) = run(vec![
+            retry(1, "refused; trying again for up to 10 s"),
+            retry(2, "refused; trying again for up to 10 s"),
+            retry(3, "HTTP 429"),
+            EventKind::RoundStarted { round: 1 },
+            retry(1, "HTTP 429"),
+        ]);
+        assert_eq!(
+            err,
+            "· retry 1 in 500 ms: refused; trying again for up to 10 s\n· retry 3 in 500 ms: HTTP 429\n· retry 1 in 500 ms: HTTP 429\n"
+        );
     }
 }

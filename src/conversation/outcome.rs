@@ -2,7 +2,7 @@
 //! normally, so the history is always well formed. Markers are history bookkeeping: the prompt
 //! assembler leaves them out of the wire window, so the model never sees (or imitates) them.
 
-use super::message::{Message, Role};
+use super::message::{Content, ContentBlock, Message, Role};
 
 /// How an abnormal turn is recorded in the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,17 @@ impl Outcome {
     }
 }
 
-/// The outcome marker a message is, if any.
+/// The outcome marker a message ends with, if any: the last block of an assistant message (a
+/// failed round's kept partial answer comes before it in the same message).
 pub fn marker_of(m: &Message) -> Option<Outcome> {
-    (m.role == Role::Assistant).then(|| Outcome::from_marker(m.plain_text().trim())).flatten()
+    if m.role != Role::Assistant {
+        return None;
+    }
+    match &m.content {
+        Content::Text(t) => Outcome::from_marker(t.trim()),
+        Content::Blocks(b) => match b.last() {
+            Some(ContentBlock::Text { text }) => Outcome::from_marker(text.trim()),
+            _ => None,
+        },
+    }
 }

@@ -1,9 +1,10 @@
-//! The gateway client: one streaming HTTP request per round, with the one retry layer.
+//! The gateway client: its settings and one streaming HTTP request (an attempt).
 //!
-//! Owns: the HTTP side (reqwest 0.13, rustls), headers, endpoint URLs, timeouts, cancellation,
-//! and driving `sse.rs` + the style's accumulator over the response bytes; the retry loop (its
-//! decisions come from `retry.rs`). Must not touch: the bytes of the body (`anthropic.rs` /
-//! `openai.rs` encode them), conversation history, or anything the caller does with events.
+//! Owns: the HTTP side (reqwest 0.13, rustls, gzip/br/deflate bodies), headers, endpoint URLs,
+//! the idle timeout, the errors of an answer, and driving `sse.rs` + the style's accumulator
+//! over the response bytes. Must not touch: the bytes of the body (`anthropic.rs` /
+//! `openai.rs` encode them), the retry loop (`round.rs`, deciding through `retry.rs`),
+//! conversation history, or anything the caller does with events.
 //!
 //! The API key goes only into its request header (marked sensitive); every error and retry
 //! reason is scrubbed of it before it leaves this module, and nothing here logs it.
@@ -12,12 +13,12 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
-use tokio_util::sync::CancellationToken;
-
+use reqwest::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
+};
 use super::retry::{self, RetryPolicy};
 use super::sse::{self, SseError};
-use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Prompt, Response, StreamAccumulator};
+use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Response, StreamAccumulator};
 
 /// How long the client keeps reading after a response became complete without being done
 /// (OpenAI: after `finish_reason`, for the usage chunk and `[DONE]`), so a server that holds
@@ -33,14 +34,21 @@ pub struct GatewaySettings {
     pub style: ApiStyle,
     /// Sent as `x-api-key` (anthropic) or `Authorization: Bearer` (openai) when set.
     pub api_key: Option<String>,
+    /// The environment variable the key is read from (cicy: `CICY_API_KEY`, or the one
+    /// `gateway.api_key_env` names); only for the error when no key is set and the gateway
+    /// refuses ([`GatewayError::NoKey`]).
+    pub api_key_env: String,
     /// TCP/TLS connect timeout (default 10 s).
     pub connect_timeout: Duration,
     /// Max silence while waiting for the response head or between stream reads (default 300 s,
     /// as `config.rs`'s `idle_timeout_secs`; Anthropic pings every few seconds, so only a dead
     /// connection or a very long prompt evaluation is this quiet).
     pub idle_timeout: Duration,
-    /// Retries after the first attempt *(cicy: 10)*.
+    /// Retries after the first attempt of a round, re-runs after content included *(cicy: 10)*.
     pub max_retries: u32,
+    /// How long refused connections are retried; `None` retries them until the gateway
+    /// answers (a resident server). *(cicy: 10 s)* — see [`RetryPolicy::connect_retry_budget`].
+    pub connect_retry_budget: Option<Duration>,
     /// Backoff base: the first retry waits `retry_base_delay × jitter`, doubling up to 8 s
     /// *(cicy: 0.5 s)*. Tests set it to a millisecond to keep retries fast.
     pub retry_base_delay: Duration,
@@ -54,13 +62,18 @@ impl GatewaySettings {
             base_url: base_url.into(),
             style,
             api_key: None,
+            api_key_env: DEFAULT_KEY_ENV.to_string(),
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
             max_retries: policy.max_retries,
+            connect_retry_budget: policy.connect_retry_budget,
             retry_base_delay: policy.base_delay,
         }
     }
 }
+
+/// cicy: the key's environment variable when the config names none.
+const DEFAULT_KEY_ENV: &str = "CICY_API_KEY";
 
 impl Default for GatewaySettings {
     /// cicy's defaults with an empty `base_url`: fill it in (`..GatewaySettings::default()`).
@@ -75,9 +88,11 @@ impl std::fmt::Debug for GatewaySettings {
             .field("base_url", &self.base_url)
             .field("style", &self.style)
             .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("api_key_env", &self.api_key_env)
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
+            .field("connect_retry_budget", &self.connect_retry_budget)
             .field("retry_base_delay", &self.retry_base_delay)
             .finish()
     }
@@ -100,14 +115,14 @@ pub struct CallOptions {
 /// A gateway client; cheap to share by reference, one per gateway configuration.
 pub struct GatewayClient {
     http: reqwest::Client,
-    settings: GatewaySettings,
+    pub(super) settings: GatewaySettings,
     /// The endpoint URL.
     url: String,
     /// The endpoint URL without user info, for error messages.
     display_url: String,
     /// The authorization header, built once (so a bad key fails at construction).
     auth: Option<(HeaderName, HeaderValue)>,
-    policy: RetryPolicy,
+    pub(super) policy: RetryPolicy,
 }
 
 impl std::fmt::Debug for GatewayClient {
@@ -155,6 +170,7 @@ impl GatewayClient {
         let policy = RetryPolicy {
             max_retries: settings.max_retries,
             base_delay: settings.retry_base_delay,
+            connect_retry_budget: settings.connect_retry_budget,
             ..RetryPolicy::default()
         };
         Ok(Self { http, url, display_url, auth, settings, policy })
@@ -165,83 +181,8 @@ impl GatewayClient {
         &self.display_url
     }
 
-    /// Sends `prompt` and streams the answer: text/thinking deltas and retries are reported
-    /// through `on_event` as they happen; the complete [`Response`] (with `prefix_sha256`) is
-    /// returned at the end.
-    ///
-    /// Retries (see `retry.rs`) happen only before any content streamed, each announced by
-    /// [`GatewayEvent::Retry`] (`attempt` 1-based) before its wait. Errors: the last attempt's
-    /// error; [`GatewayError::Cancelled`] as soon as `cancel` fires (the stream or the wait is
-    /// dropped); [`GatewayError::Timeout`] when `opts.timeout` runs out.
-    pub async fn send(
-        &self,
-        prompt: &Prompt,
-        opts: &CallOptions,
-        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
-        cancel: &CancellationToken,
-    ) -> Result<Response, GatewayError> {
-        let encoded = match self.settings.style {
-            ApiStyle::Anthropic => anthropic::encode(prompt, &opts.model, opts.max_tokens),
-            ApiStyle::Openai => openai::encode(prompt, &opts.model, opts.max_tokens),
-        };
-        let headers = self.headers(opts)?;
-        let body = Bytes::from(encoded.body);
-        let run = async {
-            let run = self.run_with_retries(&body, &headers, on_event);
-            match opts.timeout {
-                Some(limit) => tokio::time::timeout(limit, run).await.unwrap_or(Err(GatewayError::Timeout(limit.as_secs()))),
-                None => run.await,
-            }
-        };
-        let result = tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(GatewayError::Cancelled),
-            r = run => r,
-        };
-        match result {
-            Ok(mut response) => {
-                response.prefix_sha256 = encoded.prefix_sha256;
-                Ok(response)
-            }
-            Err(e) => Err(self.scrub(e)),
-        }
-    }
-
-    async fn run_with_retries(
-        &self,
-        body: &Bytes,
-        headers: &HeaderMap,
-        on_event: &mut (dyn FnMut(GatewayEvent) + Send),
-    ) -> Result<Response, GatewayError> {
-        let mut retries = 0;
-        loop {
-            let mut content_started = false;
-            let err = match self.attempt(body, headers, on_event, &mut content_started).await {
-                Ok(response) => return Ok(response),
-                Err(e) => e,
-            };
-            if !self.policy.should_retry(&err, content_started, retries) {
-                return Err(err);
-            }
-            let retry_after = match &err {
-                GatewayError::Status { retry_after_ms: Some(ms), .. } => Some(Duration::from_millis(*ms)),
-                _ => None,
-            };
-            let delay = self.policy.delay_for(retries, retry_after, rand::random::<f64>);
-            retries += 1;
-            let reason = self.scrub(err).to_string();
-            tracing::warn!(attempt = retries, delay_ms = delay.as_millis() as u64, %reason, "gateway request failed; retrying");
-            on_event(GatewayEvent::Retry {
-                attempt: retries,
-                delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                reason,
-            });
-            tokio::time::sleep(delay).await;
-        }
-    }
-
     /// One HTTP request and its stream. Sets `content_started` once the accumulator saw content.
-    async fn attempt(
+    pub(super) async fn attempt(
         &self,
         body: &Bytes,
         headers: &HeaderMap,
@@ -252,12 +193,21 @@ impl GatewayClient {
         let request = self.http.post(&self.url).headers(headers.clone()).body(body.clone()).send();
         let response = match tokio::time::timeout(idle, request).await {
             Err(_) => return Err(GatewayError::Timeout(idle.as_secs())),
-            Ok(Err(e)) => return Err(GatewayError::Connect { url: self.display_url.clone(), message: error_chain(&e) }),
+            Ok(Err(e)) => return Err(GatewayError::Connect { url: self.display_url.clone(), message: root_cause(&e) }),
             Ok(Ok(r)) => r,
         };
         let status = response.status();
         if !status.is_success() {
-            return Err(status_error(response, idle).await);
+            return Err(self.status_error(response, idle).await);
+        }
+        // gzip, br and deflate are decoded (and the header removed) by reqwest.
+        if let Some(encoding) = response.headers().get(CONTENT_ENCODING) {
+            let encoding = String::from_utf8_lossy(encoding.as_bytes());
+            if !encoding.trim().eq_ignore_ascii_case("identity") {
+                return Err(GatewayError::Decode(format!(
+                    "the response body has `content-encoding: {encoding}`, which cicy cannot decode (it asks for `identity` and reads gzip, br and deflate)"
+                )));
+            }
         }
         let mut acc = accumulator(self.settings.style);
         let mut events = std::pin::pin!(sse::decode(response.bytes_stream()));
@@ -296,7 +246,42 @@ impl GatewayClient {
         acc.finish()
     }
 
-    fn headers(&self, opts: &CallOptions) -> Result<HeaderMap, GatewayError> {
+    /// The error of a non-2xx answer: [`GatewayError::NotFound`] for a 404,
+    /// [`GatewayError::NoKey`] for a refusal while no key is set (401, 403, or a 500 whose body
+    /// speaks of auth or a key), else [`GatewayError::Status`] with `retry-after-ms` or
+    /// `retry-after`, `x-should-retry`, and the body (trimmed, at most 2000 bytes).
+    async fn status_error(&self, response: reqwest::Response, idle: Duration) -> GatewayError {
+        let status = response.status().as_u16();
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let retry_after = header("retry-after-ms")
+            .and_then(|v| retry::parse_retry_after_ms(&v))
+            .or_else(|| header("retry-after").and_then(|v| retry::parse_retry_after(&v, SystemTime::now())));
+        let should_retry = header("x-should-retry").and_then(|v| retry::parse_should_retry(&v));
+        // The body is only for the message: a slow or broken one is not worth waiting for.
+        let body = match tokio::time::timeout(idle, response.text()).await {
+            Ok(Ok(text)) => truncate(text.trim(), 2000),
+            _ => String::new(),
+        };
+        if status == 404 {
+            let base_has_v1 = self.settings.base_url.trim_end_matches('/').to_ascii_lowercase().ends_with("/v1");
+            return GatewayError::NotFound { url: self.display_url.clone(), body, base_has_v1 };
+        }
+        if self.auth.is_none() && refusal_for_no_key(status, &body) {
+            let env = match self.settings.api_key_env.as_str() {
+                DEFAULT_KEY_ENV => format!("`{DEFAULT_KEY_ENV}`"),
+                other => format!("`{other}` (named by gateway.api_key_env) or `{DEFAULT_KEY_ENV}`"),
+            };
+            return GatewayError::NoKey { status, env, body };
+        }
+        GatewayError::Status {
+            status,
+            body,
+            retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            should_retry,
+        }
+    }
+
+    pub(super) fn headers(&self, opts: &CallOptions) -> Result<HeaderMap, GatewayError> {
         let mut h = HeaderMap::new();
         if let Some((name, value)) = &self.auth {
             h.insert(name.clone(), value.clone());
@@ -306,6 +291,9 @@ impl GatewayClient {
         }
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        // A compressing proxy may hold back a stream to fill its buffers: ask for none (a
+        // compressed body sent anyway is still decoded).
+        h.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         let session = HeaderValue::from_str(&opts.session_id).map_err(|_| GatewayError::Connect {
             url: self.display_url.clone(),
             message: format!("session id `{}` cannot be an HTTP header value", opts.session_id),
@@ -318,7 +306,7 @@ impl GatewayClient {
     }
 
     /// Removes the API key from every text an error carries (a gateway may echo it back).
-    fn scrub(&self, err: GatewayError) -> GatewayError {
+    pub(super) fn scrub(&self, err: GatewayError) -> GatewayError {
         let Some(key) = self.settings.api_key.as_deref().filter(|k| !k.is_empty()) else {
             return err;
         };
@@ -328,6 +316,8 @@ impl GatewayClient {
             GatewayError::Status { status, body, retry_after_ms, should_retry } => {
                 GatewayError::Status { status, body: clean(body), retry_after_ms, should_retry }
             }
+            GatewayError::NoKey { status, env, body } => GatewayError::NoKey { status, env, body: clean(body) },
+            GatewayError::NotFound { url, body, base_has_v1 } => GatewayError::NotFound { url: clean(url), body: clean(body), base_has_v1 },
             GatewayError::StreamError { kind, message } => GatewayError::StreamError { kind: clean(kind), message: clean(message) },
             GatewayError::Incomplete(m) => GatewayError::Incomplete(clean(m)),
             GatewayError::Decode(m) => GatewayError::Decode(clean(m)),
@@ -336,26 +326,22 @@ impl GatewayClient {
     }
 }
 
-/// Builds [`GatewayError::Status`] from a non-2xx answer: `retry-after-ms` or `retry-after`,
-/// `x-should-retry`, and the body (trimmed, at most 2000 bytes).
-async fn status_error(response: reqwest::Response, idle: Duration) -> GatewayError {
-    let status = response.status().as_u16();
-    let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let retry_after = header("retry-after-ms")
-        .and_then(|v| retry::parse_retry_after_ms(&v))
-        .or_else(|| header("retry-after").and_then(|v| retry::parse_retry_after(&v, SystemTime::now())));
-    let should_retry = header("x-should-retry").and_then(|v| retry::parse_should_retry(&v));
-    // The body is only for the message: a slow or broken one is not worth waiting for.
-    let body = match tokio::time::timeout(idle, response.text()).await {
-        Ok(Ok(text)) => truncate(text.trim(), 2000),
-        _ => String::new(),
-    };
-    GatewayError::Status {
-        status,
-        body,
-        retry_after_ms: retry_after.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        should_retry,
+/// 401 and 403 refuse a request without credentials; LiteLLM's proxy answers 500 with the
+/// upstream's auth error in the body.
+fn refusal_for_no_key(status: u16, body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    matches!(status, 401 | 403) || (status == 500 && (body.contains("auth") || body.contains("key")))
+}
+
+/// The innermost source of a request error (e.g. `Connection refused (os error 111)`): the
+/// layers above it only repeat the URL, which the error names already, and "error sending
+/// request".
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err;
+    while let Some(inner) = cause.source() {
+        cause = inner;
     }
+    cause.to_string()
 }
 
 /// An error and its sources, joined with `: ` (reqwest hides the OS reason in the sources).

@@ -11,6 +11,7 @@ pub mod openai;
 pub mod overflow;
 pub mod response;
 pub mod retry;
+pub mod round;
 pub mod sse;
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,7 @@ use crate::conversation::message::{ContentBlock, Role, Usage};
 
 pub use client::{CallOptions, GatewayClient, GatewaySettings};
 pub use response::{CallProblem, RejectedCall, Response, StopReason, StreamAccumulator};
+pub use round::RoundFailure;
 
 /// Which wire protocol a gateway speaks. Default: Anthropic Messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,17 +124,27 @@ pub struct EncodedRequest {
 pub enum GatewayEvent {
     TextDelta(String),
     ThinkingDelta(String),
-    /// The request failed before any content and will be sent again after `delay_ms`.
+    /// The attempt failed and the round will be sent again after `delay_ms` (`attempt` is the
+    /// 1-based retry number within the round). When deltas of the failed attempt were already
+    /// reported, they are void: the round starts over from nothing (a re-run after content).
     Retry { attempt: u32, delay_ms: u64, reason: String },
 }
 
 /// Why a gateway call failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum GatewayError {
     #[error("cannot reach the gateway at {url}: {message}")]
     Connect { url: String, message: String },
     #[error("gateway answered HTTP {status}: {body}")]
     Status { status: u16, body: String, retry_after_ms: Option<u64>, should_retry: Option<bool> },
+    /// HTTP 401 or 403 — or a 500 whose body speaks of auth or a key — while no API key is
+    /// configured: `env` names the variable(s) to set.
+    #[error("gateway answered HTTP {status} and no API key is set: put the key in {env} ({body})")]
+    NoKey { status: u16, env: String, body: String },
+    /// HTTP 404: `url` is the endpoint tried; `base_has_v1` when the configured base URL already
+    /// ends in `/v1` (cicy appends `/v1/...` itself).
+    #[error("gateway answered HTTP 404 (not found) for {url}{}{}", not_empty(body), v1_hint(*base_has_v1))]
+    NotFound { url: String, body: String, base_has_v1: bool },
     #[error("gateway stream error ({kind}): {message}")]
     StreamError { kind: String, message: String },
     #[error("the gateway stream ended before the response was complete ({0})")]
@@ -168,6 +180,22 @@ pub(crate) fn wire_messages(prompt: &Prompt) -> Vec<(Role, Vec<&PromptBlock>)> {
         }
     }
     out
+}
+
+fn not_empty(body: &str) -> String {
+    if body.is_empty() {
+        String::new()
+    } else {
+        format!(": {body}")
+    }
+}
+
+fn v1_hint(base_has_v1: bool) -> &'static str {
+    if base_has_v1 {
+        "; the gateway URL must not end in `/v1`: cicy appends `/v1/messages` or `/v1/chat/completions` itself, so drop `/v1` from it"
+    } else {
+        ""
+    }
 }
 
 /// Serialises `value` as compact JSON onto `out`.

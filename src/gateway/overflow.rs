@@ -33,6 +33,8 @@ pub fn detect(e: &GatewayError) -> Option<Overflow> {
         GatewayError::Status { body, .. } => from_text(body),
         GatewayError::StreamError { message, .. } => from_text(message),
         GatewayError::Connect { .. }
+        | GatewayError::NoKey { .. }
+        | GatewayError::NotFound { .. }
         | GatewayError::Incomplete(_)
         | GatewayError::Decode(_)
         | GatewayError::Timeout(_)

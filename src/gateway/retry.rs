@@ -1,22 +1,37 @@
-//! The one retry layer's decisions: which failures are retried and how long to wait.
+//! The one retry layer's decisions: which failures are retried, how long to wait, and when a
+//! round's one attempt budget is spent.
 //!
-//! Owns: pure functions over a [`GatewayError`] and header values. Must not touch: sockets,
-//! clocks other than a passed-in `now`, random numbers other than a passed-in jitter source,
-//! or events — `client.rs` does the waiting, the cancelling and the reporting.
+//! Owns: pure functions over a [`GatewayError`] and header values, and [`RoundBudget`], the
+//! retry state of one round. Must not touch: sockets, clocks other than a passed-in `now`,
+//! random numbers other than a passed-in jitter source, or events — `client.rs` does the
+//! waiting, the cancelling and the reporting, and the turn loop only reads the outcome.
 //!
-//! Numbers *(cicy, DESIGN.md §4)*: up to 10 retries per request, only before any content has
-//! streamed; `retry-after` is a floor capped at 60 s; otherwise `min(0.5·2^n, 8)` s × jitter in
-//! [0.75, 1] with n = 0 for the first retry.
+//! Numbers *(cicy, DESIGN.md §4, §6.2)*: one budget of `1 + max_retries` attempts per round (10
+//! retries); a failure before any content streamed is retried; a failure after content began
+//! (stream cut, in-stream error) re-runs the round at most 2 times, out of the same budget and
+//! after the same wait; `retry-after` is a floor capped at 60 s; otherwise `min(0.5·2^n, 8)` s ×
+//! jitter in [0.75, 1] with n = 0 for the first retry. Refused connections are retried for at
+//! most 10 s by default ([`RetryPolicy::connect_retry_budget`]). An error that repeats
+//! identically and does not ask to wait (a plain 500, an in-stream `api_error`) stops after its
+//! second occurrence ([`repeat_is_final`]).
 
 use std::time::{Duration, SystemTime};
 
+use tokio::time::Instant;
+
 use super::GatewayError;
 
+/// cicy: a round whose stream failed after content began is re-run at most 2 times.
+pub const ROUND_RERUNS: u32 = 2;
+
+/// cicy: how long a one-shot command keeps retrying a gateway that refuses connections.
+pub const CONNECT_RETRY_BUDGET: Duration = Duration::from_secs(10);
+
 /// Retry numbers. [`Default`] gives cicy's: 10 retries, 0.5 s base, 8 s ceiling, 60 s cap on
-/// `retry-after`.
+/// `retry-after`, 2 re-runs after content, 10 s for refused connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Retries after the first attempt (cicy: 10).
+    /// Retries after the first attempt of a round, re-runs included (cicy: 10).
     pub max_retries: u32,
     /// Backoff of the first retry before jitter (cicy: 0.5 s). Tests make it tiny.
     pub base_delay: Duration,
@@ -24,6 +39,15 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Ceiling applied to a server's `retry-after` (cicy: 60 s).
     pub retry_after_cap: Duration,
+    /// Re-runs of a round whose stream failed after content began (cicy: [`ROUND_RERUNS`]).
+    pub max_reruns: u32,
+    /// Connection failures ([`GatewayError::Connect`]) in a row are retried while less than
+    /// this much time has passed since the first of them began, the last wait shortened to fit
+    /// (cicy: [`CONNECT_RETRY_BUDGET`] for one-shot commands); they also spend the attempt
+    /// budget. `None`: retried with backoff until the gateway answers, the call's timeout or a
+    /// cancel, without spending the attempt budget — for a resident server that must outlive a
+    /// gateway restart.
+    pub connect_retry_budget: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -33,6 +57,8 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(8),
             retry_after_cap: Duration::from_secs(60),
+            max_reruns: ROUND_RERUNS,
+            connect_retry_budget: Some(CONNECT_RETRY_BUDGET),
         }
     }
 }
@@ -56,28 +82,159 @@ impl RetryPolicy {
             None => backoff,
         }
     }
+}
 
-    /// Whether a failed attempt is retried: the error is retryable ([`classify`]), nothing has
-    /// streamed yet, and fewer than `max_retries` retries were done.
-    pub fn should_retry(&self, err: &GatewayError, content_started: bool, retries_done: u32) -> bool {
-        !content_started && retries_done < self.max_retries && classify(err)
+/// What to do after a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send the round again after `delay`. `rerun`: content of the failed attempt had already
+    /// streamed, so the round starts over and what was shown of it is discarded.
+    Retry { delay: Duration, rerun: bool },
+    /// Give up: the error is the round's result.
+    Stop(StopReason),
+}
+
+/// Why a round stopped retrying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The error cannot succeed on another attempt ([`classify`]).
+    NotRetryable,
+    /// The round's `1 + max_retries` attempts are used up.
+    AttemptsSpent,
+    /// Content had streamed and the `max_reruns` re-runs are used up.
+    RerunsSpent,
+    /// The same error twice in a row, of a kind that repeats when it is permanent
+    /// ([`repeat_is_final`]).
+    Repeated,
+    /// Connections were refused for [`RetryPolicy::connect_retry_budget`].
+    ConnectBudgetSpent,
+}
+
+/// The retry state of one round: one attempt budget shared by the retries before content and
+/// the re-runs after it. Create one per round and tell it every failure in order.
+#[derive(Debug, Clone)]
+pub struct RoundBudget {
+    policy: RetryPolicy,
+    /// Attempts made so far, the first included.
+    attempts: u32,
+    /// Waits so far (the backoff exponent; connection waits of an unlimited budget count too).
+    waits: u32,
+    reruns: u32,
+    /// When the first of the current run of connection failures began.
+    connect_since: Option<Instant>,
+    /// The last failure's text, when it is of a kind whose repeat is final.
+    last: Option<String>,
+}
+
+impl RoundBudget {
+    pub fn new(policy: RetryPolicy) -> Self {
+        Self { policy, attempts: 0, waits: 0, reruns: 0, connect_since: None, last: None }
+    }
+
+    /// Attempts told so far (each [`RoundBudget::after_failure`] call is one).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Decides after a failed attempt that began at `started` and failed at `now`;
+    /// `content_started` says whether any content of it had streamed. `jitter_source` gives a
+    /// uniform sample in [0, 1] ([`RetryPolicy::delay_for`]). The order of the checks:
+    /// retryable at all, identical repeat, re-runs left, connection time budget, attempts left.
+    pub fn after_failure(
+        &mut self,
+        err: &GatewayError,
+        content_started: bool,
+        started: Instant,
+        now: Instant,
+        jitter_source: impl FnOnce() -> f64,
+    ) -> Decision {
+        self.attempts += 1;
+        if !classify(err) {
+            return Decision::Stop(StopReason::NotRetryable);
+        }
+        let text = repeat_is_final(err).then(|| err.to_string());
+        let repeated = text.is_some() && text == self.last;
+        self.last = text;
+        if repeated {
+            return Decision::Stop(StopReason::Repeated);
+        }
+        if content_started && self.reruns >= self.policy.max_reruns {
+            return Decision::Stop(StopReason::RerunsSpent);
+        }
+        let connect = matches!(err, GatewayError::Connect { .. });
+        let since = if connect { *self.connect_since.get_or_insert(started) } else { now };
+        if !connect {
+            self.connect_since = None;
+        }
+        let unlimited = connect && self.policy.connect_retry_budget.is_none();
+        if !unlimited && self.attempts > self.policy.max_retries {
+            return Decision::Stop(StopReason::AttemptsSpent);
+        }
+        let mut delay = self.policy.delay_for(self.waits, retry_after(err), jitter_source);
+        if let (true, Some(budget)) = (connect, self.policy.connect_retry_budget) {
+            let spent = now.saturating_duration_since(since);
+            if spent >= budget {
+                return Decision::Stop(StopReason::ConnectBudgetSpent);
+            }
+            delay = delay.min(budget - spent);
+        }
+        self.waits += 1;
+        if content_started {
+            self.reruns += 1;
+        }
+        Decision::Retry { delay, rerun: content_started }
     }
 }
 
-/// Is this failure worth another attempt (before any content streamed)?
+/// The server's `retry-after` of a status error.
+fn retry_after(err: &GatewayError) -> Option<Duration> {
+    match err {
+        GatewayError::Status { retry_after_ms: Some(ms), .. } => Some(Duration::from_millis(*ms)),
+        _ => None,
+    }
+}
+
+/// Whether the same error twice in a row means it will not go away: a 5xx that is not one of
+/// the "busy, come back later" answers (502, 503, 504, 529) and carries neither `retry-after`
+/// nor `x-should-retry`, and an in-stream error other than `overloaded_error` (e.g. LiteLLM's
+/// `api_error` for a refused upstream key). Rate limits and overload repeat identically while
+/// they last, so they are retried to the end of the budget.
+pub fn repeat_is_final(err: &GatewayError) -> bool {
+    match err {
+        GatewayError::Status { status, retry_after_ms, should_retry, .. } => {
+            retry_after_ms.is_none() && should_retry.is_none() && (500..600).contains(status) && !matches!(status, 502..=504 | 529)
+        }
+        GatewayError::StreamError { kind, .. } => kind != "overloaded_error",
+        GatewayError::Connect { .. }
+        | GatewayError::NoKey { .. }
+        | GatewayError::NotFound { .. }
+        | GatewayError::Incomplete(_)
+        | GatewayError::Decode(_)
+        | GatewayError::Timeout(_)
+        | GatewayError::Cancelled => false,
+    }
+}
+
+/// Is this failure worth another attempt? Before content this means a retry, after content a
+/// re-run of the round ([`RoundBudget`] counts both).
 ///
 /// Retryable: connection errors ([`GatewayError::Connect`]); HTTP 408, 409, 429 and every 5xx
 /// (529 "overloaded" included) unless the server's `x-should-retry` said otherwise — and any
 /// status when it said `true`; in-stream `overloaded_error` and `api_error`; a stream that ended
-/// or went silent ([`GatewayError::Incomplete`], [`GatewayError::Timeout`] from the idle timer)
-/// — the caller retries those only when no content came, which makes them connection failures.
-/// Not retryable: other statuses, other stream errors, decode errors, cancel.
+/// or went silent ([`GatewayError::Incomplete`], [`GatewayError::Timeout`] from the idle timer).
+/// Not retryable: a context overflow (`super::overflow::detect`), other statuses (a 404 and a refusal without a key included), other stream
+/// errors, decode errors (a body cicy cannot read reads no better the next time), cancel.
 pub fn classify(err: &GatewayError) -> bool {
+    // The same request over the context window is refused again whatever the status says; the
+    // turn learns the window and compacts instead (`super::overflow`).
+    if super::overflow::detect(err).is_some() {
+        return false;
+    }
     match err {
         GatewayError::Connect { .. } | GatewayError::Incomplete(_) | GatewayError::Timeout(_) => true,
         GatewayError::Status { status, should_retry, .. } => should_retry.unwrap_or_else(|| status_retryable(*status)),
         GatewayError::StreamError { kind, .. } => matches!(kind.as_str(), "overloaded_error" | "api_error"),
-        GatewayError::Decode(_) | GatewayError::Cancelled => false,
+        GatewayError::NoKey { .. } | GatewayError::NotFound { .. } | GatewayError::Decode(_) | GatewayError::Cancelled => false,
     }
 }
 
@@ -181,14 +338,87 @@ mod tests {
         assert!(!classify(&GatewayError::Cancelled));
     }
 
+    /// Feeds `errs` (with whether content had streamed) to a fresh budget, each failing the
+    /// instant it began and the next attempt starting after the wait; jitter factor 1.
+    fn run(policy: RetryPolicy, errs: &[(GatewayError, bool)]) -> (Vec<Decision>, RoundBudget) {
+        let mut b = RoundBudget::new(policy);
+        let mut now = Instant::now();
+        let mut out = Vec::new();
+        for (e, content) in errs {
+            let d = b.after_failure(e, *content, now, now, || 0.0);
+            if let Decision::Retry { delay, .. } = d {
+                now += delay;
+            }
+            out.push(d);
+        }
+        (out, b)
+    }
+
+    fn retry(ms_: u64, rerun: bool) -> Decision {
+        Decision::Retry { delay: ms(ms_), rerun }
+    }
+
     #[test]
-    fn should_retry_counts_and_content() {
+    fn a_429_forever_gets_one_budget_of_eleven_attempts_and_honours_retry_after() {
+        let e = GatewayError::Status { status: 429, body: "slow down".into(), retry_after_ms: Some(1000), should_retry: None };
+        let errs: Vec<_> = (0..11).map(|_| (e.clone(), false)).collect();
+        let (d, b) = run(RetryPolicy::default(), &errs);
+        let waits = [1000, 1000, 2000, 4000, 8000, 8000, 8000, 8000, 8000, 8000];
+        let mut want: Vec<_> = waits.iter().map(|w| retry(*w, false)).collect();
+        want.push(Decision::Stop(StopReason::AttemptsSpent));
+        assert_eq!(d, want);
+        assert_eq!(b.attempts(), 11);
+    }
+
+    #[test]
+    fn reruns_after_content_are_at_most_two_and_share_the_budget() {
+        let cut = GatewayError::Incomplete("connection lost".into());
+        let (d, _) = run(RetryPolicy::default(), &[(cut.clone(), true), (cut.clone(), true), (cut.clone(), true)]);
+        assert_eq!(d, vec![retry(500, true), retry(1000, true), Decision::Stop(StopReason::RerunsSpent)]);
+        // Two retries before content spend the budget of a 2-retry policy: no re-run is left.
         let p = RetryPolicy { max_retries: 2, ..RetryPolicy::default() };
-        let e = status(529, None);
-        assert!(p.should_retry(&e, false, 0));
-        assert!(p.should_retry(&e, false, 1));
-        assert!(!p.should_retry(&e, false, 2));
-        assert!(!p.should_retry(&e, true, 0));
+        let (d, _) = run(p, &[(cut.clone(), false), (cut.clone(), false), (cut, true)]);
+        assert_eq!(d, vec![retry(500, false), retry(1000, false), Decision::Stop(StopReason::AttemptsSpent)]);
+        // Not retryable whether or not content came.
+        let bad = GatewayError::Decode("not UTF-8".into());
+        assert_eq!(run(RetryPolicy::default(), &[(bad, true)]).0, vec![Decision::Stop(StopReason::NotRetryable)]);
+    }
+
+    #[test]
+    fn an_identical_permanent_looking_error_stops_at_its_second_occurrence() {
+        let s500 = |body: &str| GatewayError::Status { status: 500, body: body.into(), retry_after_ms: None, should_retry: None };
+        let api = GatewayError::StreamError { kind: "api_error".into(), message: "no key for upstream".into() };
+        let stop = Decision::Stop(StopReason::Repeated);
+        assert_eq!(run(RetryPolicy::default(), &[(s500("boom"), false), (s500("boom"), false)]).0, vec![retry(500, false), stop]);
+        assert_eq!(run(RetryPolicy::default(), &[(api.clone(), false), (api.clone(), true)]).0, vec![retry(500, false), stop]);
+        // Different bodies, or an error between them, are not a repeat.
+        let (d, _) = run(RetryPolicy::default(), &[(s500("a"), false), (s500("b"), false), (status(503, None), false), (s500("b"), false)]);
+        assert!(d.iter().all(|d| matches!(d, Decision::Retry { .. })), "{d:?}");
+        // "Busy" answers repeat while they last.
+        for e in [status(503, None), status(529, None), GatewayError::StreamError { kind: "overloaded_error".into(), message: "m".into() }] {
+            let (d, _) = run(RetryPolicy::default(), &[(e.clone(), false), (e.clone(), false), (e, false)]);
+            assert!(d.iter().all(|d| matches!(d, Decision::Retry { .. })), "{d:?}");
+        }
+        assert!(!repeat_is_final(&GatewayError::Status { status: 500, body: String::new(), retry_after_ms: Some(1), should_retry: None }));
+    }
+
+    #[test]
+    fn refused_connections_are_retried_for_the_connect_budget_only() {
+        let refused = GatewayError::Connect { url: "u".into(), message: "connection refused".into() };
+        let errs: Vec<_> = (0..7).map(|_| (refused.clone(), false)).collect();
+        let (d, b) = run(RetryPolicy::default(), &errs[..6]);
+        // 0.5 + 1 + 2 + 4 s, then the last wait is cut to the 2.5 s left of the 10 s.
+        assert_eq!(d, vec![retry(500, false), retry(1000, false), retry(2000, false), retry(4000, false), retry(2500, false), Decision::Stop(StopReason::ConnectBudgetSpent)]);
+        assert_eq!(b.attempts(), 6);
+        // Without a budget (a resident server) they outlast the attempt budget, at the backoff ceiling.
+        let p = RetryPolicy { max_retries: 2, connect_retry_budget: None, ..RetryPolicy::default() };
+        let (d, _) = run(p, &errs);
+        assert_eq!(d.len(), 7);
+        assert_eq!(d[6], retry(8000, false));
+        // An answer in between starts a new run of connection failures.
+        let p = RetryPolicy { connect_retry_budget: Some(ms(600)), ..RetryPolicy::default() };
+        let (d, _) = run(p, &[(refused.clone(), false), (refused.clone(), false), (status(503, None), false), (refused, false)]);
+        assert_eq!(d, vec![retry(500, false), retry(100, false), retry(2000, false), retry(600, false)]);
     }
 
     #[test]

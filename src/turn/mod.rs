@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::compact::cut::turn_start;
-use crate::conversation::history::{CurrentStatus, ReplyFile, ReplyStatus};
-use crate::conversation::message::{ContentBlock, Message};
+use crate::conversation::history::{CurrentFile, CurrentStatus, ReplyFile, ReplyStatus};
+use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
 
@@ -128,10 +128,7 @@ async fn run_user_turn(
 
     let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel }).await?;
     if let Some(o) = outcome {
-        let cur = &mut session.current;
-        let id = cur.push(Message::assistant(vec![ContentBlock::text(o.marker())]));
-        reply.items.push(cur.messages[cur.messages.len() - 1].clone());
-        debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+        end_with_marker(&mut session.current, &mut reply, o);
     }
     reply.status = match outcome {
         None => ReplyStatus::Completed,
@@ -151,3 +148,26 @@ async fn run_user_turn(
     Ok(ended)
 }
 
+
+/// Appends the outcome marker. After a partial answer a failed round kept, the marker ends that
+/// message instead, so roles still alternate and `marker_of` finds it.
+fn end_with_marker(cur: &mut CurrentFile, reply: &mut ReplyFile, o: Outcome) {
+    let marker = ContentBlock::text(o.marker());
+    match cur.messages.last_mut() {
+        Some(last) if last.role == Role::Assistant => {
+            let mut blocks = last.content.to_blocks();
+            blocks.push(marker);
+            last.content = Content::Blocks(blocks);
+            let last = last.clone();
+            match reply.items.last_mut() {
+                Some(item) if item.id == last.id => *item = last,
+                _ => reply.items.push(last),
+            }
+        }
+        _ => {
+            let id = cur.push(Message::assistant(vec![marker]));
+            reply.items.push(cur.messages[cur.messages.len() - 1].clone());
+            debug_assert_eq!(Some(id), reply.items.last().and_then(|x| x.id));
+        }
+    }
+}

@@ -18,7 +18,7 @@ use crate::conversation::message::{ContentBlock, Message};
 use crate::conversation::outcome::Outcome;
 use crate::event::{Emitter, EventKind};
 use crate::fsutil;
-use crate::gateway::{overflow, CallOptions, GatewayError, Prompt, Response, StopReason, ToolSpec};
+use crate::gateway::{overflow, CallOptions, GatewayError, Prompt, Response, RoundFailure, StopReason, ToolSpec};
 use crate::prompt::{self, PromptInputs};
 
 /// What every step of a turn works on.
@@ -89,13 +89,15 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
     loop {
         let prompt = assemble(t, specs, final_round);
         t.session.store.save_current(&mut t.session.current)?;
-        let err = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
+        let (err, partial) = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
             Ok(resp) => return Ok(Sent::Answer(resp)),
-            Err(GatewayError::Cancelled) => return Ok(Sent::Ended(Outcome::Cancelled)),
-            Err(e) => e,
+            Err(RoundFailure { error: GatewayError::Cancelled, .. }) => return Ok(Sent::Ended(Outcome::Cancelled)),
+            Err(RoundFailure { error, partial, .. }) => (error, partial),
         };
         let Some(over) = overflow::detect(&err).filter(|_| !resent) else {
-            return Ok(Sent::Ended(report_failure(t.events, &err)));
+            let outcome = report_failure(t.events, &err);
+            keep_partial(t, partial, &err)?;
+            return Ok(Sent::Ended(outcome));
         };
         resent = true;
         fit::learn_window(t, &over, &err);
@@ -137,9 +139,22 @@ fn assemble(t: &Turn<'_>, specs: &[ToolSpec], final_round: bool) -> Prompt {
 fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
     events.emit(EventKind::Error { kind: error_kind(e).to_string(), message: e.to_string() });
     match e {
+        // A rate limit or a timeout that outlasted the budget is a failure, not a refusal.
+        GatewayError::Status { status: 408 | 409 | 429, .. } => Outcome::Failed,
         GatewayError::Status { status, .. } if (400..500).contains(status) => Outcome::Blocked,
+        GatewayError::NoKey { .. } | GatewayError::NotFound { .. } => Outcome::Blocked,
         _ => Outcome::Failed,
     }
+}
+
+/// What the reader saw of a round that failed for good stays in the history, marked; the
+/// outcome marker ends this message (see `super::end_with_marker`) and the prompt leaves it out.
+fn keep_partial(t: &mut Turn<'_>, partial: String, e: &GatewayError) -> Result<(), AgentError> {
+    if partial.trim().is_empty() {
+        return Ok(());
+    }
+    let cut = ContentBlock::text(format!("[cut off: {e}]"));
+    append(t, Message::assistant(vec![ContentBlock::text(partial), cut]))
 }
 
 fn record_usage(t: &mut Turn<'_>, resp: &Response) {

@@ -1,76 +1,67 @@
-//! Sending one round's request (DESIGN.md §6.2): the round re-runs and how a failed request
-//! is named in an `error` event.
+//! Sending one round's request (DESIGN.md §6.2) and naming a failed request in an `error`
+//! event.
 //!
-//! Owns [`send_with_reruns`] and [`error_kind`]. Must not touch the history: a failed round
-//! appends nothing, so a re-run sends the same request again.
+//! Owns [`send_with_reruns`] and [`error_kind`]. Every retry and re-run decision is
+//! `gateway::retry`'s; this module only turns gateway progress into turn events. Must not touch
+//! the history: a failed round appends nothing here.
 
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Session;
 use crate::conversation::message::ContentBlock;
 use crate::event::{Emitter, EventKind};
-use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response};
+use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response, RoundFailure};
 
-/// cicy: a round that fails after the gateway's retries is re-run at most 2 more times.
-pub const ROUND_RERUNS: u32 = 2;
+/// cicy: a round whose stream failed after content began is re-run at most 2 times (decided,
+/// like every retry, by `gateway::retry`).
+pub use crate::gateway::retry::ROUND_RERUNS;
 
-/// Sends one round; a failure after the gateway's own retries is re-run up to
-/// [`ROUND_RERUNS`] times from the same history (nothing of a failed round was appended).
+/// Sends one round through the gateway's one retry layer (`gateway::retry` decides every retry
+/// and re-run; nothing of a failed round was appended) and reports its progress as events. A
+/// `Retry` after answer text was shown means that text is discarded: it is closed (`text_end`)
+/// and marked `[retrying]` so it does not read as one answer with the re-run's. A failure
+/// closes shown text too; the error carries it so the turn can keep it.
 pub(super) async fn send_with_reruns(
     session: &Session,
     prompt: &crate::gateway::Prompt,
     opts: &CallOptions,
     events: &Emitter,
     cancel: &CancellationToken,
-) -> Result<Response, GatewayError> {
-    let mut attempt = 0;
-    loop {
-        let mut streamed_text = false;
-        let mut on_event = |ev: GatewayEvent| match ev {
-            GatewayEvent::TextDelta(text) => {
-                streamed_text = true;
-                events.emit(EventKind::TextDelta { text })
-            }
-            GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
-            GatewayEvent::Retry { attempt, delay_ms, reason } => {
-                events.emit(EventKind::Retry { attempt, delay_ms, reason })
-            }
-        };
-        let result = session.client.send(prompt, opts, &mut on_event, cancel).await;
-        match result {
-            Ok(resp) => {
-                if resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
-                    events.emit(EventKind::TextEnd);
-                }
-                return Ok(resp);
-            }
-            Err(GatewayError::Cancelled) => return Err(GatewayError::Cancelled),
-            Err(e @ GatewayError::Status { should_retry: Some(false), .. }) => return Err(e),
-            Err(e @ GatewayError::Status { status, .. }) if (400..500).contains(&status) && status != 408 && status != 409 && status != 429 => {
-                return Err(e)
-            }
-            // The gateway layer already tried this connection 1 + max_retries times.
-            Err(e @ GatewayError::Connect { .. }) => return Err(e),
-            Err(e) if attempt < ROUND_RERUNS => {
-                attempt += 1;
-                if streamed_text {
-                    // Close the partial answer so the re-run's text does not run on from it.
-                    events.emit(EventKind::TextEnd);
-                }
+) -> Result<Response, RoundFailure> {
+    let mut text_open = false;
+    let mut on_event = |ev: GatewayEvent| match ev {
+        GatewayEvent::TextDelta(text) => {
+            text_open = true;
+            events.emit(EventKind::TextDelta { text })
+        }
+        GatewayEvent::ThinkingDelta(text) => events.emit(EventKind::ThinkingDelta { text }),
+        GatewayEvent::Retry { attempt, delay_ms, reason } => {
+            if std::mem::take(&mut text_open) {
+                events.emit(EventKind::TextEnd);
                 events.emit(EventKind::System {
-                    text: format!("round failed ({e}); running it again ({attempt}/{ROUND_RERUNS})"),
+                    text: "[retrying] the answer above was cut off and is discarded; the round is sent again".to_string(),
                 });
             }
-            Err(e) => return Err(e),
+            events.emit(EventKind::Retry { attempt, delay_ms, reason })
         }
+    };
+    let result = session.client.send_round(prompt, opts, &mut on_event, cancel).await;
+    let shown = match &result {
+        Ok(resp) => resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })),
+        Err(_) => text_open,
+    };
+    if shown {
+        events.emit(EventKind::TextEnd);
     }
+    result
 }
 
 /// The `kind` of the `error` event for a failed request.
 pub(super) fn error_kind(e: &GatewayError) -> &'static str {
     match e {
         GatewayError::Connect { .. } => "connect",
-        GatewayError::Status { .. } => "http_status",
+        GatewayError::Status { .. } | GatewayError::NotFound { .. } => "http_status",
+        GatewayError::NoKey { .. } => "no_api_key",
         GatewayError::StreamError { .. } => "stream_error",
         GatewayError::Incomplete(_) => "incomplete_stream",
         GatewayError::Decode(_) => "decode",

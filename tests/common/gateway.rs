@@ -33,6 +33,8 @@ pub enum Reply {
     Status { status: u16, headers: Vec<(String, String)>, body: String },
     /// HTTP 200 stream: the chunks, then the connection stays open without ever ending.
     SseThenHang { chunks: Vec<Vec<u8>> },
+    /// Any status with headers and a body of any bytes (e.g. a gzipped stream).
+    Raw { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
 }
 
 impl Reply {
@@ -198,6 +200,13 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
             .body(Body::from("scripted gateway: the script ran out of replies (unexpected extra request)"))
             .expect("response"),
         Some(Reply::Status { status, headers, body }) => {
+            let mut b = Response::builder().status(status);
+            for (k, v) in headers {
+                b = b.header(k, v);
+            }
+            b.body(Body::from(body)).expect("response")
+        }
+        Some(Reply::Raw { status, headers, body }) => {
             let mut b = Response::builder().status(status);
             for (k, v) in headers {
                 b = b.header(k, v);
