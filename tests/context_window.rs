@@ -179,6 +179,29 @@ async fn a_gateway_overflow_teaches_the_window_compacts_and_sends_once_more() {
 }
 
 #[tokio::test]
+async fn a_message_the_learned_window_cannot_hold_is_refused_without_a_summary_request() {
+    // Tried on the local llama.cpp server: a 60 KB message with the default 200000-token window
+    // is refused by the gateway; once the window is learned, the message alone cannot fit, so no
+    // summary request may be spent on it.
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let big = "word ".repeat(12_000);
+    let outcome = turn::run_turn(&mut s, &big, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 1, "the refused request only: no summary, no re-send");
+    let errors: Vec<String> = kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+    assert_eq!(errors, ["too_large"]);
+    assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })), "nothing was compacted");
+    let hist = messages(&id, &t);
+    assert_eq!(hist[0].plain_text(), big, "the message is kept as written");
+    assert_eq!(hist.last().unwrap().plain_text(), "(no reply this turn · blocked)");
+}
+
+#[tokio::test]
 async fn a_second_overflow_after_the_resend_blocks_the_turn() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));

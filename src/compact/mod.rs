@@ -303,6 +303,10 @@ pub async fn before_round(
         // The carried message is still sent: it is not among those set aside.
         let carried_in_window = cut::last_user_text(&session.current.messages).is_some_and(|s| (ws..cut).contains(&s));
         let n = cut - ws - usize::from(carried_in_window);
+        if n == 0 {
+            // Only the running turn's own message is over: a notice would set nothing aside.
+            return Ok(());
+        }
         let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
         let done = apply(&session.store, &mut session.current, cut, &with_carried(&notice, carried.as_deref()), c.keep_snapshots)?;
         let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };

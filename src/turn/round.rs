@@ -101,6 +101,10 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
         };
         resent = true;
         fit::learn_window(t, &over, &err);
+        // A message that cannot fit even alone is refused before any summary request is spent.
+        if let Some(refused) = fit::refuse_too_large(t, specs) {
+            return Ok(Sent::Ended(refused));
+        }
         auto.force_next();
         compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
         if t.cancel.is_cancelled() {
