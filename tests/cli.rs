@@ -192,7 +192,7 @@ async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
 /// test does not see another's tool). The tool says through a FIFO that it has started.
 async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
     let h = home();
-    let started = common::cli::Fifo::new(h.path().join("started"));
+    let started = common::wait::Fifo::new(h.path().join("started"));
     let tool = format!("echo started > {}; sleep {secs}; touch finished", started.path.display());
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
