@@ -6,6 +6,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use common::cli::{cicy, cicy_bytes};
 use common::gateway::*;
@@ -188,12 +189,12 @@ async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
     signal_cancels_a_running_tool(libc::SIGHUP, 129, 32).await;
 }
 
-/// Sends `sig` while a tool runs (`sleep <secs>`, distinct per test so the process check of one
-/// test does not see another's tool). The tool says through a FIFO that it has started.
+/// Sends `sig` while a tool runs (`sleep <secs>`). The tool says its pid through a FIFO once it
+/// has started; the test then holds it by a pidfd and waits for it to end.
 async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
     let h = home();
-    let started = common::cli::Fifo::new(h.path().join("started"));
-    let tool = format!("echo started > {}; sleep {secs}; touch finished", started.path.display());
+    let started = common::wait::Fifo::new(h.path().join("started"));
+    let tool = format!("echo $$ > {}; sleep {secs}; touch finished", started.path.display());
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
     let url = gw.url();
@@ -208,17 +209,17 @@ async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    assert_eq!(started.read().await, "started\n");
+    let tool_pid = started.read().await.trim().parse().expect("the tool writes its pid");
+    let tool_process = common::wait::Pidfd::open(tool_pid).expect("the tool runs");
     let pid = child.id().unwrap() as libc::pid_t;
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-    let status = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(code));
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert_eq!(lines.last(), Some(&"[4] assistant: (no reply this turn · cancelled)"), "{}", o.stdout);
     assert!(lines[3].starts_with("[3] error ← "), "{}", o.stdout);
-    let ps = std::process::Command::new("pgrep").args(["-f", &tool]).output().unwrap();
-    assert!(ps.stdout.is_empty(), "the tool's process group survived signal {sig}");
+    assert!(tool_process.exited_within(Duration::from_secs(10)).await, "the tool's shell survived signal {sig}");
     assert!(!h.path().join("workers/w-1/finished").exists());
 }
 

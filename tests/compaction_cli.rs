@@ -7,7 +7,8 @@ mod common;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use common::cli::{cicy, command, Fifo};
+use common::cli::{cicy, command};
+use common::wait::Fifo;
 use common::gateway::*;
 use common::history::{assert_valid_request, body, wire_messages};
 use cicy::conversation::message::SUMMARY_PREFIX;

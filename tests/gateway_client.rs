@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cicy::conversation::message::{ContentBlock, Role, Usage};
 use cicy::gateway::{
@@ -216,13 +216,14 @@ async fn tool_use_round_in_both_styles() {
     assert_eq!(r.stop_reason, Some(StopReason::ToolUse));
 }
 
-#[tokio::test]
+// On tokio's paused clock: the 2 s wait passes at once, and the clock still shows it passed.
+#[tokio::test(start_paused = true)]
 async fn status_429_with_retry_after_waits_at_least_that_long() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::status(429, &[("retry-after", "2")], r#"{"type":"error","error":{"type":"rate_limit_error"}}"#));
     gw.push(Reply::sse(anthropic_text("ok")));
     let c = client(&gw.url(), ApiStyle::Anthropic);
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let (r, events) = send(&c, &prompt(), &opts(), &CancellationToken::new()).await;
     assert!(started.elapsed() >= Duration::from_secs(2), "waited only {:?}", started.elapsed());
     assert_eq!(r.expect("ok after retry").content, vec![ContentBlock::text("ok")]);
@@ -406,19 +407,31 @@ async fn cancel_during_a_hanging_stream() {
 #[tokio::test]
 async fn cancel_from_another_task_and_during_a_retry_wait() {
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::SseThenHang { chunks: anthropic_prelude() });
+    // A hanging stream after its first delta, then a 429 whose retry wait (60 s) is cut short.
+    gw.push(Reply::SseThenHang { chunks: anthropic_text("never finished")[..4].to_vec() });
     gw.push(Reply::status(429, &[("retry-after", "60")], "slow down"));
     let c = client(&gw.url(), ApiStyle::Anthropic);
-    for _ in 0..2 {
+    let hanging: fn(&GatewayEvent) -> bool = |e| matches!(e, GatewayEvent::TextDelta(_));
+    let waiting: fn(&GatewayEvent) -> bool = |e| matches!(e, GatewayEvent::Retry { delay_ms: 60_000, .. });
+    for cancel_after in [hanging, waiting] {
         let cancel = CancellationToken::new();
         let trigger = cancel.clone();
+        let (seen, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let canceller = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            trigger.cancel();
+            while let Some(e) = rx.recv().await {
+                if cancel_after(&e) {
+                    trigger.cancel();
+                    return true;
+                }
+            }
+            false
         });
-        let (r, _) = send(&c, &prompt(), &opts(), &cancel).await;
-        assert!(matches!(r, Err(GatewayError::Cancelled)), "{r:?}");
-        canceller.await.expect("canceller");
+        // The canceller stops listening once it has cancelled.
+        let mut on_event = move |e: GatewayEvent| drop(seen.send(e));
+        let r = tokio::time::timeout(Duration::from_secs(60), c.send(&prompt(), &opts(), &mut on_event, &cancel)).await;
+        assert!(matches!(r, Ok(Err(GatewayError::Cancelled))), "{r:?}");
+        drop(on_event);
+        assert!(canceller.await.expect("canceller"), "cancelled before the awaited event");
     }
     assert_eq!(gw.requests().len(), 2);
 }

@@ -12,8 +12,9 @@ use cicy::conversation::message::{ContentBlock, Message};
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::prompt::WRAP_UP_NOTICE;
 use cicy::turn;
-use common::fixture::{cached_prefix, collector, kinds, TestHome, TEST_SYSTEM};
+use common::fixture::{cached_prefix, collector, collector_with, kinds, TestHome, TEST_SYSTEM};
 use common::gateway::*;
+use common::wait::{Fifo, Pidfd};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -167,15 +168,13 @@ async fn cancel_during_a_stream_leaves_a_marker_and_loadable_files() {
     let t = TestHome::new(&gw.url(), 0);
     let id = t.create("tester", None);
     let mut s = t.open(&id);
-    let (em, ev) = collector(&id);
     let cancel = CancellationToken::new();
     let c = cancel.clone();
-    let ev2 = ev.clone();
-    tokio::spawn(async move {
-        while !kinds(&ev2).iter().any(|k| matches!(k, EventKind::TextDelta { .. })) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    // Cancelled by the first delta: the stream is then hanging.
+    let (em, _) = collector_with(&id, move |k| {
+        if matches!(k, EventKind::TextDelta { .. }) {
+            c.cancel();
         }
-        c.cancel();
     });
     let outcome = tokio::time::timeout(Duration::from_secs(20), turn::run_turn(&mut s, "talk", &em, &cancel)).await.unwrap().unwrap();
     assert_eq!(outcome, TurnOutcome::Cancelled);
@@ -192,20 +191,23 @@ async fn cancel_during_a_stream_leaves_a_marker_and_loadable_files() {
 #[tokio::test]
 async fn cancel_during_a_tool_kills_its_process_group() {
     let gw = ScriptedGateway::start().await;
-    let cmd = r#"{"command":"(sleep 30; touch late-child) & sleep 30; touch late-parent"}"#;
+    // The tool says through a FIFO, once its background child runs, the pids of both processes
+    // that would go on to `touch`: the shell ($$) and the child ($!).
+    let cmd = r#"{"command":"(sleep 30; touch late-child) & echo $$ $! > started; sleep 30; touch late-parent"}"#;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", cmd)));
     let t = TestHome::new(&gw.url(), 0);
     let id = t.create("tester", None);
+    let started = Fifo::new(t.workspace(&id).join("started"));
     let mut s = t.open(&id);
-    let (em, ev) = collector(&id);
+    let (em, _) = collector(&id);
     let cancel = CancellationToken::new();
-    let (c, ev2) = (cancel.clone(), ev.clone());
-    tokio::spawn(async move {
-        while !kinds(&ev2).iter().any(|k| matches!(k, EventKind::ToolStarted { .. })) {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = cancel.clone();
+    let canceller = tokio::spawn(async move {
+        let pids = started.read().await;
+        // Held from while the processes surely run, so a reused pid cannot stand in for them.
+        let procs: Vec<Pidfd> = pids.split_whitespace().map(|p| Pidfd::open(p.parse().unwrap()).expect("the tool runs")).collect();
         c.cancel();
+        procs
     });
     let outcome = tokio::time::timeout(Duration::from_secs(20), turn::run_turn(&mut s, "sleep", &em, &cancel)).await.unwrap().unwrap();
     assert_eq!(outcome, TurnOutcome::Cancelled);
@@ -223,9 +225,11 @@ async fn cancel_during_a_tool_kills_its_process_group() {
         other => panic!("{other:?}"),
     }
     assert_eq!(hist[3].plain_text(), "(no reply this turn · cancelled)");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let ps = std::process::Command::new("pgrep").args(["-f", "touch late-"]).output().unwrap();
-    assert!(ps.stdout.is_empty(), "the tool's processes survived the cancel: {}", String::from_utf8_lossy(&ps.stdout));
+    let procs = canceller.await.unwrap();
+    assert_eq!(procs.len(), 2);
+    for p in procs {
+        assert!(p.exited_within(Duration::from_secs(10)).await, "the tool's process {} survived the cancel", p.pid());
+    }
 }
 
 #[tokio::test]

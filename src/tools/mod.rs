@@ -13,6 +13,12 @@ pub mod process;
 pub mod reaper;
 pub mod shell;
 pub mod skill;
+/// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
+/// shared so the unit tests here wait the same way instead of polling.
+#[cfg(test)]
+#[allow(dead_code)] // the unit tests use part of it
+#[path = "../../tests/common/wait.rs"]
+mod wait;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -263,6 +263,7 @@ fn accept<R>(read: io::Result<usize>, pipe: &mut Option<R>, buf: &[u8], out: &mu
 
 #[cfg(test)]
 mod tests {
+    use super::super::wait::{appears_within, Fifo};
     use super::*;
     use tokio_util::sync::CancellationToken;
 
@@ -291,15 +292,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let running = dir.path().join(".cicy/running");
         let ctx = context(dir.path(), &running);
-        // The command prints what the reaper would find while it runs; the record is written
-        // right after the spawn, so the command waits for it.
-        let command = "until [ -e .cicy/running/$$.json ]; do sleep 0.01; done; cat .cicy/running/$$.json";
-        let finished = run(&job(command, dir.path(), &[]), &ctx).await.unwrap();
-        let (status, failed) = finished.ending.describe(Duration::from_secs(20));
-        let text = finished.output.finish(&status, 1000);
-        let record: serde_json::Value = serde_json::from_str(text.trim_end_matches("\nexit code: 0")).unwrap();
-        assert_eq!((record["label"].as_str(), failed), (Some("test: job"), false), "{text}");
-        assert!(record["pgid"].as_i64().is_some_and(|id| id > 1) && record["start_time"].as_u64().is_some());
+        // The command says its pid, then runs until the test has read the record.
+        let (started, go) = (Fifo::new(dir.path().join("started")), Fifo::new(dir.path().join("go")));
+        let command = "echo $$ > started; read -r line < go";
+        let while_running = async {
+            let pid = started.read().await;
+            // Written right after the spawn, beside the running bash.
+            let path = running.join(format!("{}.json", pid.trim()));
+            assert!(appears_within(&path, Duration::from_secs(20)).await, "no record {}", path.display());
+            let record: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            go.write("done\n").await;
+            (pid, record)
+        };
+        let job = job(command, dir.path(), &[]);
+        let (finished, (pid, record)) = tokio::join!(run(&job, &ctx), while_running);
+        let (status, failed) = finished.unwrap().ending.describe(Duration::from_secs(20));
+        assert_eq!((status.as_str(), failed), ("exit code: 0", false));
+        assert_eq!(record["label"], "test: job");
+        assert_eq!(record["pgid"].to_string(), pid.trim());
+        assert!(record["start_time"].as_u64().is_some(), "{record}");
         assert_eq!(names(&running), Vec::<String>::new());
     }
 

@@ -180,8 +180,8 @@ fn parse_timeout(value: Option<&Value>) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::super::output::cap_output;
+    use super::super::wait::{exited_within, Fifo};
     use super::*;
-    use tokio::time::sleep;
     use tokio_util::sync::CancellationToken;
 
     fn context(workspace: &Path) -> ToolContext {
@@ -202,17 +202,9 @@ mod tests {
             .unwrap_or_else(|_| panic!("shell did not return within 20 s for {input}"))
     }
 
-    /// Whether process `pid` is still running 5 s from now (a zombie counts as dead).
-    async fn survives(pid: &str) -> bool {
-        for _ in 0..100 {
-            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Ok(stat) if !stat.rsplit(')').next().is_some_and(|s| s.starts_with(" Z")) => {
-                    sleep(Duration::from_millis(50)).await;
-                }
-                _ => return false,
-            }
-        }
-        true
+    /// Whether process `pid` (printed by a command) has ended or ends within 5 s.
+    async fn ended(pid: &str) -> bool {
+        exited_within(pid.parse().unwrap_or_else(|_| panic!("not a pid: {pid}")), Duration::from_secs(5)).await
     }
 
     fn output(content: &str, is_error: bool) -> ToolOutput {
@@ -393,7 +385,7 @@ mod tests {
             .content
             .strip_suffix("\nexit code: 0")
             .unwrap_or_else(|| panic!("{out:?}"));
-        assert!(!survives(pid).await, "background sleep {pid} survived");
+        assert!(ended(pid).await, "background sleep {pid} survived");
     }
 
     #[tokio::test]
@@ -413,21 +405,19 @@ mod tests {
             .strip_suffix("\ntimed out after 2 s")
             .unwrap_or_else(|| panic!("{out:?}"));
         assert!(out.is_error && pid.parse::<u32>().is_ok(), "{out:?}");
-        assert!(!survives(pid).await, "sleep {pid} survived SIGKILL");
+        assert!(ended(pid).await, "sleep {pid} survived SIGKILL");
     }
 
     #[tokio::test]
     async fn cancel_stops_a_running_command_and_a_cancelled_call_starts_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        let (token, started) = (ctx.cancel.clone(), dir.path().join("started"));
+        let (token, started) = (ctx.cancel.clone(), Fifo::new(dir.path().join("started")));
         tokio::spawn(async move {
-            while !started.exists() {
-                sleep(Duration::from_millis(20)).await;
-            }
+            started.read().await;
             token.cancel();
         });
-        let input = json!({"command": "echo started; touch started; sleep 30"});
+        let input = json!({"command": "echo started; echo > started; sleep 30"});
         assert_eq!(
             shell(input, &ctx).await,
             output("started\ncancelled by user", true)

@@ -99,6 +99,18 @@ pub fn collector(id: &str) -> (Emitter, Arc<Mutex<Vec<Event>>>) {
     (Emitter::new(id, move |ev| e.lock().expect("events").push(ev.clone())), events)
 }
 
+/// [`collector`] that also shows each event's kind to `hook` as it is emitted, so a test can act
+/// on an event (e.g. cancel at the first delta) instead of polling the list.
+pub fn collector_with(id: &str, hook: impl Fn(&EventKind) + Send + Sync + 'static) -> (Emitter, Arc<Mutex<Vec<Event>>>) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let e = events.clone();
+    let emitter = Emitter::new(id, move |ev| {
+        e.lock().expect("events").push(ev.clone());
+        hook(&ev.kind);
+    });
+    (emitter, events)
+}
+
 /// The kinds of the collected events, in order.
 pub fn kinds(events: &Arc<Mutex<Vec<Event>>>) -> Vec<EventKind> {
     events.lock().expect("events").iter().map(|e| e.kind.clone()).collect()
