@@ -10,3 +10,4 @@ pub mod fixture;
 pub mod gateway;
 pub mod history;
 pub mod proxy;
+pub mod referee;
