@@ -210,6 +210,12 @@ pub struct CustomTool {
     pub input_schema: serde_json::Value,
 }
 
+/// A tool name both APIs accept: `^[a-zA-Z0-9_-]{1,64}$` (Anthropic Messages `tools[].name`,
+/// OpenAI `tools[].function.name`); any other is refused with HTTP 400 on every request.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 fn empty_object_schema() -> serde_json::Value {
     serde_json::json!({"type": "object", "properties": {}})
 }
@@ -248,12 +254,19 @@ impl ToolConfig {
     fn merge(&mut self, text: &str, source: &str) -> Result<(), RoleError> {
         let file: LiteConfigFile = serde_json::from_str(text)
             .map_err(|e| RoleError::BadLiteConfig { file: source.to_string(), message: e.to_string() })?;
-        for name in file.custom_tools.keys() {
+        for (name, def) in &file.custom_tools {
+            let bad = |message: String| Err(RoleError::BadLiteConfig { file: source.to_string(), message });
             if BUILTIN_TOOLS.contains(&name.as_str()) {
-                return Err(RoleError::BadLiteConfig {
-                    file: source.to_string(),
-                    message: format!("customTools: `{name}` is a built-in tool name"),
-                });
+                return bad(format!("customTools: `{name}` is a built-in tool name"));
+            }
+            if !valid_tool_name(name) {
+                return bad(format!("customTools: `{name}` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"));
+            }
+            if def.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return bad(format!(
+                    "customTools: `{name}`: input_schema must be a JSON Schema object (`\"type\": \"object\"`), got {}",
+                    def.input_schema
+                ));
             }
         }
         self.groups.extend(file.tool_groups);

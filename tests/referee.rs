@@ -1,5 +1,6 @@
 //! The referee of the scripted gateway (tests/common/referee.rs): for each rule, a body that
 //! keeps it passes and one that breaks it is refused with a message naming the rule and where.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;
 
@@ -147,6 +148,26 @@ fn anthropic_no_tool_result_without_its_tool_use() {
 }
 
 #[test]
+fn anthropic_an_error_tool_result_is_not_empty() {
+    assert_eq!(anthropic(|b| b["messages"][2]["content"][0]["content"] = json!("")), Ok(()));
+    refused(anthropic(|b| b["messages"][2]["content"][1]["content"] = json!("")), "messages.2.content.1: tool_result: content cannot be empty if `is_error` is true");
+}
+
+#[test]
+fn anthropic_tool_definitions_have_valid_unique_names_and_object_schemas() {
+    let long = "a".repeat(64);
+    assert_eq!(anthropic(|b| b["tools"][0]["name"] = json!(long)), Ok(()));
+    refused(anthropic(|b| b["tools"][0]["name"] = json!("a".repeat(65))), "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'");
+    refused(anthropic(|b| b["tools"][0]["name"] = json!("deploy.prod")), "tools.0.name: String should match pattern");
+    refused(anthropic(|b| b["tools"][0]["input_schema"] = json!({})), "tools.0.input_schema: must be a JSON Schema with \"type\": \"object\", got {}");
+    let twice = |b: &mut Value| {
+        let t = b["tools"][0].clone();
+        b["tools"].as_array_mut().unwrap().insert(0, t);
+    };
+    refused(anthropic(twice), "tools: Tool names must be unique, found \"shell\" twice");
+}
+
+#[test]
 fn anthropic_thinking_blocks_are_signed() {
     refused(anthropic(|b| b["messages"][3]["content"][0]["signature"] = json!("")), "messages.3.content.0: thinking.signature");
     refused(anthropic(|b| drop(b["messages"][3]["content"][0].as_object_mut().unwrap().remove("signature"))), "thinking.signature");
@@ -172,6 +193,7 @@ fn anthropic_the_last_message_does_not_end_with_a_tool_use() {
 fn openai_body() -> Value {
     json!({
         "model": "gpt-test", "max_tokens": 512, "stream": true,
+        "tools": [{"type": "function", "function": {"name": "shell", "description": "d", "parameters": {"type": "object"}}}],
         "messages": [
             {"role": "system", "content": "sys"},
             {"role": "user", "content": [{"type": "text", "text": "hi"}]},
@@ -220,6 +242,12 @@ fn openai_no_tool_message_without_its_call() {
 fn openai_arguments_are_a_string_holding_a_json_object() {
     refused(openai(|b| b["messages"][2]["tool_calls"][1]["function"]["arguments"] = json!({})), "messages[2].tool_calls[1].function.arguments: must be a string holding a JSON object");
     refused(openai(|b| b["messages"][2]["tool_calls"][1]["function"]["arguments"] = json!("[1]")), "function.arguments");
+}
+
+#[test]
+fn openai_tool_definitions_have_valid_names_and_object_schemas() {
+    refused(openai(|b| b["tools"][0]["function"]["name"] = json!("a b")), "tools.0.function.name: String should match pattern");
+    refused(openai(|b| b["tools"][0]["function"]["parameters"] = json!({"properties": {}})), "tools.0.function.parameters: must be a JSON Schema");
 }
 
 #[test]

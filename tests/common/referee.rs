@@ -60,13 +60,23 @@ pub fn check(api: Api, body: &[u8]) -> Result<(), String> {
         return Err("the request body is not a JSON object".into());
     }
     // `model`: "Field required".
-    if !b["model"].as_str().is_some_and(|m| !m.is_empty()) {
+    if !filled(&b["model"]) {
         return Err("model: a non-empty string is required".into());
     }
     match api {
         Api::Anthropic => anthropic(&b),
         Api::OpenAi => openai(&b),
     }
+}
+
+/// A non-empty string.
+fn filled(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| !s.is_empty())
+}
+
+/// An integer ≥ 1.
+fn positive(v: &Value) -> bool {
+    v.as_u64().is_some_and(|n| n >= 1)
 }
 
 fn fail<T>(at: impl std::fmt::Display, what: impl std::fmt::Display) -> Result<T, String> {
@@ -78,6 +88,27 @@ fn valid_tool_id(id: &str) -> bool {
     !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// Tool definitions, both APIs: each name matches `^[a-zA-Z0-9_-]{1,64}$` ("String should
+/// match pattern"), names are unique ("Tool names must be unique"), and the schema is a JSON
+/// Schema object of `"type": "object"` (Anthropic "input_schema.type: Field required").
+/// `name` and `schema` pick the fields out of one entry of `tools`; `labels` are their paths.
+fn tool_definitions(tools: &Value, name: fn(&Value) -> &Value, schema: fn(&Value) -> &Value, labels: [&str; 2]) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for (i, tool) in tools.as_array().into_iter().flatten().enumerate() {
+        let n = name(tool).as_str().unwrap_or("");
+        if n.len() > 64 || !valid_tool_id(n) {
+            return fail(format!("tools.{i}.{}", labels[0]), format!("String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$', got {n:?}"));
+        }
+        if !names.insert(n) {
+            return fail("tools", format!("Tool names must be unique, found {n:?} twice"));
+        }
+        if schema(tool)["type"] != "object" {
+            return fail(format!("tools.{i}.{}", labels[1]), format!("must be a JSON Schema with \"type\": \"object\", got {}", schema(tool)));
+        }
+    }
+    Ok(())
+}
+
 /// A `text` block's text is refused when empty ("text content blocks must be non-empty") or
 /// only whitespace ("text content blocks must contain non-whitespace text").
 fn blank(text: &Value) -> bool {
@@ -87,10 +118,11 @@ fn blank(text: &Value) -> bool {
 /// Anthropic Messages rules, in the order the API reports them.
 fn anthropic(b: &Value) -> Result<(), String> {
     // `max_tokens`: required, an integer ≥ 1.
-    if !b["max_tokens"].as_u64().is_some_and(|n| n >= 1) {
+    if !positive(&b["max_tokens"]) {
         return fail("max_tokens", format!("must be an integer >= 1, got {}", b["max_tokens"]));
     }
     let has_tools = b["tools"].as_array().is_some_and(|t| !t.is_empty());
+    tool_definitions(&b["tools"], |t| &t["name"], |t| &t["input_schema"], ["name", "input_schema"])?;
     // "A maximum of 4 blocks with cache_control may be provided": tools, system and messages.
     let cached = |v: &Value| usize::from(v.get("cache_control").is_some());
     let mut breakpoints: usize = b["tools"].as_array().into_iter().flatten().map(cached).sum();
@@ -165,12 +197,15 @@ fn anthropic(b: &Value) -> Result<(), String> {
                     if results_done {
                         return fail(&at, "`tool_result` blocks must come first in a user message, before any other block");
                     }
+                    if blk["is_error"] == true && blk["content"].as_str().is_some_and(|c| c.is_empty()) {
+                        return fail(&at, "tool_result: content cannot be empty if `is_error` is true");
+                    }
                 }
                 "thinking" => {
                     if role != "assistant" {
                         return fail(&at, "`thinking` blocks are only allowed in assistant messages");
                     }
-                    if !blk["signature"].as_str().is_some_and(|s| !s.is_empty()) {
+                    if !filled(&blk["signature"]) {
                         return fail(&at, "thinking.signature: Field required (a non-empty string)");
                     }
                 }
@@ -233,12 +268,13 @@ fn pairing(msgs: &[Value], i: usize) -> Result<(), String> {
 
 /// OpenAI chat-completions rules.
 fn openai(b: &Value) -> Result<(), String> {
-    if !b["max_tokens"].is_null() && !b["max_tokens"].as_u64().is_some_and(|n| n >= 1) {
+    if !b["max_tokens"].is_null() && !positive(&b["max_tokens"]) {
         return fail("max_tokens", format!("must be an integer >= 1, got {}", b["max_tokens"]));
     }
     let Some(msgs) = b["messages"].as_array().filter(|m| !m.is_empty()) else {
         return fail("messages", "Invalid 'messages': empty array. Expected an array with minimum length 1");
     };
+    tool_definitions(&b["tools"], |t| &t["function"]["name"], |t| &t["function"]["parameters"], ["function.name", "function.parameters"])?;
     // Calls of the last assistant message still waiting for their tool message.
     let mut pending: Vec<String> = Vec::new();
     // Calls answered since that assistant message (a tool message may follow only those).
@@ -274,7 +310,7 @@ fn openai(b: &Value) -> Result<(), String> {
                     if id.is_empty() {
                         return fail(&at, "id: a non-empty string is required");
                     }
-                    if c["type"] != "function" || !c["function"]["name"].as_str().is_some_and(|n| !n.is_empty()) {
+                    if c["type"] != "function" || !filled(&c["function"]["name"]) {
                         return fail(&at, "a call needs `type: \"function\"` and a non-empty `function.name`");
                     }
                     let args = &c["function"]["arguments"];
