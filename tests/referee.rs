@@ -122,6 +122,11 @@ fn anthropic_tool_use_ids_are_unique_in_the_request() {
 }
 
 #[test]
+fn anthropic_tool_use_names_are_non_empty() {
+    refused(anthropic(|b| b["messages"][1]["content"][1]["name"] = json!("")), "messages.1.content.1: tool_use.name: a non-empty string is required");
+}
+
+#[test]
 fn anthropic_tool_use_input_is_an_object() {
     refused(anthropic(|b| b["messages"][1]["content"][2]["input"] = json!([1])), "messages.1.content.2: tool_use.input: Input should be a valid dictionary, got [1]");
     refused(anthropic(|b| b["messages"][1]["content"][2]["input"] = json!("{}")), "tool_use.input");
@@ -248,6 +253,14 @@ fn openai_arguments_are_a_string_holding_a_json_object() {
 fn openai_tool_definitions_have_valid_names_and_object_schemas() {
     refused(openai(|b| b["tools"][0]["function"]["name"] = json!("a b")), "tools.0.function.name: String should match pattern");
     refused(openai(|b| b["tools"][0]["function"]["parameters"] = json!({"properties": {}})), "tools.0.function.parameters: must be a JSON Schema");
+}
+
+#[test]
+fn openai_called_names_match_the_pattern() {
+    let name = |b: &mut Value, n: &str| b["messages"][2]["tool_calls"][0]["function"]["name"] = json!(n);
+    assert_eq!(openai(|b| name(b, "made_up-Tool")), Ok(()));
+    refused(openai(|b| name(b, "repo_browser.open_file")), "messages[2].tool_calls[0].function.name: Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$', got \"repo_browser.open_file\"");
+    refused(openai(|b| name(b, "")), "messages[2].tool_calls[0].function.name");
 }
 
 #[test]

@@ -183,6 +183,9 @@ fn anthropic(b: &Value) -> Result<(), String> {
                     if !valid_tool_id(id) {
                         return fail(&at, format!("tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$', got {:?}", id));
                     }
+                    if !filled(&blk["name"]) {
+                        return fail(&at, "tool_use.name: a non-empty string is required");
+                    }
                     if !ids.insert(id.to_string()) {
                         return fail(&at, format!("`tool_use` ids must be unique, found {id} twice"));
                     }
@@ -310,8 +313,12 @@ fn openai(b: &Value) -> Result<(), String> {
                     if id.is_empty() {
                         return fail(&at, "id: a non-empty string is required");
                     }
-                    if c["type"] != "function" || !filled(&c["function"]["name"]) {
-                        return fail(&at, "a call needs `type: \"function\"` and a non-empty `function.name`");
+                    if c["type"] != "function" {
+                        return fail(&at, "type: must be \"function\"");
+                    }
+                    // "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'".
+                    if !valid_tool_id(c["function"]["name"].as_str().unwrap_or("")) {
+                        return fail(format!("{at}.function.name"), format!("Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$', got {}", c["function"]["name"]));
                     }
                     let args = &c["function"]["arguments"];
                     let parsed = args.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok());
