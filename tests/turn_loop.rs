@@ -517,3 +517,19 @@ async fn a_custom_tool_the_api_would_refuse_is_a_config_error_before_any_request
     }
     assert!(gw.requests().is_empty());
 }
+
+/// Found by the referee: a blank message left the Anthropic request with `"messages":[]` (a 400
+/// on the real API, the turn ended blocked). The CLI skips blank lines; the library refuses them.
+#[tokio::test]
+async fn a_blank_message_is_refused_before_anything_is_written_or_sent() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let err = turn::run_turn(&mut s, " \n\t", &em, &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(err.to_string(), "the message is empty (only whitespace): nothing to send");
+    assert!(gw.requests().is_empty());
+    assert!(kinds(&ev).is_empty());
+    assert!(s.current.messages.is_empty());
+}
