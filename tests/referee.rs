@@ -189,6 +189,11 @@ fn anthropic_no_tool_blocks_without_tools() {
 }
 
 #[test]
+fn anthropic_the_last_message_is_from_the_user() {
+    refused(anthropic(|b| drop(b["messages"].as_array_mut().unwrap().pop())), "messages.3: the conversation must end with a user message (no assistant prefill)");
+}
+
+#[test]
 fn anthropic_the_last_message_does_not_end_with_a_tool_use() {
     let cut = |b: &mut Value| drop(b["messages"].as_array_mut().unwrap().drain(2..));
     refused(anthropic(cut), "messages.1: the final assistant message ends with `tool_use` (toolu_A-1, toolu_A-2)");

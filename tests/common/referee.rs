@@ -13,6 +13,18 @@
 //! 'tool_call_id'", "messages with role 'tool' must be a response to a preceding message with
 //! 'tool_calls'"). Where the API is lenient today but the runtime must not rely on it (Anthropic
 //! merges consecutive same-role turns), the referee is strict.
+//!
+//! Both: a JSON object with a non-empty `model`; tool definitions named `^[a-zA-Z0-9_-]{1,64}$`,
+//! unique, with an object schema. Anthropic: `max_tokens` ≥ 1; `messages` non-empty, first from
+//! the user, roles alternating, last from the user (no prefill); no empty content, no blank text
+//! block (system too), no `cache_control` on one, at most 4 breakpoints; `tool_use` only from the
+//! assistant, with a non-empty name, an id matching `^[a-zA-Z0-9_-]+$` and unique in the request,
+//! an object `input`, and its `tool_result` in the next message, where `tool_result`s come first
+//! and answer only the previous message's calls, once each (an error one not empty); signed
+//! `thinking`; no tool blocks without `tools`. OpenAI: `messages` non-empty; every `tool_calls` id
+//! answered by a `tool` message before the next other message, no `tool` message without its
+//! call; called names matching `^[a-zA-Z0-9_-]+$`; `arguments` a string holding a JSON object;
+//! no null or empty-array content except an assistant's with `tool_calls`.
 
 use std::collections::HashSet;
 
@@ -115,7 +127,7 @@ fn blank(text: &Value) -> bool {
     text.as_str().is_none_or(|t| t.trim().is_empty())
 }
 
-/// Anthropic Messages rules, in the order the API reports them.
+/// Anthropic Messages rules; the first one broken is reported.
 fn anthropic(b: &Value) -> Result<(), String> {
     // `max_tokens`: required, an integer ≥ 1.
     if !positive(&b["max_tokens"]) {
@@ -218,6 +230,12 @@ fn anthropic(b: &Value) -> Result<(), String> {
             results_done |= kind != "tool_result";
         }
         pairing(msgs, i)?;
+    }
+    // Prefill: current models refuse it ("This model does not support assistant message
+    // prefill. The conversation must end with a user message."), older ones refuse trailing
+    // whitespace in it; cicy never means to prefill, so a final assistant message is a bug.
+    if msgs.last().is_some_and(|m| m["role"] == "assistant") {
+        return fail(format!("messages.{}", msgs.len() - 1), "the conversation must end with a user message (no assistant prefill)");
     }
     if breakpoints > 4 {
         return fail("request", format!("A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."));
