@@ -46,6 +46,8 @@ pub enum AgentError {
     NoGateway(PathBuf),
     #[error("agent {0}: no model configured: pass --model at create, set `model` in the role's meta.yaml, set CICY_MODEL, or gateway.model in config.yaml")]
     NoModel(String),
+    #[error("the message is empty (only whitespace): nothing to send")]
+    BlankMessage,
 }
 
 /// Options of `cicy-agent create`.

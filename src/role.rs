@@ -181,8 +181,9 @@ pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<Role
 
 /// Parses meta.yaml text; `source` names the file in errors. Empty text is an empty meta.
 ///
-/// Errors: [`RoleError::BadMeta`] for YAML that does not parse, an unknown field, or
-/// `max_tool_rounds: 0` (a turn needs at least its one answering round).
+/// Errors: [`RoleError::BadMeta`] for YAML that does not parse, an unknown field,
+/// `max_tool_rounds: 0` (a turn needs at least its one answering round), or `max_tokens: 0`
+/// (both APIs refuse it with 400 on every request).
 pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
     if text.trim().is_empty() {
         return Ok(RoleMeta::default());
@@ -194,6 +195,12 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
             file: source.to_string(),
             message: "max_tool_rounds: 0 is not allowed: a turn needs at least 1 round (1: one answer without tools)"
                 .to_string(),
+        });
+    }
+    if meta.max_tokens == Some(0) {
+        return Err(RoleError::BadMeta {
+            file: source.to_string(),
+            message: "max_tokens: 0 is not allowed: the gateway refuses a request that allows no output (at least 1)".to_string(),
         });
     }
     Ok(meta)
@@ -208,6 +215,12 @@ pub struct CustomTool {
     pub command: String,
     #[serde(default = "empty_object_schema", alias = "parameters")]
     pub input_schema: serde_json::Value,
+}
+
+/// A tool name both APIs accept: `^[a-zA-Z0-9_-]{1,64}$` (Anthropic Messages `tools[].name`,
+/// OpenAI `tools[].function.name`); any other is refused with HTTP 400 on every request.
+fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn empty_object_schema() -> serde_json::Value {
@@ -248,12 +261,19 @@ impl ToolConfig {
     fn merge(&mut self, text: &str, source: &str) -> Result<(), RoleError> {
         let file: LiteConfigFile = serde_json::from_str(text)
             .map_err(|e| RoleError::BadLiteConfig { file: source.to_string(), message: e.to_string() })?;
-        for name in file.custom_tools.keys() {
+        for (name, def) in &file.custom_tools {
+            let bad = |message: String| Err(RoleError::BadLiteConfig { file: source.to_string(), message });
             if BUILTIN_TOOLS.contains(&name.as_str()) {
-                return Err(RoleError::BadLiteConfig {
-                    file: source.to_string(),
-                    message: format!("customTools: `{name}` is a built-in tool name"),
-                });
+                return bad(format!("customTools: `{name}` is a built-in tool name"));
+            }
+            if !valid_tool_name(name) {
+                return bad(format!("customTools: `{name}` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"));
+            }
+            if def.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
+                return bad(format!(
+                    "customTools: `{name}`: input_schema must be a JSON Schema object (`\"type\": \"object\"`), got {}",
+                    def.input_schema
+                ));
             }
         }
         self.groups.extend(file.tool_groups);
@@ -339,6 +359,15 @@ mod tests {
         assert!(c.tools.is_empty());
         assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, vec!["shell", "skill"]);
         assert_eq!(list_templates(&h), vec!["assistant", "concierge", "coordinator"]);
+    }
+
+    #[test]
+    fn max_tokens_zero_is_refused_naming_the_file_and_field() {
+        assert_eq!(parse_meta("max_tokens: 1\n", "m.yaml").unwrap().max_tokens, Some(1));
+        assert_eq!(
+            parse_meta("max_tokens: 0\n", "roles/x/meta.yaml").unwrap_err().to_string(),
+            "roles/x/meta.yaml: max_tokens: 0 is not allowed: the gateway refuses a request that allows no output (at least 1)"
+        );
     }
 
     #[test]

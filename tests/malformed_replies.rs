@@ -303,3 +303,56 @@ async fn calls_without_ids_in_two_rounds_get_ids_unique_in_the_conversation() {
     assert_eq!(msgs[3], json!({"role": "tool", "tool_call_id": "call_0_0", "content": "a\nexit code: 0"}));
     assert_eq!(msgs[5], json!({"role": "tool", "tool_call_id": "call_0_0_2", "content": "b\nexit code: 0"}));
 }
+
+/// The first 8 hex digits of sha256(`s`): the suffix of a rewritten tool id.
+fn id_hash(s: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(s.as_bytes()).iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Found by the referee: an id like `functions.shell:0` (a gateway in front of another model)
+/// and a nameless call were sent back as received, and the real API refuses both with 400.
+#[tokio::test]
+async fn tool_ids_and_names_the_api_refuses_are_sent_in_a_form_it_accepts() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(
+        [
+            anthropic_prelude(),
+            tool_block(0, "functions.shell:0", r#"{"command":"echo hi"}"#),
+            vec![
+                ev("content_block_start", json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_2", "name": "", "input": {}}})),
+                ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
+            ],
+            end("tool_use"),
+        ]
+        .concat(),
+    ));
+    gw.push(Reply::sse(anthropic_text("Done.")));
+    let (t, id, outcome, _) = one_turn(&gw, None, "go").await;
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let msgs = body(&gw.requests()[1])["messages"].clone();
+    let wire_id = format!("functions_shell_0_{}", id_hash("functions.shell:0"));
+    assert_eq!(msgs[1]["content"][0], json!({"type": "tool_use", "id": wire_id, "name": "shell", "input": {"command": "echo hi"}}));
+    assert_eq!(msgs[1]["content"][1], json!({"type": "tool_use", "id": "toolu_2", "name": "tool", "input": {}}));
+    assert_eq!(msgs[2]["content"][0]["tool_use_id"], json!(wire_id));
+    assert_eq!(msgs[2]["content"][0]["content"], json!("hi\nexit code: 0"));
+    assert_eq!(msgs[2]["content"][1]["tool_use_id"], json!("toolu_2"));
+    // The history keeps what the gateway sent.
+    let ids: Vec<String> = history(&id, &t)[1].tool_uses().map(|(id, name, _)| format!("{id}/{name}")).collect();
+    assert_eq!(ids, vec!["functions.shell:0/shell".to_string(), "toolu_2/".to_string()]);
+}
+
+/// Found by the referee: OpenAI holds `tool_calls[].function.name` in the history to
+/// `^[a-zA-Z0-9_-]+$`, so a tool name the model made up was refused on the next request.
+#[tokio::test]
+async fn an_openai_call_to_a_made_up_tool_name_is_sent_back_with_a_name_the_api_accepts() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(openai_tool_call("call_1", "repo_browser.open_file", r#"{"path":"a"}"#)));
+    gw.push(Reply::sse(openai_text("Done.")));
+    let (_t, _id, outcome, _) = one_turn(&gw, Some(ApiStyle::Openai), "open a").await;
+    assert_eq!(outcome, TurnOutcome::Completed);
+    let msgs = body(&gw.requests()[1])["messages"].clone();
+    assert_eq!(msgs[2]["tool_calls"][0]["function"], json!({"name": "repo_browser_open_file", "arguments": "{\"path\":\"a\"}"}));
+    assert_eq!(msgs[3]["tool_call_id"], json!("call_1"));
+    assert_eq!(msgs[3]["role"], json!("tool"));
+}

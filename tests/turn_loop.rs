@@ -493,3 +493,47 @@ async fn a_crash_after_the_first_of_two_tool_calls_keeps_its_real_result() {
         json!({"type": "tool_result", "tool_use_id": "t2", "content": invariants::SYNTHETIC_RESULT, "is_error": true})
     );
 }
+
+/// A custom tool whose name or schema a real API refuses (`^[a-zA-Z0-9_-]{1,64}$`, an object
+/// schema) is a configuration error naming the file and the tool, before any request is sent.
+#[tokio::test]
+async fn a_custom_tool_the_api_would_refuse_is_a_config_error_before_any_request() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("ok")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let lite = t.home.lite_config_path();
+    for (name, schema, expected) in [
+        ("deploy.prod", r#"{"type":"object"}"#, "customTools: `deploy.prod` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"),
+        ("deploy", "{}", "customTools: `deploy`: input_schema must be a JSON Schema object (`\"type\": \"object\"`), got {}"),
+    ] {
+        let config = format!(r#"{{"toolGroups":{{"core":["shell","skill","{name}"]}},"customTools":{{"{name}":{{"description":"d","command":"true","input_schema":{schema}}}}}}}"#);
+        std::fs::write(&lite, config).unwrap();
+        let err = match cicy::agent::Session::open(&t.home, &id) {
+            Ok(mut s) => {
+                let (em, _ev) = collector(&id);
+                let outcome = turn::run_turn(&mut s, "hi", &em, &CancellationToken::new()).await;
+                panic!("the session opened and the turn ran ({outcome:?}); referee: {:?}", gw.violations());
+            }
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(err, format!("{}: {expected}", lite.display()));
+    }
+    assert!(gw.requests().is_empty());
+}
+
+/// Found by the referee: a blank message left the Anthropic request with `"messages":[]` (a 400
+/// on the real API, the turn ended blocked). The CLI skips blank lines; the library refuses them.
+#[tokio::test]
+async fn a_blank_message_is_refused_before_anything_is_written_or_sent() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let err = turn::run_turn(&mut s, " \n\t", &em, &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(err.to_string(), "the message is empty (only whitespace): nothing to send");
+    assert!(gw.requests().is_empty());
+    assert!(kinds(&ev).is_empty());
+    assert!(s.current.messages.is_empty());
+}

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 use super::sse::SseEvent;
 use super::response::{Draft, Part, StopReason, StreamAccumulator};
-use super::{json_u64, merge_usage, truncate, wire_messages, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
+use super::{json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// The cache breakpoint object put as the last key of a cached element.
@@ -100,7 +100,7 @@ pub(crate) fn role_str(role: Role) -> &'static str {
 
 /// One canonical block in Anthropic form, keys in the documented order
 /// (`tool_result` content is a plain string; `is_error` only when true; `signature` only when
-/// non-empty).
+/// non-empty; ids and tool names through `wire_tool_id` / `wire_tool_name`).
 fn block_json(block: &ContentBlock) -> Map<String, Value> {
     let mut obj = Map::new();
     match block {
@@ -110,13 +110,13 @@ fn block_json(block: &ContentBlock) -> Map<String, Value> {
         }
         ContentBlock::ToolUse { id, name, input } => {
             obj.insert("type".into(), "tool_use".into());
-            obj.insert("id".into(), Value::String(id.clone()));
-            obj.insert("name".into(), Value::String(name.clone()));
+            obj.insert("id".into(), Value::String(wire_tool_id(id)));
+            obj.insert("name".into(), Value::String(wire_tool_name(name)));
             obj.insert("input".into(), input.clone());
         }
         ContentBlock::ToolResult { tool_use_id, content, is_error } => {
             obj.insert("type".into(), "tool_result".into());
-            obj.insert("tool_use_id".into(), Value::String(tool_use_id.clone()));
+            obj.insert("tool_use_id".into(), Value::String(wire_tool_id(tool_use_id)));
             obj.insert("content".into(), Value::String(content.clone()));
             if *is_error {
                 obj.insert("is_error".into(), Value::Bool(true));

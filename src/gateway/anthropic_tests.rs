@@ -464,3 +464,17 @@ fn encode_drops_unsigned_thinking_and_thinking_only_messages() {
         )
     );
 }
+
+#[test]
+fn tool_ids_and_names_outside_the_api_pattern_are_rewritten_for_the_wire_only() {
+    use crate::gateway::{wire_tool_id, wire_tool_name};
+    assert_eq!(wire_tool_id("toolu_01A-b"), "toolu_01A-b");
+    let hash = &sha256_hex(b"functions.shell:0")[..8];
+    assert_eq!(wire_tool_id("functions.shell:0"), format!("functions_shell_0_{hash}"));
+    assert_ne!(wire_tool_id("a.b"), wire_tool_id("a:b"), "ids differing only in refused characters stay distinct");
+    assert_eq!(wire_tool_name("shell"), "shell");
+    assert_eq!(wire_tool_name("repo_browser.open_file"), "repo_browser_open_file");
+    assert_eq!(wire_tool_name(""), "tool");
+    assert_eq!(wire_tool_name(&"é".repeat(70)), "_".repeat(64));
+    assert_eq!(wire_tool_name(&"a".repeat(65)), "a".repeat(64));
+}

@@ -157,6 +157,47 @@ pub enum GatewayError {
     Cancelled,
 }
 
+/// Whether `s` is 1 to `max` characters of `[a-zA-Z0-9_-]`.
+fn wire_safe(s: &str, max: usize) -> bool {
+    (1..=max).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `s` with every character outside `[a-zA-Z0-9_-]` replaced by `_`.
+fn replace_unsafe(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+/// A `tool_use` id (or the `tool_use_id` answering it) as either style sends it: unchanged when
+/// it matches `^[a-zA-Z0-9_-]+$` (the Anthropic Messages pattern for `tool_use.id`, refused with
+/// 400 otherwise); else each other character becomes `_` and `_` plus the first 8 hex digits of
+/// the id's sha256 is appended, so ids differing only in those characters stay distinct. A
+/// gateway in front of another model can hand out ids like `functions.shell:0`. Wire-only (the
+/// history keeps the gateway's id) and deterministic (the cached prefix is stable).
+pub(crate) fn wire_tool_id(id: &str) -> String {
+    if wire_safe(id, usize::MAX) {
+        return id.to_string();
+    }
+    format!("{}_{}", replace_unsafe(id), &anthropic::sha256_hex(id.as_bytes())[..8])
+}
+
+/// A called tool's name as either style sends it: unchanged when it matches
+/// `^[a-zA-Z0-9_-]{1,64}$` (the pattern both APIs hold tool names to; OpenAI checks it on the
+/// history's `tool_calls[].function.name` too, so a name a model made up, e.g.
+/// `repo_browser.open_file`, would be refused on every later request); else each other character
+/// becomes `_`, cut to 64 characters, and `tool` when nothing is left. Such a call never ran (no
+/// tool has that name), so only its error result depends on it. Wire-only and deterministic.
+pub(crate) fn wire_tool_name(name: &str) -> String {
+    if wire_safe(name, 64) {
+        return name.to_string();
+    }
+    let safe: String = replace_unsafe(name).chars().take(64).collect();
+    if safe.is_empty() {
+        "tool".to_string()
+    } else {
+        safe
+    }
+}
+
 /// The messages of `prompt` as either style sends them: `thinking` blocks without a signature
 /// are left out (the Anthropic API refuses a thinking block without its `signature`; they stay
 /// in the history for display), then a message left with only thinking blocks or none at all

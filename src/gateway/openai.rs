@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 
 use super::sse::SseEvent;
 use super::response::{Draft, Part, StopReason, StreamAccumulator};
-use super::{anthropic, json_u64, merge_usage, truncate, wire_messages, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
+use super::{anthropic, json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// Encodes `prompt` as an OpenAI chat-completions streaming body.
@@ -28,6 +28,7 @@ use crate::conversation::message::{ContentBlock, Role, Usage};
 /// - an assistant message → `{"role":"assistant","content":<texts joined with \n\n, or null when
 ///   there is none and there are tool calls>,"tool_calls"?:[{"id","type":"function","function":
 ///   {"name","arguments":"<input as compact JSON>"}}]}`;
+/// - ids and tool names go through `wire_tool_id` / `wire_tool_name`;
 /// - thinking blocks and cache flags are dropped (the style has neither), and so is a
 ///   message left empty by that (`gateway::wire_messages`);
 /// - tools → `{"type":"function","function":{"name","description","parameters"}}`.
@@ -62,7 +63,7 @@ pub fn encode(prompt: &Prompt, model: &str, max_tokens: u32) -> EncodedRequest {
                 for block in blocks {
                     match block {
                         ContentBlock::ToolResult { tool_use_id, content, .. } => {
-                            messages.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                            messages.push(json!({"role": "tool", "tool_call_id": wire_tool_id(tool_use_id), "content": content}));
                         }
                         ContentBlock::Text { text } => parts.push(json!({"type": "text", "text": text})),
                         ContentBlock::ToolUse { .. } | ContentBlock::Thinking { .. } => {}
@@ -79,7 +80,7 @@ pub fn encode(prompt: &Prompt, model: &str, max_tokens: u32) -> EncodedRequest {
                     match block {
                         ContentBlock::Text { text } => texts.push(text.as_str()),
                         ContentBlock::ToolUse { id, name, input } => calls.push(json!({
-                            "id": id, "type": "function", "function": {"name": name, "arguments": input.to_string()}
+                            "id": wire_tool_id(id), "type": "function", "function": {"name": wire_tool_name(name), "arguments": input.to_string()}
                         })),
                         ContentBlock::ToolResult { .. } | ContentBlock::Thinking { .. } => {}
                     }

@@ -57,12 +57,17 @@ enum Start<'a> {
 
 /// Runs one user turn. Errors are returned only for what stops a turn from starting or its
 /// files from being written; gateway failures end the turn with an outcome instead.
+/// A blank `text` is [`AgentError::BlankMessage`] before anything is written or sent: it would
+/// leave no message to send, and both APIs refuse empty text.
 pub async fn run_turn(
     session: &mut Session,
     text: &str,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
+    if text.trim().is_empty() {
+        return Err(AgentError::BlankMessage);
+    }
     let materials = session.materials()?;
     pop_failed_turn(session);
     run_user_turn(session, Start::New(text), materials, events, cancel).await

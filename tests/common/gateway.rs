@@ -7,6 +7,14 @@
 //! ([`ScriptedGateway::fallback`]). When the script runs out it answers HTTP 500 saying so, so
 //! a test that sends too many requests fails loudly.
 //!
+//! Every request to `…/messages` or `…/chat/completions` (aux ones too) is first checked by the
+//! [`referee`](super::referee) against the rules the real API enforces. A request that breaks one
+//! gets the 400 the real API would send (the scripted queue is left untouched) and the violation
+//! is recorded; dropping the gateway then panics, naming each violation, unless the test is
+//! already failing. So no test passes while the runtime sends a request a real API refuses, even
+//! when the product tolerates the 400 (choice: a check at `Drop` covers every test without
+//! each one asking; [`ScriptedGateway::violations`] lets a test look earlier).
+//!
 //! Must not touch: the product's code paths — it talks to the client only over HTTP.
 
 use std::collections::VecDeque;
@@ -23,6 +31,8 @@ use axum::Router;
 use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
+
+use super::referee::{self, Api};
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -84,6 +94,8 @@ struct Script {
     aux: Option<Reply>,
     fallback: Option<Generator>,
     main_served: usize,
+    /// `<method> <path> (request n): <rule broken, where>` for each request the referee refused.
+    violations: Vec<String>,
     /// Woken whenever a request has been recorded.
     arrived: Arc<tokio::sync::Notify>,
 }
@@ -133,6 +145,11 @@ impl ScriptedGateway {
         self.script.lock().expect("script lock").requests.clone()
     }
 
+    /// What the referee refused so far, one line per request (see the module doc).
+    pub fn violations(&self) -> Vec<String> {
+        self.script.lock().expect("script lock").violations.clone()
+    }
+
     /// Waits until `n` requests have been received (woken by each arrival, no polling) and
     /// returns them; panics after 60 s so a test that never gets them fails instead of hanging.
     pub async fn wait_for_requests(&self, n: usize) -> Vec<RecordedRequest> {
@@ -156,6 +173,18 @@ impl ScriptedGateway {
 impl Drop for ScriptedGateway {
     fn drop(&mut self) {
         self.server.abort();
+        // A test already failing keeps its own message (the violations were printed as they came).
+        if std::thread::panicking() {
+            return;
+        }
+        let violations = self.violations();
+        if !violations.is_empty() {
+            panic!(
+                "the runtime sent {} request(s) a real API refuses with HTTP 400:\n{}",
+                violations.len(),
+                violations.join("\n")
+            );
+        }
     }
 }
 
@@ -175,6 +204,19 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
             body: body.to_vec(),
         });
         s.arrived.notify_waiters();
+        let path = parts.uri.path();
+        if let Some(api) = Api::for_path(path) {
+            if let Err(rule) = referee::check(api, &body) {
+                let line = format!("{} {path} (request {}): {rule}", parts.method, s.requests.len() - 1);
+                eprintln!("referee: {line}\n  body: {}", String::from_utf8_lossy(&body));
+                s.violations.push(line);
+                return Response::builder()
+                    .status(StatusCode::BAD_REQUEST)
+                    .header("content-type", "application/json")
+                    .body(Body::from(api.refusal_body(&rule)))
+                    .expect("response");
+            }
+        }
         let is_aux = parts.headers.contains_key("x-cicy-aux");
         match (&s.aux, is_aux) {
             (Some(aux), true) => Some(aux.clone()),

@@ -73,7 +73,8 @@ pub fn wire_messages(r: &RecordedRequest) -> Vec<Message> {
         .collect()
 }
 
-/// Every invariant of §6.4 on a main request: pairing, nothing empty, alternating roles, and a
+/// Every invariant of §6.4 on a main request (the rules a real API enforces are checked on every
+/// request by the gateway's referee, `referee.rs`): pairing, nothing empty, alternating roles, and a
 /// first message from the user that carries the `<role>` block.
 pub fn assert_valid_request(r: &RecordedRequest) {
     let msgs = wire_messages(r);

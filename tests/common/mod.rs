@@ -10,4 +10,5 @@ pub mod fixture;
 pub mod gateway;
 pub mod history;
 pub mod proxy;
+pub mod referee;
 pub mod wait;
