@@ -58,7 +58,7 @@ async fn a_mistyped_command_is_refused_and_never_clears_or_sends() {
     let o = cicy(h.path(), &url, &["chat", "w-1", "/clera"], None).await;
     assert_eq!((o.code, o.stdout.as_str(), o.stderr.clone()), (1, "", refusal("/clera")));
     let o = cicy(h.path(), &url, &["chat", "w-1"], Some("/compat\n/clera\n/clear now\nsecond\n/exit\n")).await;
-    assert_eq!((o.code, o.stdout.as_str()), (0, "two\n"), "{}", o.stderr);
+    assert_eq!((o.code, o.stdout.as_str()), (1, "two\n"), "the refused lines fail the session: {}", o.stderr);
     for word in ["/compat", "/clera", "/clear now"] {
         assert!(o.stderr.contains(&refusal(word)), "{word}: {}", o.stderr);
     }

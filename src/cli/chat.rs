@@ -7,17 +7,22 @@
 //! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
 //! (`/compat`) is refused, neither sent nor run (see `line`); Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
-//! turn like Ctrl-C and then leave (exit 143, 129). The lock is held for each line and
+//! turn like Ctrl-C and then leave (exit 143, 129). A session's exit code is the worst over
+//! its lines (see `exit::Worst`): 1 if any line was refused or any turn or command failed or was
+//! blocked, else 130 if Ctrl-C cancelled one, else 0. The lock is held for each line and
 //! released between lines, and the history is re-read before each line, so `cicy-agent
 //! compact|clear` from another terminal can run between two turns of a session; while a turn
 //! runs, they are refused with a message that says they were NOT executed.
 //!
 //! Memory (DESIGN.md §8): memory work never runs before a turn or holds the turn lock. A
 //! one-shot process flushes a due buffer after its turn has ended (the answer printed),
-//! having released the lock; a session's memory timer flushes the buffer between lines, also
-//! without the lock, so `cicy-agent compact|clear|chat` from another terminal is not refused
-//! meanwhile. A line typed during a timer flush waits for it (at most the recognizer timeout,
-//! config.yaml `memory.recognizer_timeout_secs`).
+//! having released the lock; a session flushes a due buffer after each line and at EOF, and
+//! its memory timer flushes it while waiting for a line, also without the lock, so
+//! `cicy-agent compact|clear|chat` from another terminal is not refused meanwhile. Piped lines
+//! are always ready, so the timer alone would never fire between them. A line typed during a
+//! flush waits for it (at most the recognizer timeout, config.yaml
+//! `memory.recognizer_timeout_secs`). No flush follows a line that a signal cancelled: the
+//! user asked to stop, not to start a network call.
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -40,6 +45,7 @@ use cicy::memory::FlushReason;
 use cicy::prompt::window_start;
 use cicy::turn;
 
+use super::exit::{exit_code, Worst, CANCELLED};
 use super::line::{self, ChatCommand, Line};
 use super::print;
 
@@ -49,14 +55,6 @@ pub(super) fn emitter(id: &str, json: bool) -> Emitter {
     } else {
         let printer = print::Human::default();
         Emitter::new(id, move |ev| printer.print(ev))
-    }
-}
-
-fn exit_code(o: TurnOutcome) -> ExitCode {
-    match o {
-        TurnOutcome::Completed => ExitCode::SUCCESS,
-        TurnOutcome::Cancelled => ExitCode::from(130),
-        TurnOutcome::Blocked | TurnOutcome::Failed => ExitCode::from(1),
     }
 }
 
@@ -130,9 +128,9 @@ fn unset(current: &Current) {
 }
 
 /// Refuses a mistyped command: nothing is sent or run.
-fn unknown_command(line: &str, events: &Emitter) -> ExitCode {
+fn unknown_command(line: &str, events: &Emitter) -> u8 {
     events.emit(EventKind::Error { kind: "command".to_string(), message: line::refusal(line) });
-    ExitCode::from(1)
+    1
 }
 
 /// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it.
@@ -209,7 +207,7 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
         watch_signals(current.clone())?;
         if let Some(line) = line {
             if let Line::Unknown(word) = &line {
-                return Ok(unknown_command(word, &events));
+                return Ok(ExitCode::from(unknown_command(word, &events)));
             }
             if line == Line::Command(ChatCommand::Exit) {
                 events.emit(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
@@ -221,8 +219,10 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             let overdue = overdue(&session);
             let code = run_line(&mut session, &line, &events, &current).await?;
             drop(lock);
-            flush_memory(&session, overdue, &events, &current).await;
-            return Ok(code);
+            if code != CANCELLED {
+                flush_memory(&session, overdue, &events, &current).await;
+            }
+            return Ok(ExitCode::from(code));
         }
         let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
             return Ok(ExitCode::from(1));
@@ -237,11 +237,19 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
         let mut stdin = BufReader::new(tokio::io::stdin());
         // Bytes up to `\n`, decoded lossily: one line that is not UTF-8 must not end the session.
         let mut buf = Vec::new();
-        let mut last = ExitCode::SUCCESS;
+        let mut worst = Worst::default();
         let memory = session.memory();
-        // Set when a timer flush left the buffer due (another process is flushing it): the
-        // timer waits one recognizer timeout instead of firing again at once.
+        // Set when a flush left the buffer due (another process is flushing it): the next
+        // flush waits one recognizer timeout instead of firing again at once.
         let mut not_before: Option<SystemTime> = None;
+        let session_flush = async |session: &Session, not_before: &mut Option<SystemTime>| {
+            if not_before.is_some_and(|n| n > SystemTime::now()) {
+                return;
+            }
+            flush_memory(session, None, &events, &current).await;
+            let now = SystemTime::now();
+            *not_before = matches!(memory.due(now), Ok(Some(_))).then(|| now + memory.settings().recognizer_timeout);
+        };
         loop {
             if interactive {
                 eprint!("> ");
@@ -254,13 +262,13 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
                 n = stdin.read_until(b'\n', &mut buf) => Some(n?),
             };
             if next.is_none() {
-                flush_memory(&session, None, &events, &current).await;
-                let now = SystemTime::now();
-                not_before = matches!(memory.due(now), Ok(Some(_))).then(|| now + memory.settings().recognizer_timeout);
+                session_flush(&session, &mut not_before).await;
                 continue;
             }
             if buf.is_empty() {
-                break; // EOF
+                // EOF: a buffer due now (e.g. a keyword in the last line) is not left behind.
+                session_flush(&session, &mut not_before).await;
+                break;
             }
             let text = String::from_utf8_lossy(&buf).into_owned();
             buf.clear();
@@ -271,30 +279,37 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             let line = match Line::parse(text) {
                 Line::Command(ChatCommand::Exit) => break,
                 Line::Unknown(word) => {
-                    last = unknown_command(&word, &events);
+                    worst.add(unknown_command(&word, &events));
                     continue;
                 }
                 line @ (Line::Command(ChatCommand::Compact | ChatCommand::Clear) | Line::Message(_)) => line,
             };
-            let _lock = match TurnLock::try_acquire(&session.record.workspace, id) {
+            let lock = match TurnLock::try_acquire(&session.record.workspace, id) {
                 Ok(lock) => lock,
                 Err(e @ LockError::Busy { .. }) => {
                     refused(line.what(), &e, &events);
-                    last = ExitCode::from(1);
+                    worst.add(1);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
             session.reload()?;
             notes(&session, &events);
-            last = run_line(&mut session, &line, &events, &current).await?;
+            let code = run_line(&mut session, &line, &events, &current).await?;
+            drop(lock);
+            worst.add(code);
+            // Piped lines are always ready, so the timer above never fires between them: a
+            // buffer due now (keyword, full batch, oldest turn) is flushed before the next read.
+            if code != CANCELLED {
+                session_flush(&session, &mut not_before).await;
+            }
         }
-        Ok(last)
+        Ok(ExitCode::from(worst.0))
     })
 }
 
 /// Runs one chat line: `/compact`, `/clear` or a user turn. Holds no lock itself.
-async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current: &Current) -> Result<ExitCode> {
+async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current: &Current) -> Result<u8> {
     match line {
         Line::Command(c) => run_command(session, *c, 0, events, current).await,
         Line::Unknown(word) => Ok(unknown_command(word, events)),
@@ -308,16 +323,16 @@ async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current:
 }
 
 /// Runs a conversation command on an open session.
-async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events: &Emitter, current: &Current) -> Result<ExitCode> {
+async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
     match c {
         ChatCommand::Compact => compact_now(session, keep, events, current).await,
         ChatCommand::Clear => clear_now(session, events),
         // Leaving is the caller's business (the session loop); nothing to do on a session.
-        ChatCommand::Exit => Ok(ExitCode::SUCCESS),
+        ChatCommand::Exit => Ok(0),
     }
 }
 
-async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, current: &Current) -> Result<ExitCode> {
+async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
     let token = arm(current);
     let result = compact::compact_session(session, keep, events, &token).await;
     unset(current);
@@ -342,21 +357,21 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
                     done.usage.cache_read_input_tokens
                 ),
             });
-            Ok(ExitCode::SUCCESS)
+            Ok(0)
         }
         Err(CompactError::Gateway(GatewayError::Cancelled)) => {
             failed("/compact was cancelled; nothing was changed".to_string());
-            Ok(ExitCode::from(130))
+            Ok(CANCELLED)
         }
         Err(CompactError::History(e)) => Err(e.into()),
         Err(CompactError::Agent(e)) => Err((*e).into()),
         Err(CompactError::Nothing) => {
             failed(format!("/compact: {}; nothing was changed", nothing_to_compact(&session.current.messages, keep)));
-            Ok(ExitCode::from(1))
+            Ok(1)
         }
         Err(e @ (CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
             failed(format!("/compact failed: {e}; nothing was changed"));
-            Ok(ExitCode::from(1))
+            Ok(1)
         }
     }
 }
@@ -375,12 +390,12 @@ fn nothing_to_compact(messages: &[Message], keep: usize) -> String {
     }
 }
 
-fn clear_now(session: &mut Session, events: &Emitter) -> Result<ExitCode> {
+fn clear_now(session: &mut Session, events: &Emitter) -> Result<u8> {
     let old = session.clear()?;
     events.emit(EventKind::System {
         text: format!("/clear: new conversation {}; the previous one ({old}) is kept on disk", session.current.conversation_id),
     });
-    Ok(ExitCode::SUCCESS)
+    Ok(0)
 }
 
 pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
@@ -398,9 +413,11 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         unset(&current);
         let outcome = outcome?;
         drop(lock);
-        flush_memory(&session, overdue, &events, &current).await;
+        if outcome != Some(TurnOutcome::Cancelled) {
+            flush_memory(&session, overdue, &events, &current).await;
+        }
         match outcome {
-            Some(outcome) => Ok(exit_code(outcome)),
+            Some(outcome) => Ok(ExitCode::from(exit_code(outcome))),
             None => {
                 eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)");
                 Ok(ExitCode::from(1))
@@ -419,7 +436,7 @@ pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -
         let Some((mut session, _lock)) = open_locked(home, id, c.as_str(), &events)? else {
             return Ok(ExitCode::from(1));
         };
-        run_command(&mut session, c, keep, &events, &current).await
+        Ok(ExitCode::from(run_command(&mut session, c, keep, &events, &current).await?))
     })
 }
 
