@@ -5,7 +5,7 @@
 //! role template, AGENTS.md, MEMORY.md and skills (re-read every turn so edits take effect on
 //! the next round). The turn loop itself is `crate::turn`; the memory folder is `crate::memory`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::config::{Config, ConfigError};
 use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore};
@@ -38,8 +38,6 @@ pub enum AgentError {
     Lock(#[from] LockError),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path} is already the workspace of agent {other}; give this agent its own --workspace")]
-    WorkspaceTaken { path: PathBuf, other: String },
     #[error("bad title {0:?}: it must not be empty or contain control characters (tab, newline), which break `cicy-agent ls`")]
     BadTitle(String),
     #[error("no gateway configured: set CICY_GATEWAY_URL or gateway.url in {0}")]
@@ -73,8 +71,9 @@ pub struct Created {
 }
 
 /// Creates an agent: validates the title and template, allocates `w-<n>`, makes the workspace,
-/// writes AGENTS.md only if missing, inserts the registry row. A workspace that is already
-/// another agent's is refused: the two would share one conversation and identity.
+/// writes AGENTS.md only if missing, inserts the registry row. A `--workspace` that is already
+/// another agent's is refused ([`RegistryError::WorkspaceTaken`]); a default one never clashes
+/// (see [`Registry::create`]).
 pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
     if opts.title.trim().is_empty() || opts.title.chars().any(char::is_control) {
         return Err(AgentError::BadTitle(opts.title));
@@ -96,13 +95,6 @@ pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
         },
         |id| home.default_workspace(id),
     )?;
-    // Checked after the insert, which allocated the id a default workspace is named after, and
-    // before the workspace is made; the row is removed again on a clash.
-    let taken = reg.list()?.into_iter().find(|a| a.id != record.id && same_path(&a.workspace, &record.workspace));
-    if let Some(other) = taken {
-        reg.delete(&record.id)?;
-        return Err(AgentError::WorkspaceTaken { path: record.workspace, other: other.id });
-    }
     let wrote_agents_md = match make_workspace(&record, &template) {
         Ok(wrote) => wrote,
         Err(e) => {
@@ -132,14 +124,6 @@ fn make_workspace(record: &AgentRecord, template: &RoleTemplate) -> Result<bool,
     crate::fsutil::write_atomic(&agents_md, text.as_bytes())
         .map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
     Ok(true)
-}
-
-/// Whether two workspace paths name the same folder; through symlinks and `..` when both exist.
-fn same_path(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
-    }
 }
 
 fn absolute(p: &std::path::Path) -> PathBuf {

@@ -71,6 +71,10 @@ pub enum RegistryError {
     NotFound(String),
     #[error("master `{0}` does not exist")]
     NoMaster(String),
+    /// A `--workspace` given at create that is already another agent's: the two would share
+    /// one conversation and identity.
+    #[error("{path} is already the workspace of agent {other}; give this agent its own --workspace")]
+    WorkspaceTaken { path: PathBuf, other: String },
     #[error("agent {id}: the config column is not valid JSON: {message}")]
     BadConfig { id: String, message: String },
 }
@@ -90,6 +94,10 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE agent_config (
         created_at    TEXT NOT NULL,
         updated_at    TEXT NOT NULL
     );"];
+
+/// How long a connection waits for another process's write transaction before SQLite reports
+/// `database is locked` (ours: creates in parallel each hold the lock for milliseconds).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// An open registry.
 pub struct Registry {
@@ -124,10 +132,12 @@ impl Registry {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let version = |conn: &Connection| conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
         let conn = Connection::open_with_flags(path, flags).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
         let (conn, found) = match version(&conn) {
             Ok(v) => (conn, v),
             Err(e) if cannot_write(&e) => {
                 let conn = Connection::open_with_flags(immutable_uri(path), flags).map_err(sql)?;
+                conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
                 let v = version(&conn).map_err(sql)?;
                 (conn, v)
             }
@@ -146,8 +156,8 @@ impl Registry {
     fn open_writable(path: &Path) -> Result<Self, RegistryError> {
         let sql = |source| RegistryError::Sql { path: path.to_path_buf(), source };
         let conn = Connection::open(path).map_err(sql)?;
-        conn.busy_timeout(Duration::from_secs(10)).map_err(sql)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
+        set_wal(&conn).map_err(sql)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
         let mut reg = Self { conn, path: path.to_path_buf() };
         reg.migrate()?;
@@ -178,12 +188,21 @@ impl Registry {
         tx.commit().map_err(|source| RegistryError::Sql { path: self.path.clone(), source })
     }
 
-    /// Inserts a new agent with the next free `w-<n>` and returns its row.
-    /// `workspace_for(id)` gives the default workspace when `new.workspace` is `None`.
+    /// Inserts a new agent with the next free `w-<n>` and returns its row, in one write
+    /// transaction (`BEGIN IMMEDIATE`), so parallel creates get distinct ids and the workspace
+    /// check sees every row committed before.
+    ///
+    /// `workspace_for(id)` gives the default workspace when `new.workspace` is `None`; an id
+    /// whose default workspace is already another agent's (given to it as `--workspace`) is
+    /// skipped, so a default create never fails on it.
+    ///
+    /// Errors: [`RegistryError::NoMaster`], [`RegistryError::WorkspaceTaken`] (a given
+    /// workspace that is another agent's, compared through symlinks when both exist),
+    /// [`RegistryError::Sql`].
     pub fn create(
         &mut self,
         new: NewAgent,
-        workspace_for: impl FnOnce(&str) -> PathBuf,
+        workspace_for: impl Fn(&str) -> PathBuf,
     ) -> Result<AgentRecord, RegistryError> {
         let path = self.path.clone();
         let sql = |source| RegistryError::Sql { path: path.clone(), source };
@@ -197,10 +216,29 @@ impl Registry {
                 return Err(RegistryError::NoMaster(m.clone()));
             }
         }
-        let n: i64 =
+        let taken: Vec<(String, PathBuf)> = {
+            let mut stmt = tx.prepare("SELECT id, workspace FROM agent_config").map_err(sql)?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, PathBuf::from(r.get::<_, String>(1)?)))).map_err(sql)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(sql)?
+        };
+        let owner = |w: &Path| taken.iter().find(|(_, t)| same_path(t, w)).map(|(id, _)| id.clone());
+        let mut n: i64 =
             tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
+        let workspace = match new.workspace {
+            Some(w) => match owner(&w) {
+                Some(other) => return Err(RegistryError::WorkspaceTaken { path: w, other }),
+                None => w,
+            },
+            // Each skipped id's default workspace belongs to a distinct row, so this ends.
+            None => loop {
+                let w = workspace_for(&format!("w-{n}"));
+                if owner(&w).is_none() {
+                    break w;
+                }
+                n += 1;
+            },
+        };
         let id = format!("w-{n}");
-        let workspace = new.workspace.unwrap_or_else(|| workspace_for(&id));
         let now = crate::fsutil::now_rfc3339();
         let config_json = serde_json::to_string(&new.config).unwrap_or_else(|_| "{}".to_string());
         tx.execute(
@@ -250,6 +288,33 @@ impl Registry {
             out.push(r.map_err(|e| self.sql_err(e))?.into_record()?);
         }
         Ok(out)
+    }
+}
+
+/// Puts the database in WAL mode (persistent in the file, so only the first open of a new file
+/// changes it). The switch needs the file to itself and SQLite reports `SQLITE_BUSY` for it at
+/// once, without calling the busy handler, while another process has the file open (parallel
+/// creates on a new `CICY_HOME`), so it is retried here until [`BUSY_TIMEOUT`].
+fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) && started.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether two workspace paths name the same folder; through symlinks and `..` when both exist.
+fn same_path(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 

@@ -145,3 +145,34 @@ async fn a_failed_compact_says_nothing_changed_and_retry_reruns_a_failed_turn() 
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
     assert_eq!(o.stdout.lines().skip(1).collect::<Vec<_>>(), ["[1] user: question", "[3] assistant: second time"]);
 }
+
+#[tokio::test]
+async fn compact_keeping_every_message_of_the_window_is_refused_without_a_summary_call() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("one")));
+    gw.push(Reply::sse(anthropic_text("two")));
+    let h = home();
+    let url = gw.url();
+    cicy(h.path(), &url, &["create", "Ada"], None).await;
+    for q in ["first", "second"] {
+        let o = cicy(h.path(), &url, &["chat", "w-1", q], None).await;
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let history = h.path().join("workers/w-1/.cicy/history");
+    let before = std::fs::read(history.join("current.json")).unwrap();
+    for keep in ["10", "4"] {
+        let o = cicy(h.path(), &url, &["compact", "w-1", "--keep", keep], None).await;
+        assert_eq!((o.code, o.stdout.as_str()), (1, ""));
+        assert_eq!(
+            o.stderr,
+            format!("error (compact): /compact: nothing to compact: --keep {keep} keeps all 4 message(s) of the window (the cut moves to a turn boundary); nothing was changed\n")
+        );
+    }
+    assert_eq!(gw.requests().len(), 2, "only the two chat turns reached the gateway");
+    assert_eq!(std::fs::read(history.join("current.json")).unwrap(), before);
+    let conversation = std::fs::canonicalize(history.join("current.json")).unwrap().parent().unwrap().to_path_buf();
+    let mut files: Vec<String> =
+        std::fs::read_dir(&conversation).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    files.sort();
+    assert_eq!(files, ["current.json", "reply.json"], "no snapshot is archived");
+}

@@ -126,7 +126,8 @@ pub struct Compacted {
 }
 
 /// `/compact`, `cicy-agent compact`: summarizes the window except its last `keep` messages
-/// (0: all of it; the cut moves so no tool pair is split) and inserts the summary. The caller
+/// (0: all of it; the cut moves so no tool pair is split) and inserts the summary. A `keep` of
+/// at least the window's messages (its summary not counted) is [`CompactError::Nothing`]. The caller
 /// makes sure no turn is running (the turn lock).
 ///
 /// Errors: see [`CompactError`]; after any error nothing has changed.
@@ -140,6 +141,12 @@ pub async fn compact_session(
     let settings = settings(session, &m);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);
+    // `choose` always summarizes the window's first message (automatic compaction needs that
+    // room when the window is over the token trigger); asked to keep at least every message the
+    // window holds besides its summary, there is nothing to compact.
+    if keep >= msgs[ws..].iter().filter(|m| !m.is_summary()).count() {
+        return Err(CompactError::Nothing);
+    }
     let cut = cut::choose(msgs, ws, keep, u64::MAX).ok_or(CompactError::Nothing)?;
     let done = summarize_and_apply(session, &m.model, &settings, cut, None, events, cancel).await?;
     events.emit(EventKind::Compacted { before: done.before, after: done.after });
