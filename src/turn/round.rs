@@ -91,7 +91,10 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
         t.session.store.save_current(&mut t.session.current)?;
         let (err, partial) = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
             Ok(resp) => return Ok(Sent::Answer(resp)),
-            Err(RoundFailure { error: GatewayError::Cancelled, .. }) => return Ok(Sent::Ended(Outcome::Cancelled)),
+            Err(RoundFailure { error: error @ GatewayError::Cancelled, partial, .. }) => {
+                keep_partial(t, partial, &error)?;
+                return Ok(Sent::Ended(Outcome::Cancelled));
+            }
             Err(RoundFailure { error, partial, .. }) => (error, partial),
         };
         let Some(over) = overflow::detect(&err).filter(|_| !resent) else {
@@ -151,13 +154,18 @@ fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
     }
 }
 
-/// What the reader saw of a round that failed for good stays in the history, marked; the
-/// outcome marker ends this message (see `super::end_with_marker`) and the prompt leaves it out.
+/// What the reader saw of a round that failed for good or was cancelled stays in the history,
+/// marked `[cut off: <error>]` (`[cut off: cancelled by user]`); the outcome marker ends this
+/// message (see `super::end_with_marker`) and the prompt leaves it out.
 fn keep_partial(t: &mut Turn<'_>, partial: String, e: &GatewayError) -> Result<(), AgentError> {
     if partial.trim().is_empty() {
         return Ok(());
     }
-    let cut = ContentBlock::text(format!("[cut off: {e}]"));
+    let why = match e {
+        GatewayError::Cancelled => "cancelled by user".to_string(),
+        e => e.to_string(),
+    };
+    let cut = ContentBlock::text(format!("[cut off: {why}]"));
     append(t, Message::assistant(vec![ContentBlock::text(partial), cut]))
 }
 
