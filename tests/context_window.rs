@@ -339,7 +339,10 @@ async fn a_message_the_gateway_counts_far_over_the_estimate_is_refused_at_once_a
     assert_eq!(gw.requests().len(), 1, "the refused request only: no summary, no re-send");
     let errors = error_events(&ev);
     assert_eq!(errors.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["too_large"]);
-    assert!(errors[0].1.contains("the gateway counted 23085 tokens for the refused request"), "{}", errors[0].1);
+    assert_eq!(
+        errors[0].1,
+        "the message is too large to send: 21006 bytes, ~21601 tokens as the gateway counts (the gateway counted 23085 tokens for the refused request, estimated at ~5617); the context window of model test-model is 8192 tokens, and with the system prompt, AGENTS.md and 512 tokens for the answer at most ~7366 tokens of message fit. Nothing more is sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file"
+    );
     assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })), "nothing was compacted");
     let hist = messages(&id, &t);
     assert_eq!(hist.len(), 6, "the 4 earlier messages stay, nothing set aside");
@@ -385,7 +388,7 @@ async fn an_overflow_after_the_forced_compaction_undoes_it_and_the_next_question
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].0, "http_status");
     assert!(
-        errors[0].1.ends_with("the request was still over the context window after compacting, so the compaction was undone and the message will not be sent again. Send a shorter message, or use /compact or /clear"),
+        errors[0].1.ends_with("; the request was still over the context window after compacting, so the compaction was undone; the next question will not carry this message. Send a shorter message, or use /compact or /clear"),
         "{}",
         errors[0].1
     );

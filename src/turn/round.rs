@@ -36,7 +36,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
     let specs = t.m.tools.specs();
     let mut auto_compact = AutoState::default();
     fit::warn_large(t, &specs);
-    if let Some(refused) = fit::refuse_too_large(t, &specs) {
+    if let Some(refused) = fit::refuse_too_large(t, &specs, fit::Check::BeforeSending) {
         return Ok(Some(refused));
     }
     for round in 0..max_rounds {
@@ -82,10 +82,14 @@ enum Sent {
 }
 
 /// Assembles and sends the round. When the gateway refuses it as over the context window, the
-/// window it states is learned, the history compacted, and the round sent once more.
+/// window it states is learned; a message that cannot fit at the gateway's own count is refused
+/// as too large at once; otherwise the history is compacted and the round sent once more. When
+/// that re-send is refused as over the window too, the compaction is undone
+/// ([`undo_compaction`]) and the turn is blocked with an error that says what to do.
 async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, auto: &mut AutoState) -> Result<Sent, AgentError> {
     let opts = call_options(t.session, t.m);
-    let mut resent = false;
+    // The history before the forced compaction, once the round was refused as over the window.
+    let mut before_compaction: Option<Vec<Message>> = None;
     loop {
         let prompt = assemble(t, specs, final_round);
         t.session.store.save_current(&mut t.session.current)?;
@@ -97,26 +101,47 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
             }
             Err(RoundFailure { error, partial, .. }) => (error, partial),
         };
-        let Some(over) = overflow::detect(&err).filter(|_| !resent) else {
-            let outcome = report_failure(t.events, &err);
+        let over = overflow::detect(&err);
+        let Some(over) = over.filter(|_| before_compaction.is_none()) else {
+            let hint = match (over, before_compaction) {
+                (Some(_), Some(before)) => Some(undo_compaction(t, before)),
+                _ => None,
+            };
+            let outcome = report_failure(t.events, &err, hint.as_deref());
             keep_partial(t, partial, &err)?;
             return Ok(Sent::Ended(outcome));
         };
-        resent = true;
         fit::learn_window(t, &over, &err);
-        // A message that cannot fit even alone is refused before any summary request is spent.
-        if let Some(refused) = fit::refuse_too_large(t, specs) {
+        // Judged at the gateway's own count: a message that cannot fit even alone is refused
+        // before any summary request is spent or anything is set aside.
+        let counted = fit::Counted::of(&over, &prompt);
+        if let Some(refused) = fit::refuse_too_large(t, specs, fit::Check::AfterRefusal(counted)) {
             return Ok(Sent::Ended(refused));
         }
+        before_compaction = Some(t.session.current.messages.clone());
         auto.force_next();
         compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
         if t.cancel.is_cancelled() {
             return Ok(Sent::Ended(Outcome::Cancelled));
         }
-        if let Some(refused) = fit::refuse_too_large(t, specs) {
-            return Ok(Sent::Ended(refused));
-        }
     }
+}
+
+/// After the re-send that followed a forced compaction was refused as over the window too:
+/// puts the history back as it was before that compaction (a compaction deletes no message, so
+/// nothing is lost), so the summary does not hold this turn's message — the next question
+/// replaces the blocked turn (`super::pop_failed_turn`) and never inherits the refused text, and
+/// the earlier messages are not set aside for nothing. Returns what the `error` event adds.
+fn undo_compaction(t: &mut Turn<'_>, before: Vec<Message>) -> String {
+    let still = "the request was still over the context window";
+    if t.session.current.messages == before {
+        return format!("{still}; the next question will not carry this message. Send a shorter message, or use /compact or /clear");
+    }
+    t.session.current.messages = before;
+    t.events.emit(EventKind::System { text: "the compaction made for this turn was undone: the history is as it was before it".to_string() });
+    format!(
+        "{still} after compacting, so the compaction was undone; the next question will not carry this message. Send a shorter message, or use /compact or /clear"
+    )
 }
 
 fn call_options(session: &Session, m: &TurnMaterials) -> CallOptions {
@@ -141,10 +166,14 @@ fn assemble(t: &Turn<'_>, specs: &[ToolSpec], final_round: bool) -> Prompt {
     })
 }
 
-/// Reports a failed send as an `error` event; a 4xx the gateway will refuse again blocks the
-/// turn, anything else fails it.
-fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
-    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message: e.to_string() });
+/// Reports a failed send as an `error` event (`hint` appended after `; `); a 4xx the gateway
+/// will refuse again blocks the turn, anything else fails it.
+fn report_failure(events: &Emitter, e: &GatewayError, hint: Option<&str>) -> Outcome {
+    let message = match hint {
+        Some(hint) => format!("{e}; {hint}"),
+        None => e.to_string(),
+    };
+    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message });
     match e {
         // A rate limit or a timeout that outlasted the budget is a failure, not a refusal.
         GatewayError::Status { status: 408 | 409 | 429, .. } => Outcome::Failed,
