@@ -39,7 +39,8 @@ impl GatewayClient {
     /// after a re-run's `Retry`, the deltas already reported are void. Errors
     /// ([`RoundFailure`]): the last attempt's error with the text it had streamed;
     /// [`GatewayError::Cancelled`] as soon as `cancel` fires (the stream or the wait is
-    /// dropped; the text streamed so far comes with it); [`GatewayError::Timeout`] when `opts.timeout` runs out.
+    /// dropped; the text streamed so far comes with it); [`GatewayError::Timeout`] when
+    /// `opts.timeout` runs out.
     pub async fn send_round(
         &self,
         prompt: &Prompt,

@@ -2,7 +2,9 @@
 //! runs, each step a function below it.
 //!
 //! Owns the round budget, the order of the steps, sending a round (with one re-send after the
-//! gateway refuses it as over the context window), recording usage and appending the answer.
+//! gateway refuses it as over the context window, and undoing that re-send's compaction when
+//! it is refused again), recording usage, appending the answer and keeping the text a failed
+//! or cancelled round had shown.
 //! Must not touch: how a tool call runs (`super::tools`), how a request is re-run
 //! (`super::send`), what fits the window (`super::fit`).
 
