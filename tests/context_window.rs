@@ -292,3 +292,117 @@ async fn tool_results_over_half_the_window_are_warned_about() {
     let sys = system_texts(&ev);
     assert_eq!(sys, ["the tool results of this round take ~2509 tokens, more than half of the model's context window (4500 tokens)"]);
 }
+
+/// llama.cpp's refusal of a request of `prompt_tokens` tokens (as its tokenizer counts them) over
+/// its 8192-token context.
+fn llama_overflow(prompt_tokens: u64) -> String {
+    format!(
+        r#"{{"error":{{"code":400,"message":"request ({prompt_tokens} tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":{prompt_tokens},"n_ctx":8192}}}}"#
+    )
+}
+
+/// `bytes` bytes of random-looking 8-digit hex words: ~4 bytes a token by cicy's estimate, about
+/// one by llama.cpp's tokenizer (the new user's message that the estimate put at a quarter).
+fn hex_words(bytes: usize) -> String {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut s = String::new();
+    while s.len() < bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{:08x} ", x & 0xffff_ffff));
+    }
+    s
+}
+
+fn error_events(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<(String, String)> {
+    kinds(ev).into_iter().filter_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None }).collect()
+}
+
+#[tokio::test]
+async fn a_message_the_gateway_counts_far_over_the_estimate_is_refused_at_once_and_the_next_question_is_sent() {
+    // Tried on the local llama.cpp server (8192 tokens): 21 KB of hex words, ~5300 tokens by the
+    // estimate, 23085 as the server counts them. It fits the learned window by the estimate, but
+    // not at the ratio the gateway stated: no summary request may be spent on it.
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::status(400, &[], &llama_overflow(23_085)));
+    gw.push(Reply::sse(anthropic_text("Fine.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    seed(&t, &id, tool_turns(1));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let huge = hex_words(21_000);
+    assert_eq!(cicy::compact::cut::estimate_tokens(&huge), 5252);
+    let outcome = turn::run_turn(&mut s, &huge, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 1, "the refused request only: no summary, no re-send");
+    let errors = error_events(&ev);
+    assert_eq!(errors.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(), ["too_large"]);
+    assert_eq!(
+        errors[0].1,
+        "the message is too large to send: 21006 bytes, ~21601 tokens as the gateway counts (the gateway counted 23085 tokens for the refused request, estimated at ~5617); the context window of model test-model is 8192 tokens, and with the system prompt, AGENTS.md and 512 tokens for the answer at most ~7366 tokens of message fit. Nothing more is sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file"
+    );
+    assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })), "nothing was compacted");
+    let hist = messages(&id, &t);
+    assert_eq!(hist.len(), 6, "the 4 earlier messages stay, nothing set aside");
+    assert!(!hist.iter().any(Message::is_summary));
+    assert_eq!(hist[4].plain_text(), huge, "the message is kept as written");
+    assert_eq!(hist[5].plain_text(), "(no reply this turn · blocked)");
+
+    assert_eq!(turn::run_turn(&mut s, "what now?", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(!reqs[1].body_str().contains(&huge[..200]), "the refused message is not sent again");
+    let wire = wire_messages(&reqs[1]);
+    assert_eq!(wire.len(), 5, "the 4 earlier messages and the question");
+    assert_eq!(wire[4].plain_text(), "what now?");
+}
+
+#[tokio::test]
+async fn an_overflow_after_the_forced_compaction_undoes_it_and_the_next_question_is_sent_without_the_refused_text() {
+    // The earlier turns make most of the refused request, so the gateway's count (9000 tokens)
+    // gives no reason to doubt the estimate of the message (~4230 tokens, over half the learned
+    // window): the forced compaction summarizes everything and carries the message verbatim; the
+    // re-send is refused all the same.
+    let gw = ScriptedGateway::start().await;
+    gw.on_aux(Reply::sse(anthropic_text(SUMMARY)));
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    gw.push(Reply::status(400, &[], LLAMA_OVERFLOW));
+    gw.push(Reply::sse(anthropic_text("Done.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let result = "r".repeat(4000);
+    let seeded = seed(&t, &id, (0..10).flat_map(|i| tool_turn(i, &format!("q{i}"), &result)).collect());
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let refused = "refused-text ".repeat(1300);
+    let outcome = turn::run_turn(&mut s, &refused, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    let reqs = gw.requests();
+    let (aux, main) = split_aux(&reqs);
+    assert_eq!(main.len(), 2, "sent once more after the compaction, not again");
+    assert!(!aux.is_empty(), "a summary was made");
+    assert!(main[1].body_str().contains(compact::CARRIED_PREFIX), "the re-send carried the message in the summary");
+    let errors = error_events(&ev);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].0, "http_status");
+    assert!(
+        errors[0].1.ends_with("; the request was still over the context window after compacting, so the compaction was undone; the next question will not carry this message. Send a shorter message, or use /compact or /clear"),
+        "{}",
+        errors[0].1
+    );
+    assert!(system_texts(&ev).contains(&"the compaction made for this turn was undone: the history is as it was before it".to_string()));
+    let hist = messages(&id, &t);
+    assert!(!hist.iter().any(Message::is_summary), "no summary holds the refused text");
+    assert_eq!(hist.len(), 42);
+    assert_eq!(hist[..40], seeded[..]);
+    assert_eq!(hist[40].plain_text(), refused);
+    assert_eq!(hist[41].plain_text(), "(no reply this turn · blocked)");
+
+    assert_eq!(turn::run_turn(&mut s, "next question", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let (_, main) = split_aux(&gw.requests());
+    assert_eq!(main.len(), 3);
+    assert!(!main[2].body_str().contains("refused-text"), "the next question does not inherit the refused text");
+    assert!(wire_messages(&main[2]).last().unwrap().plain_text().ends_with("next question"));
+}

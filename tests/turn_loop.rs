@@ -180,7 +180,7 @@ async fn cancel_during_a_stream_leaves_a_marker_and_loadable_files() {
     assert_eq!(outcome, TurnOutcome::Cancelled);
     let hist = messages(&id, &t);
     assert_eq!(hist.len(), 2);
-    assert_eq!(hist[1].plain_text(), "(no reply this turn · cancelled)");
+    assert_eq!(hist[1].plain_text(), "partial\n[cut off: cancelled by user]\n(no reply this turn · cancelled)");
     assert_eq!(t.reply_json(&id)["status"], "cancelled");
     assert_eq!(t.current_json(&id)["status"], "idle");
     let reopened = t.open(&id);
@@ -536,4 +536,67 @@ async fn a_blank_message_is_refused_before_anything_is_written_or_sent() {
     assert!(gw.requests().is_empty());
     assert!(kinds(&ev).is_empty());
     assert!(s.current.messages.is_empty());
+}
+
+/// Runs a turn on `id` that the user cancels at the first text delta of a stream that then
+/// hangs; the delta is `word0 word1 word2 word3`.
+async fn cancel_after_the_first_delta(gw: &ScriptedGateway, t: &TestHome, id: &str) -> cicy::agent::Session {
+    let mut chunks = anthropic_prelude();
+    chunks.push(event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#));
+    chunks.push(event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"word0 word1 word2 word3"}}"#));
+    gw.push(Reply::SseThenHang { chunks });
+    let mut s = t.open(id);
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let (em, _) = collector_with(id, move |k| {
+        if matches!(k, EventKind::TextDelta { .. }) {
+            c.cancel();
+        }
+    });
+    let outcome = tokio::time::timeout(Duration::from_secs(20), turn::run_turn(&mut s, "talk", &em, &cancel)).await.unwrap().unwrap();
+    assert_eq!(outcome, TurnOutcome::Cancelled);
+    let hist = messages(id, t);
+    assert_eq!(hist.len(), 2);
+    assert_eq!(
+        hist[1].content.to_blocks(),
+        [
+            ContentBlock::text("word0 word1 word2 word3"),
+            ContentBlock::text("[cut off: cancelled by user]"),
+            ContentBlock::text("(no reply this turn · cancelled)")
+        ],
+        "the text the reader saw is kept, marked, and the marker ends the message"
+    );
+    s
+}
+
+#[tokio::test]
+async fn text_shown_before_a_cancel_is_kept_and_the_next_question_is_sent() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = cancel_after_the_first_delta(&gw, &t, &id).await;
+    gw.push(Reply::sse(anthropic_text("Hello.")));
+    let (em, _) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let next = body(&gw.requests()[1]);
+    let msgs = next["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "the cancelled turn's kept text is history, not sent (like its marker)");
+    let texts: Vec<&str> = msgs[0]["content"].as_array().unwrap().iter().filter_map(|b| b["text"].as_str()).collect();
+    assert_eq!(texts[texts.len() - 2..], ["talk", "again"]);
+    assert!(!gw.requests()[1].body_str().contains("word0"));
+    assert_eq!(messages(&id, &t).len(), 4);
+}
+
+#[tokio::test]
+async fn retry_after_a_cancel_kept_the_shown_text_sends_a_valid_request() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = cancel_after_the_first_delta(&gw, &t, &id).await;
+    gw.push(Reply::sse(anthropic_text("Hello.")));
+    let (em, _) = collector(&id);
+    assert_eq!(turn::retry_turn(&mut s, &em, &CancellationToken::new()).await.unwrap(), Some(TurnOutcome::Completed));
+    assert_eq!(gw.requests()[0].body, gw.requests()[1].body, "the round is sent again as it was");
+    let hist = messages(&id, &t);
+    assert_eq!(hist.iter().map(Message::plain_text).collect::<Vec<_>>(), ["talk", "Hello."]);
 }

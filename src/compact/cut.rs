@@ -38,7 +38,8 @@ pub fn message_tokens(m: &Message) -> u64 {
     }
 }
 
-fn block_tokens(b: &ContentBlock) -> u64 {
+/// Estimated tokens of one content block as sent, framing included.
+pub fn block_tokens(b: &ContentBlock) -> u64 {
     BLOCK_OVERHEAD_TOKENS
         + match b {
             ContentBlock::Text { text } => estimate_tokens(text),

@@ -29,7 +29,7 @@ use crate::conversation::history::{Archive, CurrentFile, HistoryError, HistorySt
 use crate::conversation::invariants;
 use crate::conversation::message::{Message, Usage, SUMMARY_PREFIX};
 use crate::event::{Emitter, EventKind};
-use crate::gateway::{GatewayError, ToolSpec};
+use crate::gateway::{GatewayError, Prompt, ToolSpec};
 use crate::prompt::window_start;
 
 /// Why a compaction did not happen. In every case the history and its files are unchanged.
@@ -327,9 +327,20 @@ pub async fn before_round(
 
 /// Estimated tokens of a request carrying `window`: system text, tool definitions, messages.
 pub fn window_tokens(system_md: &str, tools: &[ToolSpec], window: &[Message]) -> u64 {
-    let tools: u64 = tools
+    cut::estimate_tokens(system_md) + tools_tokens(tools) + window.iter().map(cut::message_tokens).sum::<u64>()
+}
+
+/// Estimated tokens of an assembled request as it is sent: every system block, the tool
+/// definitions and every message block (so AGENTS.md, the memories and the skills list count).
+pub fn prompt_tokens(prompt: &Prompt) -> u64 {
+    let system: u64 = prompt.system.iter().map(|b| cut::estimate_tokens(&b.text)).sum();
+    let blocks: u64 = prompt.messages.iter().flat_map(|m| &m.blocks).map(|b| cut::block_tokens(&b.block)).sum();
+    system + tools_tokens(&prompt.tools) + blocks
+}
+
+fn tools_tokens(tools: &[ToolSpec]) -> u64 {
+    tools
         .iter()
         .map(|t| cut::estimate_tokens(&t.name) + cut::estimate_tokens(&t.description) + cut::estimate_tokens(&t.input_schema.to_string()))
-        .sum();
-    cut::estimate_tokens(system_md) + tools + window.iter().map(cut::message_tokens).sum::<u64>()
+        .sum()
 }

@@ -20,7 +20,8 @@ pub struct RoundFailure {
     /// The last attempt's error (scrubbed of the key).
     pub error: GatewayError,
     /// The text streamed by the last attempt that streamed any: the partial answer the reader
-    /// saw last (empty when no attempt streamed text).
+    /// saw last (empty when no attempt streamed text). Also set on [`GatewayError::Cancelled`]:
+    /// what had streamed when the user cancelled.
     pub partial: String,
     /// Attempts made in the round (0 when the request could not be built).
     pub attempts: u32,
@@ -38,7 +39,8 @@ impl GatewayClient {
     /// after a re-run's `Retry`, the deltas already reported are void. Errors
     /// ([`RoundFailure`]): the last attempt's error with the text it had streamed;
     /// [`GatewayError::Cancelled`] as soon as `cancel` fires (the stream or the wait is
-    /// dropped); [`GatewayError::Timeout`] when `opts.timeout` runs out.
+    /// dropped; the text streamed so far comes with it); [`GatewayError::Timeout`] when
+    /// `opts.timeout` runs out.
     pub async fn send_round(
         &self,
         prompt: &Prompt,
@@ -89,7 +91,8 @@ impl GatewayClient {
         self.send_round(prompt, opts, on_event, cancel).await.map_err(|f| f.error)
     }
 
-    /// The attempts of one round. `partial` gets the text of the last attempt that streamed any;
+    /// The attempts of one round. `partial` holds the text of the last attempt that streamed any,
+    /// as far as it streamed (also when the round is dropped mid-stream by a cancel);
     /// `attempts` counts the attempts made.
     async fn run_round(
         &self,
@@ -103,11 +106,15 @@ impl GatewayClient {
         loop {
             let started = Instant::now();
             let mut content_started = false;
-            let mut text = String::new();
+            let mut streamed = false;
             let result = {
+                // Written as it streams, so a cancel (which drops this future) still leaves it.
                 let mut forward = |ev: GatewayEvent| {
                     if let GatewayEvent::TextDelta(t) = &ev {
-                        text.push_str(t);
+                        if !std::mem::replace(&mut streamed, true) {
+                            partial.clear();
+                        }
+                        partial.push_str(t);
                     }
                     on_event(ev);
                 };
@@ -117,9 +124,6 @@ impl GatewayClient {
                 Ok(response) => return Ok(response),
                 Err(e) => e,
             };
-            if !text.is_empty() {
-                *partial = text;
-            }
             let decision = budget.after_failure(&err, content_started, started, Instant::now(), rand::random::<f64>);
             *attempts = budget.attempts();
             let (delay, rerun) = match decision {

@@ -1,10 +1,12 @@
 //! What must fit the context window before a turn sends anything (issue 7 items 15–16).
 //!
 //! Owns three checks on the running turn: a warning when AGENTS.md, the user's message or a
-//! round's tool results alone take more than half the window, refusing a message that cannot fit even alone (before
-//! anything is sent; the message stays in the history as the user wrote it), and learning the
+//! round's tool results alone take more than half the window, refusing a message that cannot
+//! fit even alone (before anything is sent, or right after the gateway refused a request as
+//! over the window; the message stays in the history as the user wrote it), and learning the
 //! window a gateway states when it refuses a request as too large. Sizes are the estimates of
-//! `crate::compact::cut`. Must not touch: the history (it only reads it), the request.
+//! `crate::compact::cut`, scaled by the gateway's own count of a refused request when it
+//! states one ([`Counted`]). Must not touch: the history (it only reads it), the request.
 
 use super::round::Turn;
 use crate::compact::{self, cut, window};
@@ -12,7 +14,7 @@ use crate::conversation::message::Message;
 use crate::conversation::outcome::Outcome;
 use crate::event::EventKind;
 use crate::gateway::overflow::Overflow;
-use crate::gateway::{GatewayError, ToolSpec};
+use crate::gateway::{GatewayError, Prompt, ToolSpec};
 
 /// Emits an [`EventKind::System`] warning for AGENTS.md and for the turn's user message when
 /// either alone takes more than half of the context window.
@@ -47,29 +49,80 @@ pub(super) fn warn_large_results(t: &Turn<'_>) {
     }
 }
 
+/// When [`refuse_too_large`] runs: before anything of the turn was sent, or after the gateway
+/// refused a request as over the context window.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Check {
+    BeforeSending,
+    /// With the gateway's count of the refused request, when it stated one.
+    AfterRefusal(Option<Counted>),
+}
+
+/// The gateway's count of a refused request beside cicy's estimate of the same request (both in
+/// tokens): how far the estimate fell short for this turn's text (hex, base64 or code run to
+/// 1–2 bytes a token where the estimate assumes 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Counted {
+    /// `n_prompt_tokens`, `resulted in …`, `prompt is too long: …` (see `gateway::overflow`).
+    pub stated: u64,
+    /// `compact::prompt_tokens` of the request as sent.
+    pub estimated: u64,
+}
+
+impl Counted {
+    /// The count `over` states for `prompt`, the request it refused; `None` when it states none.
+    pub fn of(over: &Overflow, prompt: &Prompt) -> Option<Self> {
+        let estimated = compact::prompt_tokens(prompt).max(1);
+        over.prompt_tokens.map(|stated| Counted { stated, estimated })
+    }
+
+    /// `tokens` scaled by stated / estimated when the estimate fell short; unchanged when the
+    /// estimate was already as large (it never lowers an estimate).
+    fn scale(&self, tokens: u64) -> u64 {
+        if self.stated <= self.estimated {
+            return tokens;
+        }
+        let scaled = u128::from(tokens) * u128::from(self.stated) / u128::from(self.estimated);
+        u64::try_from(scaled).unwrap_or(u64::MAX)
+    }
+}
+
 /// `Some(Blocked)`, after an `error` event of kind `too_large`, when the turn's user message
 /// cannot fit the context window even alone: with the system text, tools, AGENTS.md and the
-/// answer's `max_tokens`. The error names AGENTS.md when that alone leaves no room. Nothing is
-/// sent and the message stays in the history.
-pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec]) -> Option<Outcome> {
+/// answer's `max_tokens`. After a refusal whose count is known, the message's estimate is
+/// scaled by the gateway's count over cicy's estimate of the refused request
+/// ([`Counted::scale`]) and the rest is taken as estimated. The error names AGENTS.md when that
+/// alone leaves no room. Nothing (more) is sent and the message stays in the history.
+pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -> Option<Outcome> {
     let w = compact::settings(t.session, t.m).context_window;
     let msg = turn_message(t)?;
-    let needed = needed_alone(t, specs, msg);
-    if needed <= w {
+    let estimated = cut::message_tokens(msg);
+    let fixed = needed_alone(t, specs, msg) - estimated;
+    let counted = match check {
+        Check::BeforeSending => None,
+        Check::AfterRefusal(counted) => counted,
+    };
+    let tokens = counted.map_or(estimated, |c| c.scale(estimated));
+    if fixed + tokens <= w {
         return None;
     }
-    let tokens = cut::message_tokens(msg);
-    let fixed = needed - tokens;
     let model = &t.m.model;
+    let nothing = match check {
+        Check::BeforeSending => "Nothing was sent",
+        Check::AfterRefusal(_) => "Nothing more is sent",
+    };
     let message = if fixed > w {
         format!(
-            "AGENTS.md takes ~{} tokens: with the system prompt and {} tokens for the answer, requests need ~{fixed} tokens before any message, over the context window of model {model} ({w} tokens). Nothing was sent; the message is kept in the history. Shorten AGENTS.md in the workspace",
+            "AGENTS.md takes ~{} tokens: with the system prompt and {} tokens for the answer, requests need ~{fixed} tokens before any message, over the context window of model {model} ({w} tokens). {nothing}; the message is kept in the history. Shorten AGENTS.md in the workspace",
             cut::estimate_tokens(&t.m.agents_md),
             t.m.max_tokens
         )
     } else {
+        let counted_note = counted.filter(|c| c.stated > c.estimated).map_or(String::new(), |c| {
+            format!(" as the gateway counts (the gateway counted {} tokens for the refused request, estimated at ~{})", c.stated, c.estimated)
+        });
         format!(
-            "the message is too large to send: {} bytes, ~{tokens} tokens; the context window of model {model} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{} tokens of message fit. Nothing was sent; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",
+            "the message is too large to send: {} bytes, ~{tokens} tokens{counted_note}; the context window of model {model} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{} tokens of message fit. {nothing}; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",
             msg.plain_text().len(),
             t.m.max_tokens,
             w - fixed
@@ -109,4 +162,18 @@ fn needed_alone(t: &Turn<'_>, specs: &[ToolSpec], msg: &Message) -> u64 {
     compact::window_tokens(&t.m.template.system_md, specs, std::slice::from_ref(msg))
         + cut::estimate_tokens(&t.m.agents_md)
         + u64::from(t.m.max_tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counted;
+
+    #[test]
+    fn the_gateways_count_scales_an_estimate_up_never_down() {
+        // The new user's 21 KB of hex words on llama.cpp: 23085 tokens counted, ~5617 estimated.
+        let c = Counted { stated: 23_085, estimated: 5617 };
+        assert_eq!(c.scale(5256), 21_601);
+        assert_eq!(Counted { stated: 9000, estimated: 15_000 }.scale(4229), 4229);
+        assert_eq!(Counted { stated: u64::MAX, estimated: 1 }.scale(u64::MAX), u64::MAX);
+    }
 }

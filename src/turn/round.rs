@@ -2,7 +2,9 @@
 //! runs, each step a function below it.
 //!
 //! Owns the round budget, the order of the steps, sending a round (with one re-send after the
-//! gateway refuses it as over the context window), recording usage and appending the answer.
+//! gateway refuses it as over the context window, and undoing that re-send's compaction when
+//! it is refused again), recording usage, appending the answer and keeping the text a failed
+//! or cancelled round had shown.
 //! Must not touch: how a tool call runs (`super::tools`), how a request is re-run
 //! (`super::send`), what fits the window (`super::fit`).
 
@@ -36,7 +38,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
     let specs = t.m.tools.specs();
     let mut auto_compact = AutoState::default();
     fit::warn_large(t, &specs);
-    if let Some(refused) = fit::refuse_too_large(t, &specs) {
+    if let Some(refused) = fit::refuse_too_large(t, &specs, fit::Check::BeforeSending) {
         return Ok(Some(refused));
     }
     for round in 0..max_rounds {
@@ -82,38 +84,66 @@ enum Sent {
 }
 
 /// Assembles and sends the round. When the gateway refuses it as over the context window, the
-/// window it states is learned, the history compacted, and the round sent once more.
+/// window it states is learned; a message that cannot fit at the gateway's own count is refused
+/// as too large at once; otherwise the history is compacted and the round sent once more. When
+/// that re-send is refused as over the window too, the compaction is undone
+/// ([`undo_compaction`]) and the turn is blocked with an error that says what to do.
 async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, auto: &mut AutoState) -> Result<Sent, AgentError> {
     let opts = call_options(t.session, t.m);
-    let mut resent = false;
+    // The history before the forced compaction, once the round was refused as over the window.
+    let mut before_compaction: Option<Vec<Message>> = None;
     loop {
         let prompt = assemble(t, specs, final_round);
         t.session.store.save_current(&mut t.session.current)?;
         let (err, partial) = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
             Ok(resp) => return Ok(Sent::Answer(resp)),
-            Err(RoundFailure { error: GatewayError::Cancelled, .. }) => return Ok(Sent::Ended(Outcome::Cancelled)),
+            Err(RoundFailure { error: error @ GatewayError::Cancelled, partial, .. }) => {
+                keep_partial(t, partial, &error)?;
+                return Ok(Sent::Ended(Outcome::Cancelled));
+            }
             Err(RoundFailure { error, partial, .. }) => (error, partial),
         };
-        let Some(over) = overflow::detect(&err).filter(|_| !resent) else {
-            let outcome = report_failure(t.events, &err);
+        let over = overflow::detect(&err);
+        let Some(over) = over.filter(|_| before_compaction.is_none()) else {
+            let hint = match (over, before_compaction) {
+                (Some(_), Some(before)) => Some(undo_compaction(t, before)),
+                _ => None,
+            };
+            let outcome = report_failure(t.events, &err, hint.as_deref());
             keep_partial(t, partial, &err)?;
             return Ok(Sent::Ended(outcome));
         };
-        resent = true;
         fit::learn_window(t, &over, &err);
-        // A message that cannot fit even alone is refused before any summary request is spent.
-        if let Some(refused) = fit::refuse_too_large(t, specs) {
+        // Judged at the gateway's own count: a message that cannot fit even alone is refused
+        // before any summary request is spent or anything is set aside.
+        let counted = fit::Counted::of(&over, &prompt);
+        if let Some(refused) = fit::refuse_too_large(t, specs, fit::Check::AfterRefusal(counted)) {
             return Ok(Sent::Ended(refused));
         }
+        before_compaction = Some(t.session.current.messages.clone());
         auto.force_next();
         compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
         if t.cancel.is_cancelled() {
             return Ok(Sent::Ended(Outcome::Cancelled));
         }
-        if let Some(refused) = fit::refuse_too_large(t, specs) {
-            return Ok(Sent::Ended(refused));
-        }
     }
+}
+
+/// After the re-send that followed a forced compaction was refused as over the window too:
+/// puts the history back as it was before that compaction (a compaction deletes no message, so
+/// nothing is lost), so the summary does not hold this turn's message — the next question
+/// replaces the blocked turn (`super::pop_failed_turn`) and never inherits the refused text, and
+/// the earlier messages are not set aside for nothing. Returns what the `error` event adds.
+fn undo_compaction(t: &mut Turn<'_>, before: Vec<Message>) -> String {
+    let still = "the request was still over the context window";
+    if t.session.current.messages == before {
+        return format!("{still}; the next question will not carry this message. Send a shorter message, or use /compact or /clear");
+    }
+    t.session.current.messages = before;
+    t.events.emit(EventKind::System { text: "the compaction made for this turn was undone: the history is as it was before it".to_string() });
+    format!(
+        "{still} after compacting, so the compaction was undone; the next question will not carry this message. Send a shorter message, or use /compact or /clear"
+    )
 }
 
 fn call_options(session: &Session, m: &TurnMaterials) -> CallOptions {
@@ -138,10 +168,14 @@ fn assemble(t: &Turn<'_>, specs: &[ToolSpec], final_round: bool) -> Prompt {
     })
 }
 
-/// Reports a failed send as an `error` event; a 4xx the gateway will refuse again blocks the
-/// turn, anything else fails it.
-fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
-    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message: e.to_string() });
+/// Reports a failed send as an `error` event (`hint` appended after `; `); a 4xx the gateway
+/// will refuse again blocks the turn, anything else fails it.
+fn report_failure(events: &Emitter, e: &GatewayError, hint: Option<&str>) -> Outcome {
+    let message = match hint {
+        Some(hint) => format!("{e}; {hint}"),
+        None => e.to_string(),
+    };
+    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message });
     match e {
         // A rate limit or a timeout that outlasted the budget is a failure, not a refusal.
         GatewayError::Status { status: 408 | 409 | 429, .. } => Outcome::Failed,
@@ -151,13 +185,18 @@ fn report_failure(events: &Emitter, e: &GatewayError) -> Outcome {
     }
 }
 
-/// What the reader saw of a round that failed for good stays in the history, marked; the
-/// outcome marker ends this message (see `super::end_with_marker`) and the prompt leaves it out.
+/// What the reader saw of a round that failed for good or was cancelled stays in the history,
+/// marked `[cut off: <error>]` (`[cut off: cancelled by user]`); the outcome marker ends this
+/// message (see `super::end_with_marker`) and the prompt leaves it out.
 fn keep_partial(t: &mut Turn<'_>, partial: String, e: &GatewayError) -> Result<(), AgentError> {
     if partial.trim().is_empty() {
         return Ok(());
     }
-    let cut = ContentBlock::text(format!("[cut off: {e}]"));
+    let why = match e {
+        GatewayError::Cancelled => "cancelled by user".to_string(),
+        e => e.to_string(),
+    };
+    let cut = ContentBlock::text(format!("[cut off: {why}]"));
     append(t, Message::assistant(vec![ContentBlock::text(partial), cut]))
 }
 
