@@ -92,3 +92,27 @@ fn an_unknown_status_string_is_read_as_an_interrupted_turn_not_a_corrupt_file() 
     let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().all(|n| !n.contains("corrupt") && !n.contains("aside")), "{names:?}");
 }
+
+#[test]
+fn messages_healing_adds_get_display_ids() {
+    let t = TestHome::new("http://127.0.0.1:9", 0);
+    let id = t.create("tester", None);
+    let conv = t.open(&id).current.conversation_id.clone();
+    let dir = t.workspace(&id).join(".cicy/history/chat").join(&conv);
+    // Killed while the only tool call ran: no result message exists, so healing adds one.
+    let current = json!({
+        "conversation_id": conv, "agent_id": id, "model": "test-model", "updated_at": "2026-01-01T00:00:00Z",
+        "status": "running", "system": "", "tools": ["shell"], "max_history_id": 2, "prompts": 1,
+        "messages": [{"id": 1, "role": "user", "content": "sleep"},
+                     {"id": 2, "role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "shell", "input": {"command": "sleep 9"}}]}]
+    });
+    std::fs::write(dir.join("current.json"), serde_json::to_vec(&current).unwrap()).unwrap();
+    let s = t.open(&id);
+    let ids: Vec<Option<u64>> = s.current.messages.iter().map(|m| m.id).collect();
+    assert_eq!(ids, [Some(1), Some(2), Some(3), Some(4)], "{:?}", s.current.messages);
+    assert_eq!(
+        s.current.messages[2].content,
+        Content::Blocks(vec![ContentBlock::ToolResult { tool_use_id: "a".into(), content: invariants::SYNTHETIC_RESULT.into(), is_error: true }])
+    );
+    assert_eq!(s.current.max_history_id, 4);
+}

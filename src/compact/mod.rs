@@ -222,6 +222,7 @@ pub fn apply(
     msg.id = Some(current.max_history_id);
     current.messages.insert(cut.min(current.messages.len()), msg);
     invariants::heal(&mut current.messages);
+    current.number_unnumbered();
     store.save_current(current)?;
     let after = current.messages.len() - window_start(&current.messages);
     Ok(Compacted { before, after, archive, usage: Usage::default(), requests: 0 })

@@ -64,6 +64,15 @@ impl CurrentFile {
         self.messages.push(msg);
         self.max_history_id
     }
+
+    /// Gives the next display ids, in order, to messages that have none (the ones healing
+    /// adds, e.g. the synthetic results of an interrupted turn), so `history` can name them.
+    pub fn number_unnumbered(&mut self) {
+        for m in self.messages.iter_mut().filter(|m| m.id.is_none()) {
+            self.max_history_id += 1;
+            m.id = Some(self.max_history_id);
+        }
+    }
 }
 
 /// `current.json` `status`: whether a turn was in flight when the file was written (DESIGN.md
@@ -248,6 +257,7 @@ impl HistoryStore {
         }
         let interrupted = current.status != CurrentStatus::Idle || reply.as_ref().is_some_and(|r| !r.status.is_terminal());
         healed.extend(invariants::heal(&mut current.messages));
+        current.number_unnumbered();
         let mut reply = reply;
         if interrupted {
             healed.push("the previous turn was interrupted; marked it cancelled".to_string());
