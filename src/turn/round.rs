@@ -16,7 +16,7 @@ use super::tools::{self, Plan, Ran, ToolCall};
 use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::compact::{self, AutoState};
 use crate::conversation::history::ReplyFile;
-use crate::conversation::message::{ContentBlock, Message};
+use crate::conversation::message::{ContentBlock, Message, Usage};
 use crate::conversation::outcome::Outcome;
 use crate::event::{Emitter, EventKind};
 use crate::fsutil;
@@ -212,13 +212,23 @@ fn record_usage(t: &mut Turn<'_>, resp: &Response) {
         prefix_sha256: resp.prefix_sha256.clone(),
     });
     if resp.stop_reason == Some(StopReason::MaxTokens) {
-        t.events.emit(EventKind::System {
-            text: format!(
-                "the answer was cut off at max_tokens ({}); set max_tokens in the role's meta.yaml to allow longer answers",
-                t.m.max_tokens
-            ),
-        });
+        t.events.emit(EventKind::System { text: cut_off_notice(&resp.usage, t.m.max_tokens) });
     }
+}
+
+/// Why an answer stopped at the output limit. Fewer output tokens than `max_tokens` means the
+/// gateway ran out of context window (llama.cpp reports a full context as `length` too), where
+/// a larger `max_tokens` would not help.
+fn cut_off_notice(usage: &Usage, max_tokens: u32) -> String {
+    if usage.output_tokens > 0 && usage.output_tokens < u64::from(max_tokens) {
+        return format!(
+            "the answer was cut off after {} output tokens, below max_tokens ({max_tokens}): the gateway's context window is full ({} input + {} output tokens); /compact or /clear makes room",
+            usage.output_tokens,
+            usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens,
+            usage.output_tokens
+        );
+    }
+    format!("the answer was cut off at max_tokens ({max_tokens}); set max_tokens in the role's meta.yaml to allow longer answers")
 }
 
 /// Appends the answer's non-empty blocks as one assistant message; returns its tool calls.
@@ -250,4 +260,29 @@ pub(super) fn append(t: &mut Turn<'_>, msg: Message) -> Result<(), AgentError> {
     t.reply.updated_at = fsutil::now_rfc3339();
     t.session.store.save_reply(t.reply)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, cache_read: u64, output: u64) -> Usage {
+        Usage { input_tokens: input, output_tokens: output, cache_read_input_tokens: cache_read, ..Usage::default() }
+    }
+
+    #[test]
+    fn a_cut_below_max_tokens_is_reported_as_a_full_context() {
+        assert_eq!(
+            cut_off_notice(&usage(5941, 134, 1983), 2048),
+            "the answer was cut off after 1983 output tokens, below max_tokens (2048): the gateway's context window is full (6075 input + 1983 output tokens); /compact or /clear makes room"
+        );
+        assert_eq!(
+            cut_off_notice(&usage(100, 0, 2048), 2048),
+            "the answer was cut off at max_tokens (2048); set max_tokens in the role's meta.yaml to allow longer answers"
+        );
+        assert_eq!(
+            cut_off_notice(&usage(100, 0, 0), 2048),
+            "the answer was cut off at max_tokens (2048); set max_tokens in the role's meta.yaml to allow longer answers"
+        );
+    }
 }
