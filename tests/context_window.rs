@@ -279,6 +279,25 @@ async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
 }
 
 #[tokio::test]
+async fn a_window_smaller_than_the_answers_reserve_names_the_setting_not_agents_md() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 100);
+    let id = t.create("small", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 0);
+    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let (kind, message) = error.expect("an error event");
+    assert_eq!(kind, "too_large");
+    assert_eq!(
+        message,
+        "requests need ~826 tokens before any message (512 tokens reserved for the answer, AGENTS.md ~10, the system prompt and tools), over the context window of model test-model (100 tokens). Nothing was sent; the message is kept in the history. Check the context window (CICY_CONTEXT_WINDOW, compaction.context_window or the role's context_window) or lower max_tokens in the role's meta.yaml"
+    );
+}
+
+#[tokio::test]
 async fn tool_results_over_half_the_window_are_warned_about() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", r#"{"command":"head -c 10000 /dev/zero | tr '\\0' 'z'"}"#)));

@@ -91,8 +91,8 @@ impl Counted {
 /// cannot fit the context window even alone: with the system text, tools, AGENTS.md and the
 /// answer's `max_tokens`. After a refusal whose count is known, the message's estimate is
 /// scaled by the gateway's count over cicy's estimate of the refused request
-/// ([`Counted::scale`]) and the rest is taken as estimated. The error names AGENTS.md when that
-/// alone leaves no room. Nothing (more) is sent and the message stays in the history.
+/// ([`Counted::scale`]) and the rest is taken as estimated. When no message could fit, the error
+/// names AGENTS.md if it is the larger part, else the answer's reserve and the window setting. Nothing (more) is sent and the message stays in the history.
 pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -> Option<Outcome> {
     let w = compact::settings(t.session, t.m).context_window;
     let msg = turn_message(t)?;
@@ -111,10 +111,16 @@ pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -
         Check::BeforeSending => "Nothing was sent",
         Check::AfterRefusal(_) => "Nothing more is sent",
     };
-    let message = if fixed > w {
+    let agents_md = cut::estimate_tokens(&t.m.agents_md);
+    let message = if fixed > w && u64::from(t.m.max_tokens) >= agents_md {
+        format!(
+            "requests need ~{fixed} tokens before any message ({} tokens reserved for the answer, AGENTS.md ~{agents_md}, the system prompt and tools), over the context window of model {model} ({w} tokens). {nothing}; the message is kept in the history. Check the context window (CICY_CONTEXT_WINDOW, compaction.context_window or the role's context_window) or lower max_tokens in the role's meta.yaml",
+            t.m.max_tokens
+        )
+    } else if fixed > w {
         format!(
             "AGENTS.md takes ~{} tokens: with the system prompt and {} tokens for the answer, requests need ~{fixed} tokens before any message, over the context window of model {model} ({w} tokens). {nothing}; the message is kept in the history. Shorten AGENTS.md in the workspace",
-            cut::estimate_tokens(&t.m.agents_md),
+            agents_md,
             t.m.max_tokens
         )
     } else {
