@@ -301,7 +301,7 @@ async fn an_error_after_content_reruns_the_round_and_reports_the_text_it_streame
     let first = pieces("partial answer", 3)[0].clone();
     assert_eq!(events[0], GatewayEvent::TextDelta(first));
     match &events[1] {
-        GatewayEvent::Retry { attempt: 1, reason, .. } => assert_eq!(reason, "gateway stream error (overloaded_error): Overloaded"),
+        GatewayEvent::Retry { attempt: 1, reason, .. } => assert_eq!(reason, "gateway stream error (overloaded_error): Overloaded; up to 3 retries this round"),
         other => panic!("the re-run is announced as a retry: {other:?}"),
     }
     assert_eq!(text_of(&events[2..]), pieces("second run", 3));

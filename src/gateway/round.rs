@@ -141,13 +141,14 @@ impl GatewayClient {
         }
     }
 
-    /// What a retry line says: the (scrubbed) error, and for a refused connection how long it
-    /// is tried, so one line tells the reader why they wait.
+    /// What a retry line says: the (scrubbed) error, and how long it is tried (the retries of
+    /// the round's budget, or for a refused connection the time), so the one line the CLI
+    /// prints for identical retries tells the reader why they wait and for how long.
     fn retry_reason(&self, err: GatewayError) -> String {
         let connect = matches!(err, GatewayError::Connect { .. });
         let text = self.scrub(err).to_string();
         match (connect, self.policy.connect_retry_budget) {
-            (false, _) => text,
+            (false, _) => format!("{text}; up to {} retries this round", self.policy.max_retries),
             (true, Some(budget)) => format!("{text}; trying again for up to {} s", budget.as_secs_f64().ceil()),
             (true, None) => format!("{text}; trying again until it answers"),
         }
