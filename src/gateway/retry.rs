@@ -12,8 +12,8 @@
 //! after the same wait; `retry-after` is a floor capped at 60 s; otherwise `min(0.5·2^n, 8)` s ×
 //! jitter in [0.75, 1] with n = 0 for the first retry. Refused connections are retried for at
 //! most 10 s by default ([`RetryPolicy::connect_retry_budget`]). An error that repeats
-//! identically and does not ask to wait (a plain 500, an in-stream `api_error`) stops after its
-//! second occurrence ([`repeat_is_final`]).
+//! identically and does not ask to wait (a plain 500, an in-stream `api_error`, a gateway silent
+//! for the whole idle timeout) stops after its second occurrence ([`repeat_is_final`]).
 
 use std::time::{Duration, SystemTime};
 
@@ -197,10 +197,13 @@ fn retry_after(err: &GatewayError) -> Option<Duration> {
 /// Whether the same error twice in a row means it will not go away: a 5xx that is not one of
 /// the "busy, come back later" answers (502, 503, 504, 529) and carries neither `retry-after`
 /// nor `x-should-retry`, and an in-stream error other than `overloaded_error` (e.g. LiteLLM's
-/// `api_error` for a refused upstream key). Rate limits and overload repeat identically while
-/// they last, so they are retried to the end of the budget.
+/// `api_error` for a refused upstream key), and a gateway that went silent for the whole idle
+/// timeout twice (a third wait of up to `idle_timeout_secs` rarely ends differently, and eleven
+/// of them would keep a command waiting for most of an hour). Rate limits and overload repeat
+/// identically while they last, so they are retried to the end of the budget.
 pub fn repeat_is_final(err: &GatewayError) -> bool {
     match err {
+        GatewayError::Timeout(_) => true,
         GatewayError::Status { status, retry_after_ms, should_retry, .. } => {
             retry_after_ms.is_none() && should_retry.is_none() && (500..600).contains(status) && !matches!(status, 502..=504 | 529)
         }
@@ -210,7 +213,6 @@ pub fn repeat_is_final(err: &GatewayError) -> bool {
         | GatewayError::NotFound { .. }
         | GatewayError::Incomplete(_)
         | GatewayError::Decode(_)
-        | GatewayError::Timeout(_)
         | GatewayError::Cancelled => false,
     }
 }
@@ -400,6 +402,13 @@ mod tests {
             assert!(d.iter().all(|d| matches!(d, Decision::Retry { .. })), "{d:?}");
         }
         assert!(!repeat_is_final(&GatewayError::Status { status: 500, body: String::new(), retry_after_ms: Some(1), should_retry: None }));
+    }
+
+    #[test]
+    fn a_gateway_silent_for_the_idle_timeout_twice_stops_the_round() {
+        let silent = GatewayError::Timeout(300);
+        let (d, _) = run(RetryPolicy::default(), &[(silent.clone(), false), (silent, false)]);
+        assert_eq!(d, vec![retry(500, false), Decision::Stop(StopReason::Repeated)]);
     }
 
     #[test]
