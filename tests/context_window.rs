@@ -279,7 +279,7 @@ async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
 }
 
 #[tokio::test]
-async fn a_window_smaller_than_the_answers_reserve_names_the_setting_not_agents_md() {
+async fn a_window_too_small_for_any_request_names_the_setting_not_agents_md() {
     let gw = ScriptedGateway::start().await;
     let t = TestHome::new(&gw.url(), 0);
     small_role(&t, 100);
@@ -293,8 +293,23 @@ async fn a_window_smaller_than_the_answers_reserve_names_the_setting_not_agents_
     assert_eq!(kind, "too_large");
     assert_eq!(
         message,
-        "requests need ~826 tokens before any message (512 tokens reserved for the answer, AGENTS.md ~10, the system prompt and tools), over the context window of model test-model (100 tokens). Nothing was sent; the message is kept in the history. Check the context window (CICY_CONTEXT_WINDOW, compaction.context_window or the role's context_window) or lower max_tokens in the role's meta.yaml"
+        "requests need ~339 tokens before any message (25 tokens reserved for the answer, AGENTS.md ~10, the system prompt and tools), over the context window of model test-model (100 tokens). Nothing was sent; the message is kept in the history. Check the context window (CICY_CONTEXT_WINDOW, compaction.context_window or the role's context_window) or lower max_tokens in the role's meta.yaml"
     );
+}
+
+#[tokio::test]
+async fn a_small_window_takes_a_quarter_of_itself_for_the_answer() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("ok")));
+    let t = TestHome::new(&gw.url(), 0);
+    small_role(&t, 1500);
+    let id = t.create("small", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "Say ok.", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(body(&reqs[0])["max_tokens"], 375, "min(meta.yaml's 512, 1500 / 4)");
 }
 
 #[tokio::test]

@@ -99,10 +99,14 @@ pub async fn retry_turn(
 async fn run_user_turn(
     session: &mut Session,
     start: Start<'_>,
-    m: TurnMaterials,
+    mut m: TurnMaterials,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
+    // The answer's reserve follows a small window as the summary's does (a quarter of it), so
+    // a model with a few thousand tokens of context can still take a message.
+    let window = crate::compact::settings(session, &m).context_window;
+    m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
     let cur = &mut session.current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
