@@ -68,7 +68,6 @@ impl Tool for Custom {
 mod tests {
     use super::*;
     use serde_json::json;
-    use tokio_util::sync::CancellationToken;
 
     fn tool(command: &str) -> Custom {
         let def = CustomTool { description: "d".into(), command: command.into(), input_schema: json!({"type": "object"}) };
@@ -76,13 +75,7 @@ mod tests {
     }
 
     fn context(workspace: &std::path::Path) -> ToolContext {
-        ToolContext {
-            workspace: workspace.into(),
-            skills_dir: workspace.join("skills"),
-            cancel: CancellationToken::new(),
-            hidden_env: Vec::new(),
-            running_dir: None,
-        }
+        ToolContext::for_tests(workspace)
     }
 
     #[tokio::test]

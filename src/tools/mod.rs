@@ -47,6 +47,21 @@ pub struct ToolContext {
     pub running_dir: Option<PathBuf>,
 }
 
+#[cfg(test)]
+impl ToolContext {
+    /// The context the unit tests start from: `workspace` and its `skills` folder, a fresh
+    /// cancel token, no hidden variables, no running-tool records.
+    pub(crate) fn for_tests(workspace: &std::path::Path) -> Self {
+        Self {
+            workspace: workspace.into(),
+            skills_dir: workspace.join("skills"),
+            cancel: CancellationToken::new(),
+            hidden_env: Vec::new(),
+            running_dir: None,
+        }
+    }
+}
+
 /// The result of one tool call: the `tool_result` content (plain text) and whether it is an error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutput {
@@ -148,13 +163,7 @@ mod tests {
     }
 
     fn context(workspace: &std::path::Path) -> ToolContext {
-        ToolContext {
-            workspace: workspace.into(),
-            skills_dir: workspace.join("skills"),
-            cancel: CancellationToken::new(),
-            hidden_env: Vec::new(),
-            running_dir: None,
-        }
+        ToolContext::for_tests(workspace)
     }
 
     #[tokio::test]

@@ -265,16 +265,9 @@ fn accept<R>(read: io::Result<usize>, pipe: &mut Option<R>, buf: &[u8], out: &mu
 mod tests {
     use super::super::wait::{appears_within, Fifo};
     use super::*;
-    use tokio_util::sync::CancellationToken;
 
     fn context(workspace: &Path, running_dir: &Path) -> ToolContext {
-        ToolContext {
-            workspace: workspace.into(),
-            skills_dir: workspace.join("skills"),
-            cancel: CancellationToken::new(),
-            hidden_env: Vec::new(),
-            running_dir: Some(running_dir.into()),
-        }
+        ToolContext { running_dir: Some(running_dir.into()), ..ToolContext::for_tests(workspace) }
     }
 
     fn job<'a>(command: &'a str, cwd: &'a Path, env: &'a [(&'a str, &'a str)]) -> Job<'a> {

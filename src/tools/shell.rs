@@ -182,17 +182,9 @@ mod tests {
     use super::super::output::cap_output;
     use super::super::wait::{exited_within, Fifo};
     use super::*;
-    use tokio_util::sync::CancellationToken;
 
     fn context(workspace: &Path) -> ToolContext {
-        let cancel = CancellationToken::new();
-        ToolContext {
-            workspace: workspace.into(),
-            skills_dir: workspace.join("skills"),
-            cancel,
-            hidden_env: vec!["CICY_TEST_SECRET".to_string()],
-            running_dir: None,
-        }
+        ToolContext { hidden_env: vec!["CICY_TEST_SECRET".to_string()], ..ToolContext::for_tests(workspace) }
     }
 
     /// Runs the tool, failing the test instead of hanging it if the call does not return.

@@ -253,16 +253,12 @@ fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio_util::sync::CancellationToken;
 
     fn context(skills_dir: &Path) -> ToolContext {
-        let cancel = CancellationToken::new();
         ToolContext {
-            workspace: skills_dir.into(),
             skills_dir: skills_dir.into(),
-            cancel,
             hidden_env: vec!["CICY_TEST_SECRET".to_string()],
-            running_dir: None,
+            ..ToolContext::for_tests(skills_dir)
         }
     }
 
