@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cicy::memory::buffer::{self, PendingTurn};
-use common::cli::{cicy, command};
+use common::cli::{cicy, command, event_types};
 use common::gateway::*;
 
 fn memory_dir(home: &Path) -> PathBuf {
@@ -50,20 +50,6 @@ fn expected(turns: usize, flush_after: &[usize]) -> Vec<String> {
 
 fn lines(n: usize) -> String {
     (1..=n).map(|i| format!("q{i}\n")).collect()
-}
-
-/// The JSON events a `--json` run printed, as `type` (and `text` for system lines).
-fn event_types(stdout: &str) -> Vec<String> {
-    stdout
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON event per line");
-            match v["type"].as_str().expect("type") {
-                "system" => format!("system: {}", v["text"].as_str().expect("text")),
-                t => t.to_string(),
-            }
-        })
-        .collect()
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use cicy::memory::buffer::{self, PendingTurn};
-use common::cli::{command, Out};
+use common::cli::{command, event_types, Out};
 use common::gateway::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -143,20 +143,6 @@ async fn a_one_shot_chat_answers_first_and_then_flushes_an_overdue_buffer() {
     assert!(o.stderr.ends_with(flush), "the flush is the last thing, with a progress line: {}", o.stderr);
     assert_eq!(buffer::load(&memory_dir(h.path())).unwrap().turns.len(), 0);
     assert_eq!(std::fs::read_to_string(memory_dir(h.path()).join("MEMORY.md")).unwrap(), "- [preference★3] Editor: Uses helix.\n");
-}
-
-/// The JSON events a `--json` run printed, as `type` (and `text` for system lines).
-fn event_types(stdout: &str) -> Vec<String> {
-    stdout
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON event per line");
-            match v["type"].as_str().expect("type") {
-                "system" => format!("system: {}", v["text"].as_str().expect("text")),
-                t => t.to_string(),
-            }
-        })
-        .collect()
 }
 
 #[tokio::test]

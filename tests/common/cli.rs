@@ -54,3 +54,17 @@ pub async fn cicy_bytes(home: &Path, gateway: &str, args: &[&str], stdin: Option
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// The JSON events a `--json` run printed, as `type` (and `text` for system lines).
+pub fn event_types(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON event per line");
+            match v["type"].as_str().expect("type") {
+                "system" => format!("system: {}", v["text"].as_str().expect("text")),
+                t => t.to_string(),
+            }
+        })
+        .collect()
+}
