@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::cli::{cicy, command};
+use common::cli::{cicy, command_with};
 use common::gateway::*;
 
 fn home() -> tempfile::TempDir {
@@ -30,9 +30,18 @@ fn chmod_tree(root: &Path, dir_mode: u32, file_mode: u32) {
 }
 
 /// Runs `cicy-agent <args>` as a user the file modes apply to: as root (which writes anything)
-/// the child runs as `nobody` (65534).
+/// the child runs as `nobody` (65534). The checkout may sit in a folder only root can enter
+/// (a `mktemp -d` clone), so `nobody` runs a link to the binary from a folder it can reach.
 async fn cicy_unprivileged(home: &Path, gateway: &str, args: &[&str]) -> common::cli::Out {
-    let mut cmd = command(home, gateway, args);
+    use std::os::unix::fs::PermissionsExt;
+    let exe = Path::new(env!("CARGO_BIN_EXE_cicy-agent"));
+    let reachable = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(reachable.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let link = reachable.path().join("cicy-agent");
+    if std::fs::hard_link(exe, &link).is_err() {
+        std::fs::copy(exe, &link).expect("copy cicy-agent");
+    }
+    let mut cmd = command_with(&link, home, gateway, args);
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         cmd.uid(65534).gid(65534);

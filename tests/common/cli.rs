@@ -15,7 +15,12 @@ pub struct Out {
 
 /// The command, ready to spawn: env set, stdio piped (stdin null).
 pub fn command(home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cicy-agent"));
+    command_with(Path::new(env!("CARGO_BIN_EXE_cicy-agent")), home, gateway, args)
+}
+
+/// [`command`] with the binary at `program` (e.g. a link to it that another user can reach).
+pub fn command_with(program: &Path, home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .env("CICY_HOME", home)
         .env("HOME", home)
