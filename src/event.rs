@@ -1,16 +1,18 @@
 //! Turn progress as typed events (DESIGN.md §6.5).
 //!
-//! Owns the one event enum the turn loop emits and the per-agent sequence numbers. The CLI
-//! prints these values and the server streams them; neither the loop nor this module knows
-//! about a terminal or HTTP.
+//! Owns the one event enum the turn loop and `serve` emit, and the [`Emitter`] that hands them
+//! to a sink. Persistent per-agent sequence numbers are `crate::eventlog`'s; the CLI prints
+//! these values and the server streams them; neither the loop nor this module knows about a
+//! terminal or HTTP.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// How a turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TurnOutcome {
     Completed,
@@ -19,8 +21,31 @@ pub enum TurnOutcome {
     Failed,
 }
 
+/// What a resident agent is doing (DESIGN.md §9 states, from CMDC): `idle` → request `running`
+/// → first chunk `streaming` → tool calls `executing_tools` → batch done `running` … → `idle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    Idle,
+    Running,
+    Streaming,
+    ExecutingTools,
+}
+
+impl AgentState {
+    /// The wire name (`executing_tools`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Idle => "idle",
+            Self::Running => "running",
+            Self::Streaming => "streaming",
+            Self::ExecutingTools => "executing_tools",
+        }
+    }
+}
+
 /// One step of progress. Serialized with a `type` tag, e.g. `{"type":"text_delta","text":"Hi"}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     TurnStarted { turn_id: String, conv_id: String },
@@ -44,13 +69,29 @@ pub enum EventKind {
     Retry { attempt: u32, delay_ms: u64, reason: String },
     Compacted { before: usize, after: usize },
     System { text: String },
-    Queued,
     Error { kind: String, message: String },
     TurnEnded { outcome: TurnOutcome },
+    /// `serve`: the agent's state changed (DESIGN.md §9).
+    State { state: AgentState },
+    /// `serve`: this input arrived while the agent was busy and waits in its pending queue
+    /// (cicy: "Queued — will be handled after the current reply completes.").
+    Queued { text: String },
+    /// `serve`: the queued inputs, joined with `\n`, start one follow-up turn
+    /// (cicy: "Processing queued input…").
+    Flush { text: String },
+    /// `serve`: what became of a steer: `queued`, `prompted` (the agent was idle),
+    /// `rejected_full` (cap 3, CMDC), `delivered` (it went into a round's user message).
+    Steered { status: String },
+    /// `serve`: the run an input started (its turn and every follow-up) is over.
+    Done,
+    /// A subscriber missed events `from..=to` (older than the kept log, or it lagged behind);
+    /// never a silent hole.
+    Gap { from: u64, to: u64 },
 }
 
-/// An event with its per-agent sequence number (1, 2, 3, … within one emitter).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// An event with its per-agent sequence number: strictly increasing, never reused (see
+/// `crate::eventlog`; an [`Emitter::new`] counts 1, 2, 3, … on its own).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: u64,
     pub agent_id: String,
@@ -61,22 +102,42 @@ pub struct Event {
 /// cicy: `tool_finished.result` carries at most 600 characters.
 pub const TOOL_RESULT_PREVIEW_CHARS: usize = 600;
 
-/// Numbers events and hands them to a sink (the CLI printer, an SSE stream, a test vector).
+/// Where an [`Emitter`] hands events when something else numbers them (the agent's event log).
+pub trait EventSink: Send + Sync {
+    /// Takes one event; numbers, stores and publishes it. Must not block on I/O.
+    fn emit(&self, kind: EventKind);
+}
+
+/// Hands events to a sink: numbered here (1, 2, 3, …) for a plain callback, or by the sink.
 pub struct Emitter {
-    agent_id: String,
-    seq: AtomicU64,
-    sink: Box<dyn Fn(&Event) + Send + Sync>,
+    inner: Inner,
+}
+
+enum Inner {
+    Counting { agent_id: String, seq: AtomicU64, sink: Box<dyn Fn(&Event) + Send + Sync> },
+    Sink(Arc<dyn EventSink>),
 }
 
 impl Emitter {
+    /// An emitter that numbers events 1, 2, 3, … itself and calls `sink` with each.
     pub fn new(agent_id: &str, sink: impl Fn(&Event) + Send + Sync + 'static) -> Self {
-        Self { agent_id: agent_id.to_string(), seq: AtomicU64::new(0), sink: Box::new(sink) }
+        Self { inner: Inner::Counting { agent_id: agent_id.to_string(), seq: AtomicU64::new(0), sink: Box::new(sink) } }
     }
 
-    /// Sends `kind` with the next sequence number.
+    /// An emitter whose sink numbers the events (the agent's persistent event log).
+    pub fn from_sink(sink: Arc<dyn EventSink>) -> Self {
+        Self { inner: Inner::Sink(sink) }
+    }
+
+    /// Sends `kind` on.
     pub fn emit(&self, kind: EventKind) {
-        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
-        (self.sink)(&Event { seq, agent_id: self.agent_id.clone(), kind });
+        match &self.inner {
+            Inner::Counting { agent_id, seq, sink } => {
+                let seq = seq.fetch_add(1, Ordering::SeqCst) + 1;
+                sink(&Event { seq, agent_id: agent_id.clone(), kind });
+            }
+            Inner::Sink(sink) => sink.emit(kind),
+        }
     }
 }
 
@@ -106,6 +167,25 @@ mod tests {
                 r#"{"seq":1,"agent_id":"w-1","type":"text_delta","text":"Hi"}"#,
                 r#"{"seq":2,"agent_id":"w-1","type":"turn_ended","outcome":"completed"}"#,
             ]
+        );
+    }
+
+    #[test]
+    fn events_read_back_as_written() {
+        for kind in [
+            EventKind::State { state: AgentState::ExecutingTools },
+            EventKind::Queued { text: "q".into() },
+            EventKind::Gap { from: 3, to: 9 },
+            EventKind::Done,
+            EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
+        ] {
+            let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
+            let line = serde_json::to_string(&ev).unwrap();
+            assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), ev, "{line}");
+        }
+        assert_eq!(
+            serde_json::to_string(&EventKind::State { state: AgentState::ExecutingTools }).unwrap(),
+            r#"{"type":"state","state":"executing_tools"}"#
         );
     }
 

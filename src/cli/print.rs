@@ -80,7 +80,10 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         EventKind::Compacted { before, after } => writeln!(err, "· compacted: {before} → {after} messages"),
         EventKind::System { text } => writeln!(err, "· {text}"),
         EventKind::NoAnswerText => writeln!(err, "(no answer text)"),
-        EventKind::Queued => writeln!(err, "· queued"),
+        EventKind::Queued { text } | EventKind::Flush { text } => writeln!(err, "· {text}"),
+        EventKind::Gap { from, to } => writeln!(err, "· events {from}–{to} were missed (no longer kept)"),
+        EventKind::Steered { status } => writeln!(err, "· steer: {status}"),
+        EventKind::State { .. } | EventKind::Done => Ok(()),
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),
