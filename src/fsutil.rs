@@ -55,6 +55,17 @@ pub fn now_rfc3339() -> String {
     now.format(&fmt).unwrap_or_else(|_| unix_now().to_string())
 }
 
+/// Runs blocking file I/O `f` from async code without stalling the other tasks of the worker:
+/// on a multi-threaded tokio runtime through `block_in_place` (the worker's other tasks move
+/// to another thread meanwhile); elsewhere (a current-thread runtime, no runtime) it runs `f`
+/// directly, as `block_in_place` would panic there.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn with_path(e: io::Error, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }

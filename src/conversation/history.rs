@@ -428,7 +428,10 @@ fn parse_stamp(stamp: &str) -> Option<(u64, u32)> {
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), HistoryError> {
     let bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| HistoryError::Io { path: path.to_path_buf(), source: e.into() })?;
-    fsutil::write_atomic(path, &bytes).map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })
+    // A turn saves its history on an async worker; under `serve` the fsyncs must not stall the
+    // other agents' tasks of that worker.
+    fsutil::blocking(|| fsutil::write_atomic(path, &bytes))
+        .map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })
 }
 
 /// Reads a JSON file: `None` if missing; an unparsable file is moved aside and reported.
