@@ -168,9 +168,21 @@ impl Session {
     /// Opens agent `id`: reads the registry, config and role (a broken role is an error here,
     /// before anything is written), restores and heals the history.
     pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
+        Self::open_with(home, id, None)
+    }
+
+    /// Opens agent `id` for a resident server: its gateway client shares `http` (one connection
+    /// pool per process) and retries a refused connection until the gateway answers, as a
+    /// resident agent must not give up after cicy's 10 s. Holds no lock; errors as
+    /// [`Session::open`].
+    pub fn open_resident(home: &Home, id: &str, http: &reqwest::Client) -> Result<Self, AgentError> {
+        Self::open_with(home, id, Some(http))
+    }
+
+    fn open_with(home: &Home, id: &str, http: Option<&reqwest::Client>) -> Result<Self, AgentError> {
         let record = Registry::open(&home.db_path())?.get(id)?;
         let config = Config::load(&home.config_path())?;
-        let client = client_for(home, &record, &config)?;
+        let client = client_for(home, &record, &config, http)?;
         let store = HistoryStore::new(&record.workspace);
         let mut session = Self {
             home: home.clone(),
@@ -266,10 +278,14 @@ impl Session {
     }
 }
 
-/// The gateway client of `record` under `config`.
-fn client_for(home: &Home, record: &AgentRecord, config: &Config) -> Result<GatewayClient, AgentError> {
+/// The gateway client of `record` under `config`; with `http`, a resident one (see
+/// [`Session::open_resident`]).
+fn client_for(home: &Home, record: &AgentRecord, config: &Config, http: Option<&reqwest::Client>) -> Result<GatewayClient, AgentError> {
     let url = config.gateway_url.clone().ok_or_else(|| AgentError::NoGateway(home.config_path()))?;
+    let defaults = GatewaySettings::default();
     Ok(GatewayClient::new(GatewaySettings {
+        http: http.cloned(),
+        connect_retry_budget: if http.is_some() { None } else { defaults.connect_retry_budget },
         base_url: url,
         style: record.config.api_style.unwrap_or(config.api_style),
         api_key: config.api_key.clone(),
@@ -277,7 +293,7 @@ fn client_for(home: &Home, record: &AgentRecord, config: &Config) -> Result<Gate
         connect_timeout: config.connect_timeout,
         idle_timeout: config.idle_timeout,
         max_retries: config.max_retries,
-        ..GatewaySettings::default()
+        ..defaults
     })?)
 }
 
@@ -313,7 +329,7 @@ impl AgentMemory {
         let tool_cfg = ToolConfig::load(&self.home)?;
         let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;
         let model = model_for(&self.record, &template, &self.config)?;
-        Ok((client_for(&self.home, &self.record, &self.config)?, model))
+        Ok((client_for(&self.home, &self.record, &self.config, None)?, model))
     }
 }
 

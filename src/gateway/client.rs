@@ -52,6 +52,11 @@ pub struct GatewaySettings {
     /// Backoff base: the first retry waits `retry_base_delay × jitter`, doubling up to 8 s
     /// *(cicy: 0.5 s)*. Tests set it to a millisecond to keep retries fast.
     pub retry_base_delay: Duration,
+    /// A pooled HTTP client to share instead of building one (`serve`: one client, one
+    /// connection pool, for every agent of the process); `connect_timeout` is then the one it
+    /// was built with. reqwest clients must not outlive their tokio runtime's use, so only a
+    /// process with one long-lived runtime shares one.
+    pub http: Option<reqwest::Client>,
 }
 
 impl GatewaySettings {
@@ -68,6 +73,7 @@ impl GatewaySettings {
             max_retries: policy.max_retries,
             connect_retry_budget: policy.connect_retry_budget,
             retry_base_delay: policy.base_delay,
+            http: None,
         }
     }
 }
@@ -92,6 +98,7 @@ impl std::fmt::Debug for GatewaySettings {
             .field("connect_timeout", &self.connect_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_retries", &self.max_retries)
+            .field("shared_http", &self.http.is_some())
             .field("connect_retry_budget", &self.connect_retry_budget)
             .field("retry_base_delay", &self.retry_base_delay)
             .finish()
@@ -113,6 +120,7 @@ pub struct CallOptions {
 }
 
 /// A gateway client; cheap to share by reference, one per gateway configuration.
+#[derive(Clone)]
 pub struct GatewayClient {
     http: reqwest::Client,
     pub(super) settings: GatewaySettings,
@@ -163,10 +171,13 @@ impl GatewayClient {
                 Some((name, value))
             }
         };
-        let http = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout)
-            .build()
-            .map_err(|e| config_error(&format!("cannot set up the HTTP client: {e}")))?;
+        let http = match &settings.http {
+            Some(shared) => shared.clone(),
+            None => reqwest::Client::builder()
+                .connect_timeout(settings.connect_timeout)
+                .build()
+                .map_err(|e| config_error(&format!("cannot set up the HTTP client: {e}")))?,
+        };
         let policy = RetryPolicy {
             max_retries: settings.max_retries,
             base_delay: settings.retry_base_delay,
