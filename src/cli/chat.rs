@@ -12,7 +12,9 @@
 //! blocked, else 130 if Ctrl-C cancelled one, else 0. The lock is held for each line and
 //! released between lines, and the history is re-read before each line, so `cicy-agent
 //! compact|clear` from another terminal can run between two turns of a session; while a turn
-//! runs, they are refused with a message that says they were NOT executed.
+//! runs, they are refused with a message that says they were NOT executed. What `/compact` and
+//! `/clear` do and print is `cicy::command`'s (shared with `serve`); this file maps how they
+//! ended to exit codes.
 //!
 //! Memory (DESIGN.md §8): memory work never runs before a turn or holds the turn lock. A
 //! one-shot process flushes a due buffer after its turn has ended (the answer printed),
@@ -35,14 +37,11 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use cicy::agent::{AgentError, Session};
-use cicy::compact::{self, CompactError};
-use cicy::conversation::message::Message;
+use cicy::command::{self, CommandEnd};
 use cicy::event::{Emitter, EventKind, TurnOutcome};
-use cicy::gateway::GatewayError;
 use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
-use cicy::prompt::window_start;
 use cicy::turn;
 
 use super::exit::{exit_code, Worst, CANCELLED};
@@ -334,68 +333,23 @@ async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events:
 
 async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
     let token = arm(current);
-    let result = compact::compact_session(session, keep, events, &token).await;
+    let end = command::compact(session, keep, events, &token).await;
     unset(current);
-    let failed = |message: String| {
-        events.emit(EventKind::Error { kind: "compact".to_string(), message });
-    };
-    match result {
-        Ok(done) => {
-            let archived = done
-                .archive
-                .as_ref()
-                .and_then(|a| a.current.file_name())
-                .map(|n| format!("; the state before is archived as {}", n.to_string_lossy()))
-                .unwrap_or_default();
-            events.emit(EventKind::System {
-                text: format!(
-                    "/compact done: {} summary call(s), input {}, output {}, cache write {}, cache read {}{archived}",
-                    done.requests,
-                    done.usage.input_tokens,
-                    done.usage.output_tokens,
-                    done.usage.cache_creation_input_tokens,
-                    done.usage.cache_read_input_tokens
-                ),
-            });
-            Ok(0)
-        }
-        Err(CompactError::Gateway(GatewayError::Cancelled)) => {
-            failed("/compact was cancelled; nothing was changed".to_string());
-            Ok(CANCELLED)
-        }
-        Err(CompactError::History(e)) => Err(e.into()),
-        Err(CompactError::Agent(e)) => Err((*e).into()),
-        Err(CompactError::Nothing) => {
-            failed(format!("/compact: {}; nothing was changed", nothing_to_compact(&session.current.messages, keep)));
-            Ok(1)
-        }
-        Err(e @ (CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
-            failed(format!("/compact failed: {e}; nothing was changed"));
-            Ok(1)
-        }
-    }
-}
-
-/// Why `/compact` found nothing to summarize, in the terms of what the user sees: an empty
-/// conversation has no summary to mention.
-fn nothing_to_compact(messages: &[Message], keep: usize) -> String {
-    let window = &messages[window_start(messages)..];
-    let plain = window.iter().filter(|m| !m.is_summary()).count();
-    if messages.is_empty() {
-        "nothing to compact: the conversation is empty".to_string()
-    } else if plain == 0 {
-        "nothing to compact: the window holds only the last summary".to_string()
-    } else {
-        format!("nothing to compact: --keep {keep} keeps all {plain} message(s) of the window (the cut moves to a turn boundary)")
-    }
+    Ok(command_exit_code(end?))
 }
 
 fn clear_now(session: &mut Session, events: &Emitter) -> Result<u8> {
-    let old = session.clear()?;
-    events.emit(EventKind::System {
-        text: format!("/clear: new conversation {}; the previous one ({old}) is kept on disk", session.current.conversation_id),
-    });
-    Ok(0)
+    let (end, _old) = command::clear(session, events)?;
+    Ok(command_exit_code(end))
+}
+
+/// A command's exit code: 0 done, 130 cancelled, 1 failed.
+fn command_exit_code(end: CommandEnd) -> u8 {
+    match end {
+        CommandEnd::Done { .. } => 0,
+        CommandEnd::Cancelled => CANCELLED,
+        CommandEnd::Failed => 1,
+    }
 }
 
 pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {

@@ -4,13 +4,15 @@
 //! a tool-free answer or the round budget, write the history before every round, end every
 //! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. The steps of a
 //! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
-//! checks of what fits the context window in `fit`. Before each round it lets
+//! checks of what fits the context window in `fit`, the texts a caller steers a running turn
+//! with and its interrupt in `steer`. Before each round it lets
 //! `crate::compact` compact the history if it has grown too large. It knows nothing of the
 //! terminal or HTTP; the caller supplies the emitter and the cancel token.
 
 mod fit;
 mod round;
 mod send;
+mod steer;
 mod tools;
 
 use tokio_util::sync::CancellationToken;
@@ -23,6 +25,7 @@ use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
 
 pub use send::ROUND_RERUNS;
+pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
 pub use tools::CANCELLED_RESULT;
 
 pub use crate::conversation::outcome::{marker_of, Outcome};
@@ -55,32 +58,56 @@ enum Start<'a> {
     Resume { history_id: u64, text: String },
 }
 
-/// Runs one user turn. Errors are returned only for what stops a turn from starting or its
-/// files from being written; gateway failures end the turn with an outcome instead.
-/// A blank `text` is [`AgentError::BlankMessage`] before anything is written or sent: it would
-/// leave no message to send, and both APIs refuse empty text.
+/// Runs one user turn ([`run_turn_with`] without steering).
 pub async fn run_turn(
     session: &mut Session,
     text: &str,
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
+    run_turn_with(session, text, events, cancel, &Steering::default()).await
+}
+
+/// Runs one user turn. Errors are returned only for what stops a turn from starting or its
+/// files from being written; gateway failures end the turn with an outcome instead.
+/// A blank `text` is [`AgentError::BlankMessage`] before anything is written or sent: it would
+/// leave no message to send, and both APIs refuse empty text. Texts pushed on `steering` while
+/// the turn runs go into the user message after the next batch of tool results; what is still
+/// queued when the turn ends (its last answer had no tool calls) stays there for the caller.
+pub async fn run_turn_with(
+    session: &mut Session,
+    text: &str,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> Result<TurnOutcome, AgentError> {
     if text.trim().is_empty() {
         return Err(AgentError::BlankMessage);
     }
     let materials = session.materials()?;
     pop_failed_turn(session);
-    run_user_turn(session, Start::New(text), materials, events, cancel).await
+    run_user_turn(session, Start::New(text), materials, events, cancel, steering).await
+}
+
+/// [`retry_turn_with`] without steering.
+pub async fn retry_turn(
+    session: &mut Session,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<Option<TurnOutcome>, AgentError> {
+    retry_turn_with(session, events, cancel, &Steering::default()).await
 }
 
 /// `cicy-agent retry`: when the last turn ended with an outcome marker (failed, blocked or
 /// cancelled), removes the marker and continues that turn from where it stopped: its user
 /// message and any tool rounds that completed stay and are not run again. `Ok(None)` when there
-/// is nothing to retry (no marker, or the turn began before the last compaction).
-pub async fn retry_turn(
+/// is nothing to retry (no marker, or the turn began before the last compaction). `steering`
+/// works as in [`run_turn_with`].
+pub async fn retry_turn_with(
     session: &mut Session,
     events: &Emitter,
     cancel: &CancellationToken,
+    steering: &Steering,
 ) -> Result<Option<TurnOutcome>, AgentError> {
     let materials = session.materials()?;
     let msgs = &session.current.messages;
@@ -93,7 +120,7 @@ pub async fn retry_turn(
     let (history_id, text) = (msgs[start].id.unwrap_or(0), msgs[start].plain_text());
     session.current.messages.pop();
     let start = Start::Resume { history_id, text };
-    run_user_turn(session, start, materials, events, cancel).await.map(Some)
+    run_user_turn(session, start, materials, events, cancel, steering).await.map(Some)
 }
 
 async fn run_user_turn(
@@ -102,6 +129,7 @@ async fn run_user_turn(
     mut m: TurnMaterials,
     events: &Emitter,
     cancel: &CancellationToken,
+    steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
     // The answer's reserve follows a small window as the summary's does (a quarter of it), so
     // a model with a few thousand tokens of context can still take a message.
@@ -135,7 +163,7 @@ async fn run_user_turn(
         conv_id: session.current.conversation_id.clone(),
     });
 
-    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel }).await?;
+    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering }).await?;
     if let Some(o) = outcome {
         end_with_marker(&mut session.current, &mut reply, o);
     }

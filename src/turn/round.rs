@@ -6,12 +6,14 @@
 //! it is refused again), recording usage, appending the answer and keeping the text a failed
 //! or cancelled round had shown.
 //! Must not touch: how a tool call runs (`super::tools`), how a request is re-run
-//! (`super::send`), what fits the window (`super::fit`).
+//! (`super::send`), what fits the window (`super::fit`), what steering texts say
+//! (`super::steer`, delivered after each round's tool results).
 
 use tokio_util::sync::CancellationToken;
 
 use super::fit;
 use super::send::{error_kind, send_with_reruns};
+use super::steer::{self, Steering};
 use super::tools::{self, Plan, Ran, ToolCall};
 use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::compact::{self, AutoState};
@@ -30,6 +32,7 @@ pub(super) struct Turn<'a> {
     pub reply: &'a mut ReplyFile,
     pub events: &'a Emitter,
     pub cancel: &'a CancellationToken,
+    pub steering: &'a Steering,
 }
 
 /// Runs the rounds of a turn; `Ok(None)` when it ended normally.
@@ -58,7 +61,10 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
         }
         let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
         match tools::run_calls(t, &calls, &plan, &resp).await? {
-            Ran::All => fit::warn_large_results(t),
+            Ran::All => {
+                fit::warn_large_results(t);
+                steer::deliver(t)?;
+            }
             Ran::NotRun => return Ok(None),
             Ran::Cancelled => return Ok(Some(Outcome::Cancelled)),
         }

@@ -6,19 +6,22 @@
 //! every result. A crash mid-round therefore keeps every finished result; only calls that had
 //! not finished get the synthetic result when the history is restored (see
 //! `conversation::invariants::heal`), so the model is never told a command that ran did not.
-//! Must not touch: the request, compaction.
+//! A steer's interrupt (`super::steer`) ends the running call and keeps the rest of the batch
+//! from starting, each with the interrupted result.
+//! Must not touch: the request, compaction, the steering queue.
 
 use std::time::Instant;
 
 use serde_json::Value;
 
 use super::round::{append, Turn};
-use crate::agent::{AgentError, Session};
+use super::steer::{Steering, INTERRUPTED_RESULT};
+use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::conversation::message::{Content, ContentBlock, Message};
 use crate::event::{preview, Emitter, EventKind, TOOL_RESULT_PREVIEW_CHARS};
 use crate::fsutil;
 use crate::gateway::{Response, StopReason};
-use crate::tools::{ToolContext, ToolOutput, ToolSet};
+use crate::tools::{ToolContext, ToolOutput};
 
 /// The result text of a tool call that the user cancelled.
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
@@ -59,9 +62,12 @@ pub(super) enum Ran {
     Cancelled,
 }
 
-/// Gives every call a result, in order, persisting each as it is made.
+/// Gives every call a result, in order, persisting each as it is made. A steer's interrupt
+/// (see `super::steer`) stops the running call and keeps the later ones from starting.
 pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan, resp: &Response) -> Result<Ran, AgentError> {
     let ctx = tool_context(t.session, t.cancel);
+    let steering = t.steering.clone();
+    let _batch = steering.begin_batch();
     let mut cancelled = false;
     for (i, call) in calls.iter().enumerate() {
         let output = if cancelled || t.cancel.is_cancelled() {
@@ -76,28 +82,57 @@ pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan,
                     "error: not run: the response ended with stop_reason `{}`",
                     stop_reason.as_ref().map_or("none", StopReason::as_str)
                 )),
-                Plan::Run => match rejected_output(resp, &call.id, t.m.max_tokens, t.events) {
-                    Some(refused) => refused,
-                    None => {
-                        let out = run_call(&t.m.tools, call, &ctx, t.events).await;
-                        if t.cancel.is_cancelled() {
-                            cancelled = true;
-                            ToolOutput::error(out.content)
-                        } else {
-                            out
-                        }
-                    }
-                },
+                Plan::Run => {
+                    let (out, was_cancelled) = run_planned(t.m, t.events, call, &ctx, resp, &steering).await;
+                    cancelled = was_cancelled;
+                    out
+                }
             }
         };
         let result = ContentBlock::ToolResult { tool_use_id: call.id.clone(), content: output.content, is_error: output.is_error };
-        persist_result(t, i == 0, result)?;
+        if i == 0 {
+            append(t, Message::user_blocks(vec![result]))?;
+        } else {
+            extend_last(t, vec![result])?;
+        }
     }
     Ok(match (cancelled, plan) {
         (true, _) => Ran::Cancelled,
         (false, Plan::Run) => Ran::All,
         (false, Plan::BudgetUsedUp { .. } | Plan::Stopped { .. }) => Ran::NotRun,
     })
+}
+
+/// Runs one call of a batch the plan runs, unless a steer interrupted the batch or the gateway
+/// rejected the call; also returns whether the user cancelled the turn meanwhile.
+async fn run_planned(
+    m: &TurnMaterials,
+    events: &Emitter,
+    call: &ToolCall,
+    ctx: &ToolContext,
+    resp: &Response,
+    steering: &Steering,
+) -> (ToolOutput, bool) {
+    let Some(token) = steering.start_call(&ctx.cancel) else {
+        return (ToolOutput::error(INTERRUPTED_RESULT), false);
+    };
+    if let Some(refused) = rejected_output(resp, &call.id, m.max_tokens, events) {
+        steering.end_call();
+        return (refused, false);
+    }
+    let started = report_start(call, events);
+    let out = m.tools.run(&call.name, &call.input, &ToolContext { cancel: token, ..ctx.clone() }).await;
+    let interrupted = steering.end_call();
+    let cancelled = ctx.cancel.is_cancelled();
+    let out = if cancelled {
+        ToolOutput::error(out.content)
+    } else if interrupted {
+        ToolOutput::error(INTERRUPTED_RESULT)
+    } else {
+        out
+    };
+    report_end(call, &out, started, events);
+    (out, cancelled)
 }
 
 /// The error result of a call the gateway's normalisation rejected (cut off at the output
@@ -111,11 +146,14 @@ fn rejected_output(resp: &Response, id: &str, max_tokens: u32, events: &Emitter)
     Some(ToolOutput::error(text))
 }
 
-/// Runs one call, reporting its start and end.
-async fn run_call(tools: &ToolSet, call: &ToolCall, ctx: &ToolContext, events: &Emitter) -> ToolOutput {
+/// Reports that a call starts; returns when, for its duration.
+fn report_start(call: &ToolCall, events: &Emitter) -> Instant {
     events.emit(EventKind::ToolStarted { id: call.id.clone(), name: call.name.clone(), input: call.input.clone() });
-    let started = Instant::now();
-    let out = tools.run(&call.name, &call.input, ctx).await;
+    Instant::now()
+}
+
+/// Reports a call's end with the result the model will read.
+fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emitter) {
     events.emit(EventKind::ToolFinished {
         id: call.id.clone(),
         name: call.name.clone(),
@@ -123,7 +161,6 @@ async fn run_call(tools: &ToolSet, call: &ToolCall, ctx: &ToolContext, events: &
         is_error: out.is_error,
         duration_ms: started.elapsed().as_millis() as u64,
     });
-    out
 }
 
 fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken) -> ToolContext {
@@ -136,18 +173,15 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken)
     }
 }
 
-/// Adds `result` to the round's results message (appending that message with the first
-/// result) and writes reply.json.
-fn persist_result(t: &mut Turn<'_>, first: bool, result: ContentBlock) -> Result<(), AgentError> {
-    if first {
-        return append(t, Message::user_blocks(vec![result]));
-    }
+/// Adds `blocks` to the last message (the round's results message, in the history and the
+/// reply snapshot) and writes reply.json.
+pub(super) fn extend_last(t: &mut Turn<'_>, blocks: Vec<ContentBlock>) -> Result<(), AgentError> {
     let in_history = t.session.current.messages.last_mut();
     let in_reply = t.reply.items.last_mut();
     for m in in_history.into_iter().chain(in_reply) {
-        let mut blocks = m.content.to_blocks();
-        blocks.push(result.clone());
-        m.content = Content::Blocks(blocks);
+        let mut all = m.content.to_blocks();
+        all.extend(blocks.iter().cloned());
+        m.content = Content::Blocks(all);
     }
     t.reply.updated_at = fsutil::now_rfc3339();
     t.session.store.save_reply(t.reply)?;
