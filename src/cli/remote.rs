@@ -31,6 +31,8 @@ use cicy::event::{Event, EventKind};
 use cicy::gateway::sse::{self, SseEvent};
 use cicy::home::Home;
 use cicy::lock::LockError;
+use cicy::registry::Registry;
+use cicy::role::{self, ToolConfig};
 
 use super::chat::{self, Input};
 use super::exit::{Tally, Worst, CANCELLED};
@@ -401,8 +403,31 @@ impl<'a> Remote<'a> {
         }
     }
 
+    /// The role's greeting when the agent's conversation is empty, as the in-process session
+    /// shows it. Errors: the serve's (e.g. an unknown agent), before any line is read. A
+    /// greeting that cannot be read locally is left out: the serve reports a broken role at
+    /// the first turn.
+    async fn greet(&self, home: &Home) -> Result<()> {
+        let mut url = self.serve.url(&["api", "cicy", "history"])?;
+        url.query_pairs_mut().append_pair("agent_id", self.agent);
+        let history = json_answer(self.serve.auth(self.serve.client.get(url)).send().await?).await?;
+        if !history.get("messages").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            return Ok(());
+        }
+        let greeting = (|| {
+            let record = Registry::open_read_only(&home.db_path()).ok()?.get(self.agent).ok()?;
+            let tools = ToolConfig::load(home).ok()?;
+            role::load_template(home, &record.role_template, &tools).ok()?.meta.greeting
+        })();
+        if let Some(g) = greeting.filter(|g| !g.trim().is_empty()) {
+            self.local(EventKind::System { text: g });
+        }
+        Ok(())
+    }
+
     /// A stdin session: one POST per line, each waited for until `done`.
-    async fn session(&mut self) -> Result<u8> {
+    async fn session(&mut self, home: &Home) -> Result<u8> {
+        self.greet(home).await?;
         let interactive = std::io::stdin().is_terminal();
         let mut stdin = BufReader::new(tokio::io::stdin());
         let mut buf = Vec::new();
@@ -458,7 +483,7 @@ where
 pub(super) fn chat(home: &Home, id: &str, input: &Input, json: bool) -> Result<Option<ExitCode>> {
     with_serve(home, id, json, async |remote| match chat::first_line(input)? {
         Some(line) => remote.line(&line).await,
-        None => remote.session().await,
+        None => remote.session(home).await,
     })
 }
 
