@@ -148,7 +148,12 @@ fn open_locked(home: &Home, id: &str, what: &str, events: &Emitter) -> Result<Op
 }
 
 fn refused(what: &str, e: &LockError, events: &Emitter) {
-    events.emit(EventKind::Error { kind: "busy".to_string(), message: format!("{what} was NOT executed: {e}") });
+    events.emit(refusal(what, e));
+}
+
+/// The event that says `what` was refused because the turn lock is held.
+pub(super) fn refusal(what: &str, e: &LockError) -> EventKind {
+    EventKind::Error { kind: "busy".to_string(), message: format!("{what} was NOT executed: {e}") }
 }
 
 fn notes(session: &Session, events: &Emitter) {
@@ -189,16 +194,23 @@ fn read_message_file(path: &Path) -> Result<String> {
     Ok(text)
 }
 
-pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
+/// The one line of a one-shot `chat` (reading `--file`), or `None` for a stdin session.
+/// Errors: an unreadable or empty file, an empty message.
+pub(super) fn first_line(input: &Input) -> Result<Option<Line>> {
     let line = match input {
-        Input::Text(text) => Some(Line::parse(&text)),
-        Input::File(path) => Some(Line::Message(read_message_file(&path)?)),
+        Input::Text(text) => Some(Line::parse(text)),
+        Input::File(path) => Some(Line::Message(read_message_file(path)?)),
         Input::Session => None,
     };
     // Model APIs reject empty content, and a stored empty message would be "healed" later.
     if matches!(&line, Some(Line::Message(t)) if t.trim().is_empty()) {
         anyhow::bail!("the message is empty: give some text, or leave it out to read messages from stdin");
     }
+    Ok(line)
+}
+
+pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
+    let line = first_line(&input)?;
     let rt = runtime()?;
     rt.block_on(async {
         let events = emitter(id, json);
@@ -373,11 +385,16 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
         match outcome {
             Some(outcome) => Ok(ExitCode::from(exit_code(outcome))),
             None => {
-                eprintln!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)");
+                eprintln!("{}", nothing_to_retry(id));
                 Ok(ExitCode::from(1))
             }
         }
     })
+}
+
+/// What `retry` says when the last turn has no outcome marker to re-run.
+pub(super) fn nothing_to_retry(id: &str) -> String {
+    format!("nothing to retry: the last turn of {id} did not end with a failure, cancel or block marker (or it began before the last compaction)")
 }
 
 /// `cicy-agent compact <id>` and `cicy-agent clear <id>`.

@@ -7,6 +7,7 @@ mod history;
 mod line;
 mod memory;
 mod print;
+mod remote;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -71,12 +72,18 @@ enum Command {
         /// Print every event as one JSON object per line.
         #[arg(long)]
         json: bool,
+        /// Run in this process even when a `cicy-agent serve` of this home is running.
+        #[arg(long)]
+        local: bool,
     },
     /// Re-run the last turn if it ended with an outcome marker (failed, cancelled, blocked).
     Retry {
         id: String,
         #[arg(long)]
         json: bool,
+        /// Run in this process even when a `cicy-agent serve` of this home is running.
+        #[arg(long)]
+        local: bool,
     },
     /// Summarize the active conversation into one message (`/compact` in chat); refused while
     /// a turn is running. The state before is archived beside it; nothing is deleted.
@@ -88,6 +95,9 @@ enum Command {
         keep: usize,
         #[arg(long)]
         json: bool,
+        /// Run in this process even when a `cicy-agent serve` of this home is running.
+        #[arg(long)]
+        local: bool,
     },
     /// Start a new, empty conversation (`/clear` in chat); the old one stays on disk. Refused
     /// while a turn is running.
@@ -95,6 +105,9 @@ enum Command {
         id: String,
         #[arg(long)]
         json: bool,
+        /// Run in this process even when a `cicy-agent serve` of this home is running.
+        #[arg(long)]
+        local: bool,
     },
     /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
     Memory {
@@ -223,19 +236,47 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Chat { id, text, file, json } => {
+        Command::Chat { id, text, file, json, local } => {
             let input = match (text, file) {
                 (Some(text), _) => chat::Input::Text(text),
                 (None, Some(path)) => chat::Input::File(path),
                 (None, None) => chat::Input::Session,
             };
-            chat::chat(&home, &id, input, json)
+            match remote_unless(local, || remote::chat(&home, &id, &input, json))? {
+                Some(code) => Ok(code),
+                None => chat::chat(&home, &id, input, json),
+            }
         }
-        Command::Retry { id, json } => chat::retry(&home, &id, json),
-        Command::Compact { id, keep, json } => chat::command(&home, &id, line::ChatCommand::Compact, keep, json),
-        Command::Clear { id, json } => chat::command(&home, &id, line::ChatCommand::Clear, 0, json),
+        Command::Retry { id, json, local } => match remote_unless(local, || remote::retry(&home, &id, json))? {
+            Some(code) => Ok(code),
+            None => chat::retry(&home, &id, json),
+        },
+        Command::Compact { id, keep, json, local } => {
+            let c = line::ChatCommand::Compact;
+            match remote_unless(local, || remote::command(&home, &id, c, keep, json))? {
+                Some(code) => Ok(code),
+                None => chat::command(&home, &id, c, keep, json),
+            }
+        }
+        Command::Clear { id, json, local } => {
+            let c = line::ChatCommand::Clear;
+            match remote_unless(local, || remote::command(&home, &id, c, 0, json))? {
+                Some(code) => Ok(code),
+                None => chat::command(&home, &id, c, 0, json),
+            }
+        }
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
+    }
+}
+
+/// Runs `remote` (a command through a live serve, DESIGN.md §9) unless `--local` was given;
+/// `None` means: run it in this process.
+fn remote_unless(local: bool, remote: impl FnOnce() -> Result<Option<ExitCode>>) -> Result<Option<ExitCode>> {
+    if local {
+        Ok(None)
+    } else {
+        remote()
     }
 }
 

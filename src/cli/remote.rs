@@ -1,0 +1,502 @@
+//! `chat`, `retry`, `compact` and `clear` through a running `cicy-agent serve` of this home
+//! (DESIGN.md §9 "CLI ↔ serve"): while a serve runs it owns the agents (their sessions, turn
+//! locks and pending queues), so the CLI asks it over HTTP instead of taking the lock itself.
+//!
+//! A serve is live when `$CICY_HOME/serve.json` names a pid that exists (`kill(pid, 0)` succeeds
+//! or says EPERM, as cryo checks) and `GET /api/health` on its port answers within 200 ms with
+//! the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port that does
+//! not answer or answers for another serve) means in-process, so a stale file never breaks the
+//! CLI. Output and exit codes are those of the in-process path: every event goes through the
+//! same printer; `done` and `state` (serve framing, never emitted in-process) are not printed.
+//! Ctrl-C, SIGTERM and SIGHUP while a reply streams ask the serve to cancel and keep reading
+//! until `done`; at a session's prompt they leave at once, as in-process.
+//!
+//! Must not touch: the history, the turn lock, the memory buffer: the serve owns them while it
+//! runs.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use futures_util::{Stream, StreamExt};
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use cicy::event::{Event, EventKind};
+use cicy::gateway::sse::{self, SseEvent};
+use cicy::home::Home;
+use cicy::lock::LockError;
+use cicy::registry::Registry;
+use cicy::role::{self, ToolConfig};
+
+use super::chat::{self, Input};
+use super::exit::{Tally, Worst, CANCELLED};
+use super::line::{self, ChatCommand, Line};
+use super::print;
+
+/// DESIGN.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
+const HEALTH_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// `$CICY_HOME/serve.json`, written by `serve` after it bound its port.
+#[derive(Debug, Deserialize)]
+struct ServeFile {
+    pid: i64,
+    port: u16,
+    instance_id: String,
+}
+
+/// A live serve of this home: one HTTP client (no proxy: the serve is on loopback) and its
+/// base URL `http://127.0.0.1:<port>`.
+#[derive(Debug)]
+pub(super) struct Serve {
+    client: reqwest::Client,
+    base: reqwest::Url,
+    /// The bearer token: `CICY_API_TOKEN`, else `$CICY_HOME/api_token` trimmed; `None` when
+    /// neither exists (the serve then answers 401, which is reported).
+    token: Option<String>,
+}
+
+/// The live serve of `home`, or `None` (see the module doc for what "live" means).
+pub(super) async fn live_serve(home: &Home) -> Option<Serve> {
+    let text = std::fs::read_to_string(home.root().join("serve.json")).ok()?;
+    let file: ServeFile = serde_json::from_str(&text).ok()?;
+    if !pid_alive(file.pid) {
+        return None;
+    }
+    let client = reqwest::Client::builder().no_proxy().build().ok()?;
+    let base = reqwest::Url::parse(&format!("http://127.0.0.1:{}", file.port)).ok()?;
+    let health = async {
+        let url = base.join("/api/health").ok()?;
+        client.get(url).send().await.ok()?.json::<Value>().await.ok()
+    };
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, health).await.ok()??;
+    if answer.get("instance_id").and_then(Value::as_str) != Some(file.instance_id.as_str()) {
+        return None;
+    }
+    Some(Serve { client, base, token: token(home) })
+}
+
+/// Whether a process `pid` exists. Pids ≤ 0 name process groups (or every process), never a
+/// serve, so they count as dead.
+fn pid_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists and may be signalled;
+    // pid > 0 names exactly one process.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+fn token(home: &Home) -> Option<String> {
+    if let Some(t) = std::env::var("CICY_API_TOKEN").ok().filter(|t| !t.is_empty()) {
+        return Some(t);
+    }
+    let t = std::fs::read_to_string(home.root().join("api_token")).ok()?;
+    Some(t.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+impl Serve {
+    fn url(&self, segments: &[&str]) -> Result<reqwest::Url> {
+        let mut url = self.base.clone();
+        url.path_segments_mut().map_err(|()| anyhow!("{} cannot take a path", self.base))?.pop_if_empty().extend(segments);
+        Ok(url)
+    }
+
+    fn auth(&self, rb: RequestBuilder) -> RequestBuilder {
+        match &self.token {
+            Some(t) => rb.bearer_auth(t),
+            None => rb,
+        }
+    }
+
+    async fn post(&self, segments: &[&str], body: Value) -> Result<Response> {
+        let url = self.url(segments)?;
+        self.auth(self.client.post(url.clone()).json(&body)).send().await.map_err(|e| anyhow!("POST {url}: {e}"))
+    }
+
+    async fn get(&self, segments: &[&str], last_event_id: Option<u64>) -> Result<Response> {
+        let url = self.url(segments)?;
+        let mut rb = self.auth(self.client.get(url.clone()));
+        if let Some(n) = last_event_id {
+            rb = rb.header("Last-Event-ID", n.to_string());
+        }
+        rb.send().await.map_err(|e| anyhow!("GET {url}: {e}"))
+    }
+}
+
+/// The error of a refused request: the serve's `message` (`{"error": code, "message"}`), else
+/// the status and body.
+async fn api_error(resp: Response) -> anyhow::Error {
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    match serde_json::from_str::<Value>(&body).ok().and_then(|v| v.get("message")?.as_str().map(str::to_string)) {
+        Some(message) => anyhow!(message),
+        None => anyhow!("the serve answered {status}: {}", body.trim()),
+    }
+}
+
+/// Reads a JSON answer; a non-success status is an error (see [`api_error`]).
+async fn json_answer(resp: Response) -> Result<Value> {
+    if !resp.status().is_success() {
+        return Err(api_error(resp).await);
+    }
+    Ok(resp.json().await?)
+}
+
+/// The event of one SSE frame, whose data is exactly an [`Event`]'s JSON. `None` for a frame
+/// this build does not know (a newer serve's event type): it is skipped, not fatal.
+fn parse_frame(frame: &SseEvent) -> Option<Event> {
+    match serde_json::from_str(&frame.data) {
+        Ok(ev) => Some(ev),
+        Err(e) => {
+            tracing::debug!("skipping the {} frame {:?}: {e}", frame.event, frame.data);
+            None
+        }
+    }
+}
+
+/// The events of an SSE response, in order.
+fn events(resp: Response) -> impl Stream<Item = Result<Event>> + Send + Unpin {
+    Box::pin(sse::decode(resp.bytes_stream()).filter_map(|item| async move {
+        match item {
+            Ok(frame) => parse_frame(&frame).map(Ok),
+            Err(e) => Some(Err(anyhow!("reading the serve's event stream: {e}"))),
+        }
+    }))
+}
+
+/// What the signal watcher shares with the stream reader.
+#[derive(Debug, Default)]
+struct SignalState {
+    /// A reply is streaming: a signal asks the serve to cancel instead of leaving.
+    streaming: bool,
+    /// The signal received while streaming: 130 (SIGINT), 143 (SIGTERM) or 129 (SIGHUP); a
+    /// SIGTERM or SIGHUP is kept over a later SIGINT, since the process must leave.
+    got: Option<u8>,
+}
+
+/// Watches SIGINT, SIGTERM and SIGHUP: while streaming, records the code and wakes the reader
+/// (which posts the cancel); otherwise exits at once with the signal's code.
+fn watch_signals(state: Arc<Mutex<SignalState>>) -> Result<mpsc::UnboundedReceiver<()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let code: u8 = tokio::select! {
+                Some(()) = int.recv() => 130,
+                Some(()) = term.recv() => 143,
+                Some(()) = hup.recv() => 129,
+                else => break,
+            };
+            let streaming = state.lock().map(|mut s| {
+                if s.streaming && s.got.is_none_or(|g| g == CANCELLED) {
+                    s.got = Some(code);
+                }
+                s.streaming
+            });
+            if streaming.unwrap_or(false) {
+                let _ = tx.send(());
+            } else {
+                std::process::exit(code.into());
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The printer of the in-process path.
+enum Printer {
+    Human(print::Human),
+    Json,
+}
+
+/// One command's conversation with the serve about one agent.
+struct Remote<'a> {
+    serve: Serve,
+    agent: &'a str,
+    printer: Printer,
+    signals: Arc<Mutex<SignalState>>,
+    cancel_rx: mpsc::UnboundedReceiver<()>,
+}
+
+impl<'a> Remote<'a> {
+    fn new(serve: Serve, agent: &'a str, json: bool) -> Result<Self> {
+        let signals = Arc::new(Mutex::new(SignalState::default()));
+        let cancel_rx = watch_signals(signals.clone())?;
+        let printer = if json { Printer::Json } else { Printer::Human(print::Human::default()) };
+        Ok(Self { serve, agent, printer, signals, cancel_rx })
+    }
+
+    fn print(&self, ev: &Event) {
+        if matches!(ev.kind, EventKind::Done | EventKind::State { .. }) {
+            return;
+        }
+        match &self.printer {
+            Printer::Human(h) => h.print(ev),
+            Printer::Json => print::json(ev),
+        }
+    }
+
+    /// Prints an event made here, not by the serve (a refusal); seq 0 like a stream-local frame.
+    fn local(&self, kind: EventKind) {
+        self.print(&Event { seq: 0, agent_id: self.agent.to_string(), kind });
+    }
+
+    /// Runs one request to the serve with signals turned into cancels: from before its POST
+    /// (a signal while it is sent is not lost) until its reply is done. Returns `op`'s exit
+    /// code, or 130 after SIGINT; after SIGTERM or SIGHUP the process leaves here with 143 or
+    /// 129.
+    async fn guarded(&mut self, op: impl AsyncFnOnce(&mut Self) -> Result<u8>) -> Result<u8> {
+        // Wake-ups left by signals of an earlier line, whose cancel was already posted.
+        while self.cancel_rx.try_recv().is_ok() {}
+        if let Ok(mut s) = self.signals.lock() {
+            s.streaming = true;
+            s.got = None;
+        }
+        let result = op(self).await;
+        let got = self.signals.lock().ok().and_then(|mut s| {
+            s.streaming = false;
+            s.got
+        });
+        match got {
+            Some(CANCELLED) => result.map(|_| CANCELLED),
+            Some(code) => std::process::exit(code.into()),
+            None => result,
+        }
+    }
+
+    /// Prints `events` until `dones` `done` events were counted, posting a cancel for each
+    /// signal meanwhile; with `after_start`, a `done` before the first `turn_started` belongs
+    /// to an earlier run and is not counted. Returns the exit code of what was streamed.
+    async fn follow(
+        &mut self,
+        mut events: impl Stream<Item = Result<Event>> + Unpin,
+        mut dones: usize,
+        mut after_start: bool,
+        mut tally: Tally,
+    ) -> Result<u8> {
+        loop {
+            let next = tokio::select! {
+                Some(()) = self.cancel_rx.recv() => {
+                    self.cancel().await;
+                    continue;
+                }
+                next = events.next() => next,
+            };
+            let ev = match next {
+                Some(Ok(ev)) => ev,
+                Some(Err(e)) => return Err(e),
+                None => return Err(anyhow!("the serve closed the event stream before the reply was done")),
+            };
+            self.print(&ev);
+            tally.add(&ev.kind);
+            match ev.kind {
+                EventKind::TurnStarted { .. } => after_start = false,
+                EventKind::Done if !after_start => {
+                    dones = dones.saturating_sub(1);
+                    if dones == 0 {
+                        return Ok(tally.code());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    async fn cancel(&self) {
+        let answer = match self.serve.post(&["api", "cicy", "cancel"], json!({ "agent_id": self.agent })).await {
+            Ok(resp) => json_answer(resp).await.map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = answer {
+            eprintln!("error: cannot cancel the reply: {e}");
+        }
+    }
+
+    /// Sends one message; prints its stream until `done`.
+    async fn chat_line(&mut self, text: &str) -> Result<u8> {
+        let resp = self.serve.post(&["api", "cicy", "chat"], json!({ "agent_id": self.agent, "text": wire_text(text) })).await?;
+        if !resp.status().is_success() {
+            return Err(api_error(resp).await);
+        }
+        self.follow(events(resp), 1, false, Tally::default()).await
+    }
+
+    /// The agent's event stream from now on: its `last_seq` first, then the stream resumed
+    /// there, so nothing a following POST starts can be missed.
+    async fn agent_events(&self) -> Result<impl Stream<Item = Result<Event>> + Send + Unpin> {
+        let status = json_answer(self.serve.get(&["api", "agents", self.agent], None).await?).await?;
+        let last_seq = status.get("last_seq").and_then(Value::as_u64).unwrap_or(0);
+        let resp = self.serve.get(&["api", "agents", self.agent, "events"], Some(last_seq)).await?;
+        if !resp.status().is_success() {
+            return Err(api_error(resp).await);
+        }
+        Ok(events(resp))
+    }
+
+    /// Runs `/compact` (keeping `keep` messages) or `/clear`; prints its events until `done`.
+    async fn command(&mut self, c: ChatCommand, keep: usize) -> Result<u8> {
+        self.guarded(async |me| me.command_line(c, keep).await).await
+    }
+
+    async fn command_line(&mut self, c: ChatCommand, keep: usize) -> Result<u8> {
+        let (route, body) = match c {
+            ChatCommand::Compact => ("compact", json!({ "agent_id": self.agent, "keep": keep })),
+            ChatCommand::Clear => ("clear", json!({ "agent_id": self.agent })),
+            ChatCommand::Exit => return Ok(0),
+        };
+        let stream = self.agent_events().await?;
+        let resp = self.serve.post(&["api", "cicy", route], body).await?;
+        if resp.status() == StatusCode::CONFLICT {
+            self.local(chat::refusal(c.as_str(), &LockError::Busy { agent_id: self.agent.to_string() }));
+            return Ok(1);
+        }
+        let answer = json_answer(resp).await?;
+        // A turn that `/clear` cancelled ends with its own `done` before the one of `/clear`.
+        let dones = if answer.get("canceled").and_then(Value::as_bool) == Some(true) { 2 } else { 1 };
+        self.follow(stream, dones, false, Tally::command()).await
+    }
+
+    /// Re-runs the last turn; prints its events until `done`.
+    async fn retry(&mut self) -> Result<u8> {
+        self.guarded(async |me| me.retry_turn().await).await
+    }
+
+    async fn retry_turn(&mut self) -> Result<u8> {
+        let stream = self.agent_events().await?;
+        let answer = json_answer(self.serve.post(&["api", "cicy", "retry"], json!({ "agent_id": self.agent })).await?).await?;
+        if answer.get("started").and_then(Value::as_bool) == Some(true) {
+            return self.follow(stream, 1, true, Tally::default()).await;
+        }
+        match answer.get("reason").and_then(Value::as_str).unwrap_or("the serve did not start the retry") {
+            "no turn to retry" => eprintln!("{}", chat::nothing_to_retry(self.agent)),
+            reason => eprintln!("error: {reason}"),
+        }
+        Ok(1)
+    }
+
+    /// Runs one chat line as the in-process path does.
+    async fn line(&mut self, line: &Line) -> Result<u8> {
+        match line {
+            Line::Command(ChatCommand::Exit) => {
+                self.local(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
+                Ok(0)
+            }
+            Line::Command(c) => self.command(*c, 0).await,
+            Line::Unknown(word) => {
+                self.local(EventKind::Error { kind: "command".to_string(), message: line::refusal(word) });
+                Ok(1)
+            }
+            Line::Message(text) => self.guarded(async |me| me.chat_line(text).await).await,
+        }
+    }
+
+    /// The role's greeting when the agent's conversation is empty, as the in-process session
+    /// shows it. Errors: the serve's (e.g. an unknown agent), before any line is read. A
+    /// greeting that cannot be read locally is left out: the serve reports a broken role at
+    /// the first turn.
+    async fn greet(&self, home: &Home) -> Result<()> {
+        let mut url = self.serve.url(&["api", "cicy", "history"])?;
+        url.query_pairs_mut().append_pair("agent_id", self.agent);
+        let history = json_answer(self.serve.auth(self.serve.client.get(url)).send().await?).await?;
+        if !history.get("messages").and_then(Value::as_array).is_some_and(Vec::is_empty) {
+            return Ok(());
+        }
+        let greeting = (|| {
+            let record = Registry::open_read_only(&home.db_path()).ok()?.get(self.agent).ok()?;
+            let tools = ToolConfig::load(home).ok()?;
+            role::load_template(home, &record.role_template, &tools).ok()?.meta.greeting
+        })();
+        if let Some(g) = greeting.filter(|g| !g.trim().is_empty()) {
+            self.local(EventKind::System { text: g });
+        }
+        Ok(())
+    }
+
+    /// A stdin session: one POST per line, each waited for until `done`.
+    async fn session(&mut self, home: &Home) -> Result<u8> {
+        self.greet(home).await?;
+        let interactive = std::io::stdin().is_terminal();
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        let mut buf = Vec::new();
+        let mut worst = Worst::default();
+        loop {
+            if interactive {
+                eprint!("> ");
+            }
+            buf.clear();
+            if stdin.read_until(b'\n', &mut buf).await? == 0 {
+                break;
+            }
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            match Line::parse(text) {
+                Line::Command(ChatCommand::Exit) => break,
+                line => worst.add(self.line(&line).await?),
+            }
+        }
+        Ok(worst.0)
+    }
+}
+
+/// The text to POST for a message: `/clear` or `/compact` as a message (sent as `//clear`, or
+/// the whole `--file`) keeps a leading `/` so the serve, which runs exactly `/clear` and
+/// `/compact` as commands, receives it escaped (`//clear`) instead of running it.
+fn wire_text(message: &str) -> String {
+    match message.trim() {
+        "/clear" | "/compact" => format!("/{}", message.trim_start()),
+        _ => message.to_string(),
+    }
+}
+
+/// Runs `f` on a live serve of `home`; `Ok(None)` (nothing done, nothing read) when there is none.
+fn with_serve<F>(home: &Home, id: &str, json: bool, f: F) -> Result<Option<ExitCode>>
+where
+    F: AsyncFnOnce(&mut Remote<'_>) -> Result<u8>,
+{
+    let rt = chat::runtime()?;
+    rt.block_on(async {
+        let Some(serve) = live_serve(home).await else {
+            return Ok(None);
+        };
+        let mut remote = Remote::new(serve, id, json)?;
+        Ok(Some(ExitCode::from(f(&mut remote).await?)))
+    })
+}
+
+/// `chat` through the serve; `Ok(None)` when none is live (run it in-process).
+pub(super) fn chat(home: &Home, id: &str, input: &Input, json: bool) -> Result<Option<ExitCode>> {
+    with_serve(home, id, json, async |remote| match chat::first_line(input)? {
+        Some(line) => remote.line(&line).await,
+        None => remote.session(home).await,
+    })
+}
+
+/// `retry` through the serve; `Ok(None)` when none is live.
+pub(super) fn retry(home: &Home, id: &str, json: bool) -> Result<Option<ExitCode>> {
+    with_serve(home, id, json, async |remote| remote.retry().await)
+}
+
+/// `compact` and `clear` through the serve; `Ok(None)` when none is live.
+pub(super) fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<Option<ExitCode>> {
+    with_serve(home, id, json, async |remote| remote.command(c, keep).await)
+}
+
+#[cfg(test)]
+#[path = "remote_tests.rs"]
+mod tests;
