@@ -53,11 +53,20 @@ struct State {
     closed: bool,
 }
 
+/// The log with the ranges the writer reserved and not yet handed to the numbering state; an
+/// `emit` that runs out takes them from here rather than reserving past them.
+struct Slot {
+    log: EventLog,
+    jump: Option<RangeInclusive<u64>>,
+    spare: Option<RangeInclusive<u64>>,
+}
+
+/// Lock order: `state` before `slot`, never the other way.
 struct Shared {
     agent_id: String,
     workspace: PathBuf,
     state: Mutex<State>,
-    log: Arc<Mutex<EventLog>>,
+    slot: Arc<Mutex<Slot>>,
     writer: mpsc::UnboundedSender<Msg>,
     global: Option<broadcast::Sender<Event>>,
 }
@@ -97,7 +106,7 @@ impl AgentEvents {
         let last = log.last_logged();
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
         let (writer, queue) = mpsc::unbounded_channel();
-        let log = Arc::new(Mutex::new(log));
+        let slot = Arc::new(Mutex::new(Slot { log, jump: None, spare: None }));
         let shared = Arc::new(Shared {
             agent_id: agent_id.to_string(),
             workspace: workspace.to_path_buf(),
@@ -112,11 +121,11 @@ impl AgentEvents {
                 live: Some(live),
                 closed: false,
             }),
-            log: Arc::clone(&log),
+            slot: Arc::clone(&slot),
             writer,
             global,
         });
-        tokio::spawn(write_loop(log, Arc::downgrade(&shared), queue, log_file(&events_dir(workspace), 0)));
+        tokio::spawn(write_loop(slot, Arc::downgrade(&shared), queue, log_file(&events_dir(workspace), 0)));
         Ok(AgentEvents(shared))
     }
 
@@ -221,7 +230,12 @@ impl Shared {
                 (st.next, st.end, st.spare_requested) = (*r.start(), *r.end(), false);
             } else {
                 let after = st.end;
-                match crate::fsutil::blocking(|| lock(&self.log).reserve(after)) {
+                let reserved = crate::fsutil::blocking(|| {
+                    let mut slot = lock(&self.slot);
+                    let ready = slot.jump.take().or_else(|| slot.spare.take());
+                    ready.map_or_else(|| slot.log.reserve(after), Ok)
+                });
+                match reserved {
                     Ok(r) => (st.next, st.end) = (*r.start(), *r.end()),
                     Err(e) => {
                         // `emit` has no error path: number on in memory and retry at the next
@@ -343,13 +357,13 @@ impl Subscription {
 
 /// The writer task: writes queued events in batches off the async workers, fsyncs after
 /// `turn_ended`, reserves ranges ahead and jumps above another writer's seqs.
-async fn write_loop(log: Arc<Mutex<EventLog>>, shared: Weak<Shared>, mut queue: mpsc::UnboundedReceiver<Msg>, path: PathBuf) {
+async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mpsc::UnboundedReceiver<Msg>, path: PathBuf) {
     let mut msgs = Vec::with_capacity(BATCH);
     let mut failed: Option<String> = None;
     loop {
         if queue.recv_many(&mut msgs, BATCH).await == 0 {
             // Every handle is gone without a close: make what was written durable.
-            if let Err(e) = crate::fsutil::blocking(|| lock(&log).sync()) {
+            if let Err(e) = crate::fsutil::blocking(|| lock(&slot).log.sync()) {
                 tracing::error!("event log: {e}");
             }
             return;
@@ -369,25 +383,35 @@ async fn write_loop(log: Arc<Mutex<EventLog>>, shared: Weak<Shared>, mut queue: 
                 }
             }
         }
-        let (written, jump, spare) = crate::fsutil::blocking(|| {
-            let mut log = lock(&log);
+        let written = crate::fsutil::blocking(|| {
+            let mut slot = lock(&slot);
+            let Slot { log, jump, spare } = &mut *slot;
             let mut res = if batch.is_empty() { Ok(()) } else { log.append(&batch) };
             if res.is_ok() && fsync {
                 res = log.sync();
             }
-            let jump = log.take_foreign().map(|max| log.reserve(max));
-            let spare = (reserve && jump.is_none()).then(|| log.reserve(0));
+            if let Some(max) = log.take_foreign() {
+                match log.reserve(max) {
+                    Ok(r) => (*jump, *spare) = (Some(r), None),
+                    Err(e) => tracing::error!("event log: {e}"),
+                }
+            } else if reserve {
+                match log.reserve(0) {
+                    Ok(r) => *spare = Some(r),
+                    Err(e) => tracing::error!("event log: {e}"),
+                }
+            }
             if let (Some(last), true) = (release, res.is_ok()) {
                 res = log.release(last);
             }
-            (res, jump, spare)
+            res
         });
         if let Err(e) = written {
             tracing::error!("event log: {e}");
             failed = Some(e.to_string());
         }
         if let Some(shared) = shared.upgrade() {
-            install(&shared, jump, spare, reserve);
+            install(&shared, reserve);
         }
         if !waiters.is_empty() {
             let outcome = failed.take();
@@ -404,26 +428,21 @@ async fn write_loop(log: Arc<Mutex<EventLog>>, shared: Weak<Shared>, mut queue: 
     }
 }
 
-type Reserved = Option<Result<RangeInclusive<u64>, EventLogError>>;
-
-/// Puts the writer's reservations into the numbering state: a jump (another writer was seen)
+/// Moves the writer's reservations into the numbering state: a jump (another writer was seen)
 /// abandons the current range and any spare; a spare waits for the current range to run out.
-fn install(shared: &Shared, jump: Reserved, spare: Reserved, requested: bool) {
+fn install(shared: &Shared, requested: bool) {
     let mut st = lock(&shared.state);
+    let mut slot = lock(&shared.slot);
     if requested {
         st.spare_requested = false;
     }
-    match jump {
-        Some(Ok(r)) => {
-            (st.next, st.end, st.spare, st.spare_requested) = (*r.start(), *r.end(), None, false);
-        }
-        Some(Err(e)) => tracing::error!(agent_id = %shared.agent_id, "event log: {e}"),
-        None => {}
+    if let Some(r) = slot.jump.take() {
+        (st.next, st.end, st.spare, st.spare_requested) = (*r.start(), *r.end(), None, false);
     }
-    match spare {
-        Some(Ok(r)) if st.spare.is_none() && *r.start() > st.end => st.spare = Some(r),
-        Some(Err(e)) => tracing::error!(agent_id = %shared.agent_id, "event log: {e}"),
-        _ => {}
+    if let Some(r) = slot.spare.take() {
+        if st.spare.is_none() && *r.start() > st.end {
+            st.spare = Some(r);
+        }
     }
 }
 
