@@ -3,6 +3,8 @@
 //!
 //! Owns no file itself: it drives one [`EventLog`] from a tokio task. `emit` is synchronous
 //! and does no I/O unless the reserved range runs out before the writer reserved the next one.
+//! The writer writes each batch it finds queued as soon as it wakes, so events reach the file
+//! well within DESIGN.md's "flushed 100 ms" without a timer; it fsyncs after `turn_ended`.
 //!
 //! Another process appending (a CLI run with `--local`) is noticed at this process's next
 //! append; until then this process keeps numbering from its old range, so a few of its events
@@ -312,7 +314,7 @@ impl Subscription {
     /// Fills the backlog with events after `last`: from the ring if it reaches back, else one
     /// page from the files (a gap first when they no longer reach back).
     async fn catch_up(&mut self) {
-        if let Some(events) = self.from_ring() {
+        if let Some(events) = self.ring_after_last() {
             self.backlog = events;
             self.catching_up = false;
             return;
@@ -349,7 +351,7 @@ impl Subscription {
     }
 
     /// The ring's events after `last`, if the ring still holds all of them.
-    fn from_ring(&self) -> Option<VecDeque<Event>> {
+    fn ring_after_last(&self) -> Option<VecDeque<Event>> {
         let st = lock(&self.shared.state);
         (self.last >= st.ring_floor).then(|| st.ring.iter().filter(|e| e.seq > self.last).cloned().collect())
     }

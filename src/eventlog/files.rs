@@ -1,7 +1,8 @@
 //! The event files read back: [`read_after`] and the line helpers the writer shares.
 //!
-//! Owns nothing on disk; reads `events.jsonl` and its rotated siblings without the lock, so a
-//! last line still being written (no newline yet) is skipped rather than read half.
+//! Owns nothing on disk. A reader opens `events.jsonl` and its rotated siblings under a shared
+//! `events/lock` (so a rotation cannot rename a file between listing and opening it) and reads
+//! them after letting go; a last line still being written (no newline yet) is skipped.
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{events_dir, EventLogError, KEPT_ROTATED};
+use super::{events_dir, EventLogError, Flock, KEPT_ROTATED};
 use crate::event::Event;
 
 /// Events read back from the files.
@@ -49,13 +50,9 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
     let mut oldest: Option<u64> = None;
     let mut picked: Vec<(u64, usize, usize)> = Vec::new();
     let mut texts: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    for path in files_oldest_first(&dir) {
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            // Rotated away between listing and reading: its events are in the next file.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(EventLogError::Io { path, source }),
-        };
+    for (path, mut file) in open_snapshot(&dir)? {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
         let file_ix = texts.len();
         for (line_no, start, end) in complete_lines(&bytes) {
             let seq = line_seq(&bytes[start..end])
@@ -81,6 +78,31 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
         events.push(event);
     }
     Ok(Replay { events, oldest_kept: oldest, dropped: dir.join(DROPPED).exists() })
+}
+
+/// The kept files, oldest first, opened under a shared lock; none when the folder is absent.
+fn open_snapshot(dir: &Path) -> Result<Vec<(PathBuf, fs::File)>, EventLogError> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let lock_path = dir.join("lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|source| EventLogError::Io { path: lock_path.clone(), source })?;
+    let held = Flock::take(&lock, libc::LOCK_SH).map_err(|source| EventLogError::Io { path: lock_path, source })?;
+    let mut out = Vec::new();
+    for path in files_oldest_first(dir) {
+        match fs::File::open(&path) {
+            Ok(f) => out.push((path, f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => return Err(EventLogError::Io { path, source }),
+        }
+    }
+    drop(held);
+    Ok(out)
 }
 
 /// Marker file: rotation has dropped a file at least once.

@@ -81,7 +81,7 @@ impl EventLog {
     /// Opens the log of the agent at `workspace`, creating the folder. Under the lock it cuts a
     /// torn last line of `events.jsonl` (no trailing newline, or not an event) and, when `hwm`
     /// is missing or unreadable (moved aside as `hwm.corrupt-<unix>`), rebuilds it from the
-    /// highest logged seq. `agent_id` only names the agent in errors of callers.
+    /// highest logged seq. `agent_id` is not stored: every event carries its own.
     pub fn open(workspace: &Path, agent_id: &str) -> Result<EventLog, EventLogError> {
         Self::open_with(workspace, agent_id, ROTATE_BYTES)
     }
@@ -127,8 +127,9 @@ impl EventLog {
     /// `start = max(hwm, after) + 1`. Pass the highest seq the caller knows of (0 if none).
     pub fn reserve(&mut self, after: u64) -> Result<RangeInclusive<u64>, EventLogError> {
         let _held = self.flock()?;
-        let start = self.read_hwm()?.max(after).max(self.last_logged) + 1;
-        let end = start + RESERVE_CHUNK - 1;
+        // Saturating: a foreign line claiming a seq near u64::MAX must not wrap the numbering.
+        let start = self.read_hwm()?.max(after).max(self.last_logged).saturating_add(1);
+        let end = start.saturating_add(RESERVE_CHUNK - 1);
         self.write_hwm(end)?;
         Ok(start..=end)
     }
@@ -299,28 +300,35 @@ impl EventLog {
     }
 
     fn flock(&self) -> Result<Flock, EventLogError> {
+        Flock::take(&self.lock, libc::LOCK_EX).map_err(|source| EventLogError::Io { path: self.dir.join("lock"), source })
+    }
+}
+
+/// A held `events/lock` (exclusive for writers, shared for readers); unlocked on drop. Holds
+/// the descriptor, not a borrow, so the log can be changed while it is held; it never outlives
+/// the function that owns the file.
+struct Flock(std::os::fd::RawFd);
+
+impl Flock {
+    /// Waits for the lock (`op`: `LOCK_EX` or `LOCK_SH`).
+    fn take(file: &File, op: libc::c_int) -> io::Result<Flock> {
         loop {
-            // SAFETY: flock only reads the descriptor, which `self.lock` keeps open.
-            if unsafe { libc::flock(self.lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Flock(self.lock.as_raw_fd()));
+            // SAFETY: flock only reads the descriptor, which `file` keeps open for the call.
+            if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+                return Ok(Flock(file.as_raw_fd()));
             }
             let err = io::Error::last_os_error();
             if err.raw_os_error() != Some(libc::EINTR) {
-                return Err(EventLogError::Io { path: self.dir.join("lock"), source: err });
+                return Err(err);
             }
         }
     }
 }
 
-/// A held `events/lock`; unlocked on drop. Holds the descriptor, not a borrow, so the log can
-/// be changed while it is held; it never outlives the method of the [`EventLog`] that owns the
-/// file.
-struct Flock(std::os::fd::RawFd);
-
 impl Drop for Flock {
     fn drop(&mut self) {
-        // SAFETY: the descriptor belongs to the `EventLog` whose method holds this guard, so it
-        // is open; an unlock failure leaves the lock to the close.
+        // SAFETY: the descriptor belongs to the file the holder owns for longer than this
+        // guard, so it is open; an unlock failure leaves the lock to the close.
         unsafe { libc::flock(self.0, libc::LOCK_UN) };
     }
 }
