@@ -235,6 +235,10 @@ impl EventLog {
     /// `events.jsonl` → `events.1.jsonl` → … ; the oldest beyond [`KEPT_ROTATED`] is dropped.
     fn rotate(&mut self) -> Result<(), EventLogError> {
         let io = |path: PathBuf| move |source| EventLogError::Io { path, source };
+        // `sync` only reaches the current file, so a rotated one is made durable here.
+        if let Some((file, _)) = &self.out {
+            file.sync_data().map_err(io(log_file(&self.dir, 0)))?;
+        }
         let oldest = log_file(&self.dir, KEPT_ROTATED);
         if oldest.exists() {
             fs::remove_file(&oldest).map_err(io(oldest.clone()))?;

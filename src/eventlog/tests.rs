@@ -19,6 +19,7 @@ fn hwm(ws: &Path) -> String {
 fn numbering_continues_above_the_reservation_after_reopen_and_from_the_last_used_after_release() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
+    assert_eq!(read_after(ws, 0, 10).unwrap(), Replay { events: vec![], oldest_kept: None, dropped: false });
     let mut log = EventLog::open(ws, "w-1").unwrap();
     assert_eq!(log.reserve(0).unwrap(), 1..=1024);
     assert_eq!(hwm(ws), "1024");
