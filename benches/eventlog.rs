@@ -5,7 +5,9 @@
 //! other worker meanwhile). `emit_to_subscriber_task`: the same with the subscriber on its own
 //! task, which hands each seq back over a channel (so two task wake-ups, as an SSE stream has
 //! one). Target < 50 µs per event. `read_after_10k`: `read_after` of 10,000 `text_delta` events
-//! (one file of about 1 MB); target < 50 ms.
+//! (one file of about 1 MB); target < 50 ms. `open_agent`: `AgentEvents::open` of a workspace
+//! that has a log (cut check, `hwm` read, one reservation written atomically), what a server
+//! pays per agent at start.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::{Duration, Instant};
@@ -93,9 +95,24 @@ fn replay_from_files(c: &mut Criterion) {
     });
 }
 
+fn open_agent(c: &mut Criterion) {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let events = AgentEvents::open(dir.path(), "w-1", None).unwrap();
+        for _ in 0..100 {
+            events.emit(delta());
+        }
+        events.close().await.unwrap();
+    });
+    c.bench_function("open_agent", |b| {
+        b.iter(|| rt.block_on(async { AgentEvents::open(dir.path(), "w-1", None).unwrap() }))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(5));
-    targets = emit_to_subscriber, replay_from_files
+    targets = emit_to_subscriber, replay_from_files, open_agent
 }
 criterion_main!(benches);
