@@ -11,6 +11,7 @@ pub mod compact;
 pub mod config;
 pub mod conversation;
 pub mod event;
+pub mod eventlog;
 pub mod fsutil;
 pub mod gateway;
 pub mod home;

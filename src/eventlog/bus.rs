@@ -1,0 +1,452 @@
+//! The in-memory side of an agent's event log: numbering, the ring, live subscribers and the
+//! writer task (DESIGN.md §9).
+//!
+//! Owns no file itself: it drives one [`EventLog`] from a tokio task. `emit` is synchronous
+//! and does no I/O unless the reserved range runs out before the writer reserved the next one.
+//! The writer writes each batch it finds queued as soon as it wakes, so events reach the file
+//! well within DESIGN.md's "flushed 100 ms" without a timer; it fsyncs after `turn_ended`.
+//!
+//! Another process appending (a CLI run with `--local`) is noticed at this process's next
+//! append; until then this process keeps numbering from its old range, so a few of its events
+//! may carry lower seqs than the other process's and sit after them in the file (the reader
+//! sorts). Those foreign events are in the files, so a replay from the files has them, but they
+//! are never sent live nor kept in the ring.
+
+use std::collections::VecDeque;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use super::{events_dir, files::log_file, read_after, EventLog, EventLogError, RESERVE_CHUNK, ROTATE_BYTES};
+use crate::event::{Emitter, Event, EventKind, EventSink};
+
+/// DESIGN.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
+pub const RING: usize = 2048;
+/// Slots of the live channel; a subscriber further behind lags and is refilled.
+const LIVE_CAPACITY: usize = 2048;
+/// Queue entries the writer takes at once.
+const BATCH: usize = 1024;
+/// Events a catching-up subscriber reads from the files per step.
+const PAGE: usize = 4096;
+
+type Reply = oneshot::Sender<Result<(), EventLogError>>;
+
+enum Msg {
+    Event(Event),
+    Flush(Reply),
+    /// Reserve the next range ahead (half of the current one is used).
+    Reserve,
+    Close { last_seq: u64, reply: Reply },
+}
+
+struct State {
+    /// The next seq to hand out and the end of the current reserved range.
+    next: u64,
+    end: u64,
+    spare: Option<RangeInclusive<u64>>,
+    spare_requested: bool,
+    last_seq: u64,
+    ring: VecDeque<Event>,
+    /// Every own event with a seq above this is in the ring.
+    ring_floor: u64,
+    live: Option<broadcast::Sender<Event>>,
+    closed: bool,
+}
+
+/// The log with the ranges the writer reserved and not yet handed to the numbering state; an
+/// `emit` that runs out takes them from here rather than reserving past them.
+struct Slot {
+    log: EventLog,
+    jump: Option<RangeInclusive<u64>>,
+    spare: Option<RangeInclusive<u64>>,
+}
+
+/// Lock order: `state` before `slot`, never the other way.
+struct Shared {
+    agent_id: String,
+    workspace: PathBuf,
+    state: Mutex<State>,
+    slot: Arc<Mutex<Slot>>,
+    writer: mpsc::UnboundedSender<Msg>,
+    global: Option<broadcast::Sender<Event>>,
+}
+
+/// An agent's event bus and persistent log; cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct AgentEvents(Arc<Shared>);
+
+/// A mutex whose holder panicked still guards consistent data here (every update is a few
+/// plain assignments), so poisoning is ignored.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl AgentEvents {
+    /// Opens the log at `<workspace>/.cicy/events/` ([`EventLog::open`]), reserves the first
+    /// range and spawns the writer task, so it must be called inside a tokio runtime (blocking
+    /// file I/O: call it through `crate::fsutil::blocking`). Every event is also sent on
+    /// `global` when given (a server-wide stream).
+    pub fn open(
+        workspace: &Path,
+        agent_id: &str,
+        global: Option<broadcast::Sender<Event>>,
+    ) -> Result<AgentEvents, EventLogError> {
+        Self::open_with(workspace, agent_id, global, ROTATE_BYTES)
+    }
+
+    /// [`AgentEvents::open`] with another rotation size (tests use small files).
+    pub fn open_with(
+        workspace: &Path,
+        agent_id: &str,
+        global: Option<broadcast::Sender<Event>>,
+        rotate_bytes: u64,
+    ) -> Result<AgentEvents, EventLogError> {
+        let mut log = EventLog::open_with(workspace, agent_id, rotate_bytes)?;
+        let range = log.reserve(0)?;
+        let last = log.last_logged();
+        let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        let (writer, queue) = mpsc::unbounded_channel();
+        let slot = Arc::new(Mutex::new(Slot { log, jump: None, spare: None }));
+        let shared = Arc::new(Shared {
+            agent_id: agent_id.to_string(),
+            workspace: workspace.to_path_buf(),
+            state: Mutex::new(State {
+                next: *range.start(),
+                end: *range.end(),
+                spare: None,
+                spare_requested: false,
+                last_seq: last,
+                ring: VecDeque::with_capacity(RING),
+                ring_floor: last,
+                live: Some(live),
+                closed: false,
+            }),
+            slot: Arc::clone(&slot),
+            writer,
+            global,
+        });
+        tokio::spawn(write_loop(slot, Arc::downgrade(&shared), queue, log_file(&events_dir(workspace), 0)));
+        Ok(AgentEvents(shared))
+    }
+
+    /// Numbers `kind` with the next seq, keeps it in the ring, sends it to subscribers (and
+    /// `global`) and queues it for the writer; returns the seq. Synchronous; it blocks on I/O
+    /// only when the reserved range is used up before the writer reserved the next one. After
+    /// [`AgentEvents::close`] it does nothing and returns 0 (no event has seq 0).
+    pub fn emit(&self, kind: EventKind) -> u64 {
+        self.0.push(kind)
+    }
+
+    /// An [`Emitter`] that emits here (for the turn loop).
+    pub fn emitter(&self) -> Emitter {
+        Emitter::from_sink(self.0.clone())
+    }
+
+    /// The seq of the newest event: emitted by this process, else the last logged when it
+    /// opened; 0 when none.
+    pub fn last_seq(&self) -> u64 {
+        lock(&self.0.state).last_seq
+    }
+
+    /// A stream of events. `None`: live only, from now on. `Some(n)`: every event with
+    /// seq > n once and in order — from the ring when it reaches back that far, else from the
+    /// files, else a `gap {from: n+1, to}` event (seq = `to`) followed by what is kept — then
+    /// live. A subscriber that falls behind the live channel is refilled the same way.
+    pub async fn subscribe(&self, after: Option<u64>) -> Subscription {
+        let st = lock(&self.0.state);
+        // Subscribed before the ring is looked at (in `next`), so nothing falls between.
+        let rx = st.live.as_ref().map(|l| l.subscribe());
+        let (last, catching_up) = match after {
+            None => (st.last_seq, false),
+            Some(n) => (n, true),
+        };
+        drop(st);
+        Subscription { shared: self.0.clone(), rx, last, catching_up, backlog: VecDeque::new() }
+    }
+
+    /// Waits until every event emitted so far is written to `events.jsonl` (not fsynced).
+    /// Errors: [`EventLogError::Writer`] when a write failed since the last flush.
+    pub async fn flush(&self) -> Result<(), EventLogError> {
+        self.0.flush().await
+    }
+
+    /// Flushes, fsyncs and gives back the unused rest of the reserved range
+    /// ([`EventLog::release`]); the writer task ends and subscribers get `None` after the
+    /// events they have not read yet. Later `emit`s are a no-op returning 0; later
+    /// `close`/`flush` calls return `Ok`. There is no reopening: open a new `AgentEvents`.
+    pub async fn close(&self) -> Result<(), EventLogError> {
+        let rx = {
+            let mut st = lock(&self.0.state);
+            if st.closed {
+                return Ok(());
+            }
+            st.closed = true;
+            st.live = None;
+            let (reply, rx) = oneshot::channel();
+            if self.0.writer.send(Msg::Close { last_seq: st.last_seq, reply }).is_err() {
+                return Ok(());
+            }
+            rx
+        };
+        rx.await.unwrap_or(Ok(()))
+    }
+}
+
+impl Shared {
+    fn push(&self, kind: EventKind) -> u64 {
+        let mut st = lock(&self.state);
+        if st.closed {
+            return 0;
+        }
+        let seq = self.next_seq(&mut st);
+        let ev = Event { seq, agent_id: self.agent_id.clone(), kind };
+        st.last_seq = seq;
+        if st.ring.len() == RING {
+            if let Some(old) = st.ring.pop_front() {
+                st.ring_floor = old.seq;
+            }
+        }
+        st.ring.push_back(ev.clone());
+        // A send error only means nobody listens right now.
+        if let Some(live) = &st.live {
+            let _ = live.send(ev.clone());
+        }
+        if let Some(global) = &self.global {
+            let _ = global.send(ev.clone());
+        }
+        // Sent under the state lock so the writer's queue is in seq order; an error means the
+        // writer is gone (runtime shut down), and the event stays in the ring only.
+        let _ = self.writer.send(Msg::Event(ev));
+        if !st.spare_requested && st.spare.is_none() && st.end.saturating_sub(seq) < RESERVE_CHUNK / 2 {
+            st.spare_requested = true;
+            let _ = self.writer.send(Msg::Reserve);
+        }
+        seq
+    }
+
+    fn next_seq(&self, st: &mut State) -> u64 {
+        if st.next > st.end {
+            if let Some(r) = st.spare.take() {
+                (st.next, st.end, st.spare_requested) = (*r.start(), *r.end(), false);
+            } else {
+                let after = st.end;
+                let reserved = crate::fsutil::blocking(|| {
+                    let mut slot = lock(&self.slot);
+                    let ready = slot.jump.take().or_else(|| slot.spare.take());
+                    ready.map_or_else(|| slot.log.reserve(after), Ok)
+                });
+                match reserved {
+                    Ok(r) => (st.next, st.end) = (*r.start(), *r.end()),
+                    Err(e) => {
+                        // `emit` has no error path: number on in memory and retry at the next
+                        // event; only a crash before a reservation succeeds could reuse this seq.
+                        tracing::error!(agent_id = %self.agent_id, "event log: {e}");
+                        st.end = st.next;
+                    }
+                }
+            }
+        }
+        let seq = st.next;
+        st.next += 1;
+        seq
+    }
+
+    async fn flush(&self) -> Result<(), EventLogError> {
+        let (reply, rx) = oneshot::channel();
+        if self.writer.send(Msg::Flush(reply)).is_err() {
+            return Ok(());
+        }
+        rx.await.unwrap_or(Ok(()))
+    }
+
+    fn gap(&self, from: u64, to: u64) -> Event {
+        Event { seq: to, agent_id: self.agent_id.clone(), kind: EventKind::Gap { from, to } }
+    }
+}
+
+impl EventSink for Shared {
+    fn emit(&self, kind: EventKind) {
+        self.push(kind);
+    }
+}
+
+/// One subscriber's stream (see [`AgentEvents::subscribe`]).
+pub struct Subscription {
+    shared: Arc<Shared>,
+    rx: Option<broadcast::Receiver<Event>>,
+    /// The highest seq yielded (or the starting point).
+    last: u64,
+    catching_up: bool,
+    backlog: VecDeque<Event>,
+}
+
+impl Subscription {
+    /// The next event; `None` once the bus is closed and every event before the close was
+    /// yielded.
+    pub async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(ev) = self.backlog.pop_front() {
+                self.last = ev.seq;
+                return Some(ev);
+            }
+            if self.catching_up {
+                self.catch_up().await;
+                continue;
+            }
+            let rx = self.rx.as_mut()?;
+            match rx.recv().await {
+                Ok(ev) if ev.seq > self.last => {
+                    self.last = ev.seq;
+                    return Some(ev);
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => self.catching_up = true,
+                Err(broadcast::error::RecvError::Closed) => {
+                    self.rx = None;
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Fills the backlog with events after `last`: from the ring if it reaches back, else one
+    /// page from the files (a gap first when they no longer reach back).
+    async fn catch_up(&mut self) {
+        if let Some(events) = self.ring_after_last() {
+            self.backlog = events;
+            self.catching_up = false;
+            return;
+        }
+        if let Err(e) = self.shared.flush().await {
+            tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {e}");
+        }
+        let (workspace, after) = (self.shared.workspace.clone(), self.last);
+        match tokio::task::spawn_blocking(move || read_after(&workspace, after, PAGE)).await {
+            Ok(Ok(replay)) => {
+                if let Some((from, to)) = replay.gap(after) {
+                    self.backlog.push_back(self.shared.gap(from, to));
+                }
+                self.catching_up = replay.events.len() == PAGE;
+                self.backlog.extend(replay.events);
+            }
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    Err(e) => e.to_string(),
+                    Ok(Ok(_)) => String::new(),
+                };
+                tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {why}");
+                // The files cannot be read: say what is lost, then go on from the ring.
+                let st = lock(&self.shared.state);
+                if st.ring_floor > after {
+                    self.backlog.push_back(self.shared.gap(after + 1, st.ring_floor));
+                }
+                let from = after.max(st.ring_floor);
+                self.backlog.extend(st.ring.iter().filter(|e| e.seq > from).cloned());
+                self.catching_up = false;
+            }
+        }
+    }
+
+    /// The ring's events after `last`, if the ring still holds all of them.
+    fn ring_after_last(&self) -> Option<VecDeque<Event>> {
+        let st = lock(&self.shared.state);
+        (self.last >= st.ring_floor).then(|| st.ring.iter().filter(|e| e.seq > self.last).cloned().collect())
+    }
+}
+
+/// The writer task: writes queued events in batches off the async workers, fsyncs after
+/// `turn_ended`, reserves ranges ahead and jumps above another writer's seqs.
+async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mpsc::UnboundedReceiver<Msg>, path: PathBuf) {
+    let mut msgs = Vec::with_capacity(BATCH);
+    let mut failed: Option<String> = None;
+    loop {
+        if queue.recv_many(&mut msgs, BATCH).await == 0 {
+            // Every handle is gone without a close: make what was written durable.
+            if let Err(e) = crate::fsutil::blocking(|| lock(&slot).log.sync()) {
+                tracing::error!("event log: {e}");
+            }
+            return;
+        }
+        let (mut batch, mut fsync, mut reserve, mut waiters, mut release) = (Vec::new(), false, false, Vec::new(), None);
+        for msg in msgs.drain(..) {
+            match msg {
+                Msg::Event(ev) => {
+                    fsync |= matches!(ev.kind, EventKind::TurnEnded { .. });
+                    batch.push(ev);
+                }
+                Msg::Flush(reply) => waiters.push(reply),
+                Msg::Reserve => reserve = true,
+                Msg::Close { last_seq, reply } => {
+                    (fsync, release) = (true, Some(last_seq));
+                    waiters.push(reply);
+                }
+            }
+        }
+        let written = crate::fsutil::blocking(|| {
+            let mut slot = lock(&slot);
+            let Slot { log, jump, spare } = &mut *slot;
+            let mut res = if batch.is_empty() { Ok(()) } else { log.append(&batch) };
+            if res.is_ok() && fsync {
+                res = log.sync();
+            }
+            if let Some(max) = log.take_foreign() {
+                match log.reserve(max) {
+                    Ok(r) => (*jump, *spare) = (Some(r), None),
+                    Err(e) => tracing::error!("event log: {e}"),
+                }
+            } else if reserve {
+                match log.reserve(0) {
+                    Ok(r) => *spare = Some(r),
+                    Err(e) => tracing::error!("event log: {e}"),
+                }
+            }
+            if let (Some(last), true) = (release, res.is_ok()) {
+                res = log.release(last);
+            }
+            res
+        });
+        if let Err(e) = written {
+            tracing::error!("event log: {e}");
+            failed = Some(e.to_string());
+        }
+        if let Some(shared) = shared.upgrade() {
+            install(&shared, reserve);
+        }
+        if !waiters.is_empty() {
+            let outcome = failed.take();
+            for reply in waiters {
+                let _ = reply.send(match &outcome {
+                    Some(message) => Err(EventLogError::Writer { path: path.clone(), message: message.clone() }),
+                    None => Ok(()),
+                });
+            }
+        }
+        if release.is_some() {
+            return;
+        }
+    }
+}
+
+/// Moves the writer's reservations into the numbering state: a jump (another writer was seen)
+/// abandons the current range and any spare; a spare waits for the current range to run out.
+fn install(shared: &Shared, requested: bool) {
+    let mut st = lock(&shared.state);
+    let mut slot = lock(&shared.slot);
+    if requested {
+        st.spare_requested = false;
+    }
+    if let Some(r) = slot.jump.take() {
+        (st.next, st.end, st.spare, st.spare_requested) = (*r.start(), *r.end(), None, false);
+    }
+    if let Some(r) = slot.spare.take() {
+        if st.spare.is_none() && *r.start() > st.end {
+            st.spare = Some(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
