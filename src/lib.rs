@@ -20,5 +20,6 @@ pub mod memory;
 pub mod prompt;
 pub mod registry;
 pub mod role;
+pub mod serve;
 pub mod tools;
 pub mod turn;

@@ -109,6 +109,20 @@ enum Command {
         #[arg(long)]
         local: bool,
     },
+    /// Host every agent in one resident process with an HTTP API on 127.0.0.1 (DESIGN.md §9);
+    /// runs until SIGTERM or Ctrl-C. `chat`, `retry`, `compact` and `clear` go through it
+    /// while it runs.
+    Serve {
+        /// Port on 127.0.0.1 (0: any free port; `$CICY_HOME/serve.json` names it).
+        #[arg(long, default_value_t = cicy::serve::DEFAULT_PORT)]
+        port: u16,
+        /// Only 127.0.0.1 is accepted: the API runs tools on this machine.
+        #[arg(long, default_value = "127.0.0.1")]
+        bind: String,
+        /// Seconds an idle agent's session stays open before it is dropped (reopened on demand).
+        #[arg(long, default_value_t = 600)]
+        session_idle_secs: u64,
+    },
     /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
     Memory {
         id: String,
@@ -267,6 +281,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
+        Command::Serve { port, bind, session_idle_secs } => serve(home, port, &bind, session_idle_secs),
     }
 }
 
@@ -278,6 +293,23 @@ fn remote_unless(local: bool, remote: impl FnOnce() -> Result<Option<ExitCode>>)
     } else {
         remote()
     }
+}
+
+/// `cicy-agent serve`: exits 2 for another `--bind` or when a serve of this home runs.
+fn serve(home: Home, port: u16, bind: &str, session_idle_secs: u64) -> Result<ExitCode> {
+    if bind != "127.0.0.1" {
+        anyhow::bail!("--bind {bind}: serve listens on 127.0.0.1 only (its API runs tools on this machine); put a proxy with its own authentication in front to reach it from elsewhere");
+    }
+    let opts = cicy::serve::ServeOptions {
+        port,
+        token: std::env::var("CICY_API_TOKEN").ok(),
+        session_idle: std::time::Duration::from_secs(session_idle_secs),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(cicy::serve::run(home, opts, |info| {
+        eprintln!("cicy-agent serve: listening on http://127.0.0.1:{} (pid {})", info.port, info.pid);
+    }))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The registry for a command that only reads it: opened read-only, so it works on a

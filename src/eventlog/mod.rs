@@ -25,6 +25,13 @@ use std::path::{Path, PathBuf};
 pub use bus::{AgentEvents, Subscription};
 pub use files::{read_after, Replay};
 
+/// The seq of the newest event logged for the agent of `workspace` (0 when none), without
+/// opening a writer (which would reserve seqs): what a status row shows before the agent's
+/// log is opened. Errors: [`EventLogError::Io`] naming the unreadable file.
+pub fn last_logged(workspace: &Path) -> Result<u64, EventLogError> {
+    files::last_logged_in(&events_dir(workspace))
+}
+
 use crate::event::Event;
 use files::{cut_torn_tail, last_logged_in, line_seq, log_file, max_logged_in, DROPPED};
 

@@ -45,12 +45,21 @@ pub enum Reply {
     SseThenHang { chunks: Vec<Vec<u8>> },
     /// Any status with headers and a body of any bytes (e.g. a gzipped stream).
     Raw { status: u16, headers: Vec<(String, String)>, body: Vec<u8> },
+    /// HTTP 200 stream whose chunks are written once `gate` gives a permit (a slow answer the
+    /// test releases), or after `after` when there is no gate (a gateway that takes its time).
+    Held { chunks: Vec<Vec<u8>>, gate: Option<Arc<tokio::sync::Semaphore>>, after: Duration },
 }
 
 impl Reply {
     /// An SSE reply without delays between chunks.
     pub fn sse(chunks: Vec<Vec<u8>>) -> Self {
         Reply::Sse { chunks, delay: Duration::ZERO }
+    }
+
+    /// An SSE reply written once the returned gate gets a permit (`gate.add_permits(1)`).
+    pub fn gated(chunks: Vec<Vec<u8>>) -> (Self, Arc<tokio::sync::Semaphore>) {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        (Reply::Held { chunks, gate: Some(gate.clone()), after: Duration::ZERO }, gate)
     }
 
     pub fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
@@ -263,6 +272,16 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
                 Ok::<_, Infallible>(Bytes::from(c))
             });
             sse(Body::from_stream(s))
+        }
+        Some(Reply::Held { chunks, gate, after }) => {
+            let wait = async move {
+                match gate {
+                    Some(g) => drop(g.acquire_owned().await),
+                    None => tokio::time::sleep(after).await,
+                }
+                stream::iter(chunks.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c))))
+            };
+            sse(Body::from_stream(stream::once(wait).flatten()))
         }
         Some(Reply::SseThenHang { chunks }) => {
             let s = stream::iter(chunks.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c)))).chain(stream::pending());

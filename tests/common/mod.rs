@@ -11,4 +11,5 @@ pub mod gateway;
 pub mod history;
 pub mod proxy;
 pub mod referee;
+pub mod serve;
 pub mod wait;

@@ -1,0 +1,688 @@
+//! One actor task per agent (DESIGN.md §9 "Agents", "Dispatch", "Steer"; codex-rs
+//! `submit(Op)`): it alone owns the agent's [`Session`], state, pending queue, steering queue,
+//! cancel token and memory timer, and takes [`Op`]s from an mpsc queue.
+//!
+//! A turn, retry, `/compact` or `/clear` runs as a job in its own task (`super::job`), which
+//! takes the session and gives it back, so the actor keeps answering (queueing, steering,
+//! cancelling) while it runs. A run is the job an input started plus the follow-ups the queued
+//! inputs start; it ends with `state idle` and `done`. Must not touch HTTP: routes turn
+//! requests into `Op`s and stream the agent's events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
+use super::tracker::Tracker;
+use crate::agent::Session;
+use crate::command::CommandEnd;
+use crate::conversation::outcome::marker_of;
+use crate::event::{AgentState, EventKind};
+use crate::eventlog::{AgentEvents, EventLogError, Subscription};
+use crate::fsutil;
+use crate::home::Home;
+use crate::registry::AgentRecord;
+use crate::turn::Steering;
+
+/// cicy: what a queued input's stream is told.
+pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
+/// cicy: the `flush` event's text when queued inputs start their follow-up turn.
+pub const FLUSH_TEXT: &str = "Processing queued input…";
+/// **[chosen]** How often a run waits for a turn lock a CLI process holds.
+const LOCK_RETRY: Duration = Duration::from_secs(1);
+
+/// A request to an agent's actor; each carries where its answer goes.
+pub enum Op {
+    /// `POST /api/cicy/chat`: start a run (the stream follows it) or queue the text.
+    Chat { text: String, reply: oneshot::Sender<Admit> },
+    /// `POST /api/agents/{id}/prompt`: like chat without a stream; answers whether it queued.
+    Prompt { text: String, reply: oneshot::Sender<bool> },
+    Steer { text: String, interrupt: bool, reply: oneshot::Sender<SteerReply> },
+    /// Answers whether a job was running.
+    Cancel { reply: oneshot::Sender<bool> },
+    Retry { reply: oneshot::Sender<RetryReply> },
+    Clear { reply: oneshot::Sender<Result<ClearReply, String>> },
+    Compact { keep: usize, reply: oneshot::Sender<Result<CompactReply, Busy>> },
+    Status { reply: oneshot::Sender<Status> },
+    /// A subscription to the agent's events after `after` (`None`: from now).
+    Subscribe { after: Option<u64>, reply: oneshot::Sender<Result<Subscription, String>> },
+    /// Opens the session ahead of the first request (serve's boot, one agent at a time).
+    Warm { reply: oneshot::Sender<()> },
+    /// Cancels any job, waits for it (its marker written), closes the event log.
+    Shutdown { reply: oneshot::Sender<()> },
+}
+
+/// How a chat was taken.
+pub enum Admit {
+    /// A run started; the subscription begins just before its first event.
+    Started(Subscription),
+    /// The agent is busy: the text waits in `pending`.
+    Queued,
+    /// A command that cannot run now (e.g. `/compact` while busy), with the reason.
+    Refused(String),
+    /// The event log could not be opened.
+    Failed(String),
+}
+
+/// The answer to a steer: its `steered` status (`queued`, `prompted`, `rejected_full`).
+pub struct SteerReply {
+    pub status: &'static str,
+}
+
+/// `POST /api/cicy/retry` *(cicy)*.
+#[derive(Debug, Serialize)]
+pub struct RetryReply {
+    pub success: bool,
+    pub started: bool,
+    pub reason: Option<String>,
+}
+
+/// `POST /api/cicy/clear` *(cicy)*.
+#[derive(Debug, Serialize)]
+pub struct ClearReply {
+    pub success: bool,
+    pub canceled: bool,
+    pub conv_id: String,
+}
+
+/// `POST /api/cicy/compact` **[chosen]**: message counts of the window before and after;
+/// `outcome` is `done`, `cancelled` or `failed` (then `after` = `before`).
+#[derive(Debug, Serialize)]
+pub struct CompactReply {
+    pub success: bool,
+    pub outcome: &'static str,
+    pub before: usize,
+    pub after: usize,
+}
+
+/// `/compact` refused because the agent is busy (409).
+#[derive(Debug)]
+pub struct Busy;
+
+/// A row of `GET /api/agents` (DESIGN.md §9). `wake_at` and `unanswered` belong to §10 and
+/// are `null`/0 until wakes exist.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub id: String,
+    pub title: String,
+    pub role: String,
+    pub master_id: Option<String>,
+    pub state: AgentState,
+    pub busy: bool,
+    pub pending: usize,
+    pub steering: usize,
+    pub wake_at: Option<String>,
+    pub last_seq: u64,
+    pub unanswered: usize,
+}
+
+/// The address of a running actor.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub id: String,
+    tx: mpsc::UnboundedSender<Op>,
+}
+
+impl AgentHandle {
+    /// Sends `op`; false when the actor has ended (serve is shutting down).
+    pub fn send(&self, op: Op) -> bool {
+        self.tx.send(op).is_ok()
+    }
+}
+
+/// What an actor needs from the server.
+#[derive(Clone)]
+pub struct Shared {
+    pub home: Home,
+    pub http: reqwest::Client,
+    pub global: tokio::sync::broadcast::Sender<crate::event::Event>,
+    /// **[chosen]** A session idle this long is dropped and reopened on demand (600 s).
+    pub session_idle: Duration,
+}
+
+/// Starts the actor of `record`.
+pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let handle = AgentHandle { id: record.id.clone(), tx };
+    let actor = Actor {
+        record,
+        shared,
+        tracker: None,
+        session: None,
+        pending: Vec::new(),
+        steering: Steering::default(),
+        cancel: CancellationToken::new(),
+        job: None,
+        waiting: None,
+        deferred_clear: Vec::new(),
+        compact_reply: None,
+        last_active: Instant::now(),
+        flush: None,
+        flush_not_before: None,
+        lock_notified: false,
+    };
+    tokio::spawn(actor.run(rx));
+    handle
+}
+
+/// Work that found the turn lock held by another process, and when to try again.
+struct Waiting {
+    work: Work,
+    at: Instant,
+}
+
+struct Actor {
+    record: AgentRecord,
+    shared: Shared,
+    tracker: Option<Arc<Tracker>>,
+    session: Option<Session>,
+    pending: Vec<String>,
+    steering: Steering,
+    cancel: CancellationToken,
+    job: Option<(Work, JoinHandle<JobOut>)>,
+    /// Work that found the turn lock held by another process; retried every [`LOCK_RETRY`].
+    waiting: Option<Waiting>,
+    /// `POST /api/cicy/clear` replies waiting for the cancelled job to end.
+    deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, String>>)>,
+    compact_reply: Option<oneshot::Sender<Result<CompactReply, Busy>>>,
+    last_active: Instant,
+    /// The memory flush running beside the agent, if any.
+    flush: Option<(CancellationToken, JoinHandle<()>)>,
+    /// No timer flush before this: a flush that left the buffer due (another process is
+    /// flushing it, or the backoff) is not fired again at once.
+    flush_not_before: Option<SystemTime>,
+    /// The "waiting for the turn lock" line was shown for this run.
+    lock_notified: bool,
+}
+
+impl Actor {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+        loop {
+            let idle = self.job.is_none() && self.waiting.is_none();
+            let memory_at = if idle { self.memory_due_at() } else { None };
+            let drop_at = (idle && self.session.is_some()).then(|| self.last_active + self.shared.session_idle);
+            tokio::select! {
+                op = rx.recv() => match op {
+                    Some(Op::Shutdown { reply }) => {
+                        self.shutdown().await;
+                        let _ = reply.send(());
+                        return;
+                    }
+                    Some(op) => self.handle(op).await,
+                    None => {
+                        self.shutdown().await;
+                        return;
+                    }
+                },
+                out = join(&mut self.job) => self.job_done(out).await,
+                () = sleep(self.waiting.as_ref().map(|w| w.at)) => self.retry_waiting(),
+                () = sleep_system(memory_at) => self.flush_memory(),
+                () = sleep(drop_at) => {
+                    // Dropped after a long idle period and reopened on demand **[chosen]**.
+                    self.session = None;
+                }
+            }
+        }
+    }
+
+    /// The event log, opened on first use.
+    fn tracker(&mut self) -> Result<Arc<Tracker>, EventLogError> {
+        if let Some(t) = &self.tracker {
+            return Ok(t.clone());
+        }
+        let global = Some(self.shared.global.clone());
+        let events = fsutil::blocking(|| AgentEvents::open(&self.record.workspace, &self.record.id, global))?;
+        let t = Tracker::new(events);
+        self.tracker = Some(t.clone());
+        Ok(t)
+    }
+
+    fn emit(&mut self, kind: EventKind) {
+        match self.tracker() {
+            Ok(t) => {
+                t.events().emit(kind);
+            }
+            Err(e) => tracing::error!(agent = %self.record.id, error = %e, "cannot log an event"),
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.job.is_some() || self.waiting.is_some()
+    }
+
+    async fn handle(&mut self, op: Op) {
+        self.last_active = Instant::now();
+        match op {
+            Op::Chat { text, reply } => {
+                let admit = self.chat(text).await;
+                let _ = reply.send(admit);
+            }
+            Op::Prompt { text, reply } => {
+                let queued = self.busy();
+                if queued {
+                    self.pending.push(text);
+                } else {
+                    self.start(Work::Turn(text));
+                }
+                let _ = reply.send(queued);
+            }
+            Op::Steer { text, interrupt, reply } => {
+                let status = self.steer(text, interrupt);
+                self.emit(EventKind::Steered { status: status.to_string() });
+                let _ = reply.send(SteerReply { status });
+            }
+            Op::Cancel { reply } => {
+                let canceled = self.abort();
+                let _ = reply.send(canceled);
+            }
+            Op::Retry { reply } => {
+                let r = self.retry();
+                let _ = reply.send(r);
+            }
+            Op::Clear { reply } => {
+                let canceled = self.abort();
+                self.deferred_clear.push((canceled, reply));
+                // Otherwise the clear runs when the cancelled job has ended (`job_done`).
+                if self.job.is_none() {
+                    self.start(Work::Clear);
+                }
+            }
+            Op::Compact { keep, reply } => {
+                if self.busy() {
+                    let _ = reply.send(Err(Busy));
+                } else {
+                    self.compact_reply = Some(reply);
+                    self.start(Work::Compact { keep });
+                }
+            }
+            Op::Status { reply } => {
+                let _ = reply.send(self.status());
+            }
+            Op::Subscribe { after, reply } => {
+                let sub = match self.tracker() {
+                    Ok(t) => Ok(t.events().subscribe(after).await),
+                    Err(e) => Err(e.to_string()),
+                };
+                let _ = reply.send(sub);
+            }
+            Op::Warm { reply } => {
+                self.warm();
+                let _ = reply.send(());
+            }
+            Op::Shutdown { .. } => {}
+        }
+    }
+
+    /// §9 dispatch: a command when idle, queued text when busy, else a new run.
+    async fn chat(&mut self, text: String) -> Admit {
+        let command = command_of(&text);
+        // `//clear` is the message `/clear`, as on the command line (`cli::line`).
+        let text = match text.as_str() {
+            "//clear" | "//compact" => text[1..].to_string(),
+            _ => text,
+        };
+        if self.busy() {
+            if let Some(cmd) = command {
+                return Admit::Refused(format!(
+                    "{cmd} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes"
+                ));
+            }
+            self.pending.push(text);
+            return Admit::Queued;
+        }
+        let tracker = match self.tracker() {
+            Ok(t) => t,
+            Err(e) => return Admit::Failed(e.to_string()),
+        };
+        let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
+        match command {
+            Some("/clear") => {
+                self.start(Work::Clear);
+            }
+            Some(_) => {
+                self.start(Work::Compact { keep: 0 });
+            }
+            None => self.start(Work::Turn(text)),
+        }
+        Admit::Started(sub)
+    }
+
+    fn steer(&mut self, text: String, interrupt: bool) -> &'static str {
+        if !self.busy() {
+            self.start(Work::Turn(text));
+            return "prompted";
+        }
+        if self.steering.push(text).is_err() {
+            return "rejected_full";
+        }
+        if interrupt && self.tracker.as_ref().is_some_and(|t| t.state() == AgentState::ExecutingTools) {
+            self.steering.interrupt();
+        }
+        "queued"
+    }
+
+    /// §9 abort: cancel the job, clear `pending` and `steering`; whether a job was running.
+    fn abort(&mut self) -> bool {
+        self.pending.clear();
+        self.steering.clear();
+        let waiting = self.waiting.take().is_some();
+        if self.job.is_some() {
+            self.cancel.cancel();
+            return true;
+        }
+        if waiting {
+            self.end_run();
+        }
+        waiting
+    }
+
+    fn retry(&mut self) -> RetryReply {
+        if self.busy() {
+            return RetryReply { success: false, started: false, reason: Some("still generating, please wait".into()) };
+        }
+        self.warm();
+        let has_marker = self
+            .session
+            .as_ref()
+            .and_then(|s| s.current.messages.last().and_then(marker_of))
+            .is_some();
+        if !has_marker {
+            return RetryReply { success: false, started: false, reason: Some("no turn to retry".into()) };
+        }
+        self.start(Work::Retry);
+        RetryReply { success: true, started: true, reason: None }
+    }
+
+    fn status(&self) -> Status {
+        Status {
+            id: self.record.id.clone(),
+            title: self.record.title.clone(),
+            role: self.record.role.clone(),
+            master_id: self.record.master_id.clone(),
+            state: self.tracker.as_ref().map_or(AgentState::Idle, |t| t.state()),
+            busy: self.busy(),
+            pending: self.pending.len(),
+            steering: self.steering.len(),
+            wake_at: None,
+            last_seq: self.tracker.as_ref().map_or_else(|| last_logged(&self.record), |t| t.events().last_seq()),
+            unanswered: 0,
+        }
+    }
+
+    /// Opens the session without a job (boot warming, retry's check); quietly leaves it closed
+    /// when the agent cannot be opened or another process holds its lock.
+    fn warm(&mut self) {
+        if self.session.is_some() {
+            return;
+        }
+        let (home, id, http) = (self.shared.home.clone(), self.record.id.clone(), self.shared.http.clone());
+        let ws = self.record.workspace.clone();
+        let opened = fsutil::blocking(|| {
+            let _lock = crate::lock::TurnLock::try_acquire(&ws, &id).ok()?;
+            let mut s = Session::open_resident(&home, &id, &http).ok()?;
+            // Tool groups a killed serve left running are stopped now, not at the next chat.
+            s.reaped = crate::tools::reaper::reap(&crate::tools::reaper::records_dir(&ws));
+            Some(s)
+        });
+        if let Some(s) = &opened {
+            for reaped in &s.reaped {
+                self.emit(EventKind::System { text: reaped.to_string() });
+            }
+        }
+        self.session = opened;
+    }
+
+    /// Starts `work` as a job (state `running`).
+    fn start(&mut self, work: Work) {
+        let tracker = match self.tracker() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(agent = %self.record.id, error = %e, "cannot open the event log; nothing was run");
+                return;
+            }
+        };
+        if let Some((c, _)) = self.flush.take() {
+            // A turn wins over a memory flush still talking to the gateway: the buffer stays
+            // and is flushed after this run.
+            c.cancel();
+        }
+        tracker.set(AgentState::Running);
+        self.cancel = CancellationToken::new();
+        let ctx = JobCtx {
+            home: self.shared.home.clone(),
+            id: self.record.id.clone(),
+            workspace: self.record.workspace.clone(),
+            http: self.shared.http.clone(),
+            tracker,
+        };
+        let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
+        self.job = Some((work, handle));
+    }
+
+    async fn job_done(&mut self, out: Option<(Work, Result<JobOut, tokio::task::JoinError>)>) {
+        let Some((work, out)) = out else { return };
+        self.last_active = Instant::now();
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                self.emit(EventKind::Error { kind: "internal".into(), message: format!("the job of {} stopped: {e}", self.record.id) });
+                self.fail_replies("the job stopped");
+                self.end_run();
+                return;
+            }
+        };
+        self.session = out.session;
+        match out.end {
+            JobEnd::LockBusy => {
+                if !self.lock_notified {
+                    self.lock_notified = true;
+                    self.emit(EventKind::System {
+                        text: format!("{} is busy in another process (its turn lock is held); waiting for it", self.record.id),
+                    });
+                }
+                self.waiting = Some(Waiting { work, at: Instant::now() + LOCK_RETRY });
+                return;
+            }
+            JobEnd::Open(e) => {
+                self.emit(EventKind::Error { kind: "open".into(), message: e.to_string() });
+                self.fail_replies(&e.to_string());
+            }
+            JobEnd::Turn(Ok(_)) | JobEnd::Retry(Ok(Some(_))) => {}
+            JobEnd::Turn(Err(e)) | JobEnd::Retry(Err(e)) => {
+                self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() });
+            }
+            JobEnd::Retry(Ok(None)) => {
+                self.emit(EventKind::Error { kind: "retry".into(), message: "no turn to retry".into() });
+            }
+            JobEnd::Compact(r) => {
+                let reply = match r {
+                    Ok(CommandEnd::Done { before, after }) => CompactReply { success: true, outcome: "done", before, after },
+                    Ok(CommandEnd::Cancelled) => CompactReply { success: false, outcome: "cancelled", before: 0, after: 0 },
+                    Ok(CommandEnd::Failed) => CompactReply { success: false, outcome: "failed", before: 0, after: 0 },
+                    Err(e) => {
+                        self.emit(EventKind::Error { kind: "compact".into(), message: e.to_string() });
+                        CompactReply { success: false, outcome: "failed", before: 0, after: 0 }
+                    }
+                };
+                if let Some(tx) = self.compact_reply.take() {
+                    let _ = tx.send(Ok(reply));
+                }
+            }
+            JobEnd::Clear(r) => {
+                let r = r.map_err(|e| e.to_string());
+                if let Err(e) = &r {
+                    self.emit(EventKind::Error { kind: "clear".into(), message: e.clone() });
+                }
+                for (canceled, tx) in self.deferred_clear.drain(..) {
+                    let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));
+                }
+            }
+        }
+        if !self.deferred_clear.is_empty() {
+            // The cancelled run ends as every run does (its streams close at `done`), then the
+            // clear runs as its own.
+            self.finish_run();
+            self.start(Work::Clear);
+            return;
+        }
+        let mut follow = self.steering.take_all();
+        follow.append(&mut self.pending);
+        if follow.is_empty() {
+            self.end_run();
+        } else {
+            self.emit(EventKind::Flush { text: FLUSH_TEXT.into() });
+            self.start(Work::Turn(follow.join("\n")));
+        }
+    }
+
+    /// Answers replies a failed job leaves waiting.
+    fn fail_replies(&mut self, why: &str) {
+        for (_, tx) in self.deferred_clear.drain(..) {
+            let _ = tx.send(Err(why.to_string()));
+        }
+        if let Some(tx) = self.compact_reply.take() {
+            let _ = tx.send(Ok(CompactReply { success: false, outcome: "failed", before: 0, after: 0 }));
+        }
+    }
+
+    /// The run is over: `state idle`, `done`, then a due memory flush (after `turn_ended`,
+    /// without the turn lock, DESIGN.md §9 "Shape").
+    fn end_run(&mut self) {
+        self.finish_run();
+        if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
+            if flush.due() {
+                self.spawn_flush(flush);
+            }
+        }
+    }
+
+    /// `state idle` and `done`.
+    fn finish_run(&mut self) {
+        self.lock_notified = false;
+        if let Some(t) = &self.tracker {
+            t.set(AgentState::Idle);
+        }
+        self.emit(EventKind::Done);
+    }
+
+    fn retry_waiting(&mut self) {
+        if let Some(w) = self.waiting.take() {
+            self.start(w.work);
+        }
+    }
+
+    /// When the memory timer fires: the buffer's next due time, not while a flush runs.
+    fn memory_due_at(&self) -> Option<SystemTime> {
+        if self.flush.as_ref().is_some_and(|(_, h)| !h.is_finished()) {
+            return None;
+        }
+        let memory = self.session.as_ref()?.memory();
+        let due = fsutil::blocking(|| memory.next_due().ok().flatten())?;
+        Some(self.flush_not_before.map_or(due, |n| due.max(n)))
+    }
+
+    /// The memory timer fired (DESIGN.md §9: `sleep_until(next_due)`, only when idle).
+    fn flush_memory(&mut self) {
+        if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
+            self.spawn_flush(flush);
+        }
+    }
+
+    fn spawn_flush(&mut self, flush: FlushCtx) {
+        let Ok(tracker) = self.tracker() else { return };
+        let cancel = CancellationToken::new();
+        self.flush_not_before = Some(SystemTime::now() + flush.memory.settings().recognizer_timeout);
+        let events = tracker.emitter();
+        self.flush = Some((cancel.clone(), tokio::spawn(flush.flush(events, cancel))));
+    }
+
+    async fn shutdown(&mut self) {
+        self.pending.clear();
+        self.steering.clear();
+        self.waiting = None;
+        if let Some((c, h)) = self.flush.take() {
+            c.cancel();
+            let _ = h.await;
+        }
+        if self.job.is_some() {
+            self.cancel.cancel();
+            let out = join(&mut self.job).await;
+            if let Some((_, Ok(out))) = out {
+                self.session = out.session;
+            }
+            self.fail_replies("serve is shutting down");
+            if let Some(t) = &self.tracker {
+                t.set(AgentState::Idle);
+            }
+            self.emit(EventKind::Done);
+        }
+        if let Some(t) = &self.tracker {
+            if let Err(e) = t.events().close().await {
+                tracing::error!(agent = %self.record.id, error = %e, "cannot close the event log");
+            }
+        }
+    }
+}
+
+/// `/clear` or `/compact` when `text` is exactly that command, ignoring a leading cicy mailbox
+/// tag (`📮 … "] "`) *(cicy)*.
+pub fn command_of(text: &str) -> Option<&'static str> {
+    let body = match text.strip_prefix('📮') {
+        Some(rest) => rest.split_once("\"] ").map_or(text, |(_, after)| after),
+        None => text,
+    };
+    match body {
+        "/clear" => Some("/clear"),
+        "/compact" => Some("/compact"),
+        _ => None,
+    }
+}
+
+/// The agent's last logged seq without opening its log (which would reserve seqs).
+fn last_logged(record: &AgentRecord) -> u64 {
+    fsutil::blocking(|| crate::eventlog::last_logged(&record.workspace).unwrap_or(0))
+}
+
+/// Waits for the running job; never resolves when there is none.
+async fn join(job: &mut Option<(Work, JoinHandle<JobOut>)>) -> Option<(Work, Result<JobOut, tokio::task::JoinError>)> {
+    match job {
+        Some((_, handle)) => {
+            let out = handle.await;
+            job.take().map(|(work, _)| (work, out))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_system(at: Option<SystemTime>) {
+    match at {
+        Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_exact_and_the_mailbox_tag_is_ignored() {
+        assert_eq!(command_of("/clear"), Some("/clear"));
+        assert_eq!(command_of("/compact"), Some("/compact"));
+        assert_eq!(command_of("📮 [from \"w-2\"] /clear"), Some("/clear"));
+        assert_eq!(command_of("/clear now"), None);
+        assert_eq!(command_of(" /compact"), None);
+        assert_eq!(command_of("📮 no tag /clear"), None);
+    }
+}

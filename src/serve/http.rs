@@ -1,0 +1,152 @@
+//! The HTTP edge of `serve` (DESIGN.md §9 "Auth"): the guards every request passes, JSON
+//! errors and JSON bodies.
+//!
+//! Owns the `Host` check (loopback:port only, the cryo hub's DNS-rebinding guard → 403), the
+//! bearer token on every `/api` route but `GET /api/health` (→ 401), the 1 MiB body limit
+//! (→ 413) and the error shape `{"error": code, "message": text}`. Must not touch agents: the
+//! routes are `super::routes`.
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::Hub;
+
+/// DESIGN.md §9: a body over 1 MiB is refused with 413.
+pub const BODY_LIMIT: usize = 1 << 20;
+
+/// An error answer: `{"error": code, "message": text}` with `status`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(json!({"error": self.code, "message": self.message}))).into_response()
+    }
+}
+
+/// A JSON request body whose every failure is an [`ApiError`]: 413 over [`BODY_LIMIT`], 400
+/// for what does not parse (the message says where).
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("the body is over {BODY_LIMIT} bytes"))
+            } else {
+                ApiError::bad_request(e.body_text())
+            }
+        })?;
+        let bytes = if bytes.is_empty() { axum::body::Bytes::from_static(b"{}") } else { bytes };
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::bad_request(format!("the body is not the JSON this route takes: {e}")))
+    }
+}
+
+/// Refuses a `Host` that is not this server's loopback address (403), then a missing or
+/// wrong bearer token (401) on every route but `GET /api/health` and the page at `/`.
+pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Response {
+    if !host_allowed(req.headers(), hub.port) {
+        return ApiError::new(StatusCode::FORBIDDEN, "forbidden_host", "the Host header must name this server on 127.0.0.1 or localhost")
+            .into_response();
+    }
+    let path = req.uri().path();
+    let open = path == "/api/health" || !path.starts_with("/api");
+    if !open && !token_ok(req.headers(), &hub.token) {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>; see CICY_API_TOKEN or $CICY_HOME/api_token)")
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// `127.0.0.1:<port>`, `localhost:<port>` or `[::1]:<port>`.
+fn host_allowed(headers: &HeaderMap, port: u16) -> bool {
+    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+        return false;
+    };
+    let Some((name, p)) = host.rsplit_once(':') else {
+        return false;
+    };
+    p.parse::<u16>().ok() == Some(port) && matches!(name.to_ascii_lowercase().as_str(), "127.0.0.1" | "localhost" | "[::1]")
+}
+
+fn token_ok(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Compared over the whole length so the time taken does not tell how much matched.
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The answer to a route that does not exist.
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn only_loopback_hosts_on_our_port_pass() {
+        for ok in ["127.0.0.1:8008", "localhost:8008", "LOCALHOST:8008", "[::1]:8008"] {
+            assert!(host_allowed(&headers(&[("host", ok)]), 8008), "{ok}");
+        }
+        for bad in ["evil.example:8008", "127.0.0.1:8009", "127.0.0.1", "127.0.0.1.evil.example:8008"] {
+            assert!(!host_allowed(&headers(&[("host", bad)]), 8008), "{bad}");
+        }
+        assert!(!host_allowed(&HeaderMap::new(), 8008));
+    }
+
+    #[test]
+    fn the_token_must_match_exactly() {
+        assert!(token_ok(&headers(&[("authorization", "Bearer abc")]), "abc"));
+        assert!(!token_ok(&headers(&[("authorization", "Bearer abd")]), "abc"));
+        assert!(!token_ok(&headers(&[("authorization", "Bearer ab")]), "abc"));
+        assert!(!token_ok(&headers(&[("authorization", "abc")]), "abc"));
+        assert!(!token_ok(&HeaderMap::new(), "abc"));
+    }
+}

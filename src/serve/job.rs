@@ -1,0 +1,143 @@
+//! One piece of work a resident agent runs in its own task: a turn, a retry, `/compact`,
+//! `/clear` (DESIGN.md §9 "Agents"), and the memory flush after a run (§8).
+//!
+//! Owns taking the §7 turn lock for the work, opening or re-reading the session under it (so
+//! a CLI process's compaction between two turns is seen, and tool groups a crash left running
+//! are killed), and giving the session back to the actor with how the work ended. The memory
+//! flush runs without the turn lock and without the session, so a chat that arrives meanwhile
+//! starts at once. Must not touch the actor's queues or HTTP.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use tokio_util::sync::CancellationToken;
+
+use super::tracker::Tracker;
+use crate::agent::{AgentError, Session};
+use crate::command::{self, CommandEnd};
+use crate::event::{Emitter, EventKind, TurnOutcome};
+use crate::fsutil;
+use crate::gateway::GatewayClient;
+use crate::home::Home;
+use crate::lock::{LockError, TurnLock};
+use crate::memory::Memory;
+use crate::turn::{self, Steering};
+
+/// What a job does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Work {
+    Turn(String),
+    Retry,
+    Compact { keep: usize },
+    Clear,
+}
+
+/// How a job ended.
+pub(super) enum JobEnd {
+    /// Another process (a CLI run) holds the turn lock: nothing ran; try again later.
+    LockBusy,
+    /// The session could not be opened or re-read.
+    Open(AgentError),
+    Turn(Result<TurnOutcome, AgentError>),
+    /// `Ok(None)`: nothing to retry.
+    Retry(Result<Option<TurnOutcome>, AgentError>),
+    Compact(Result<CommandEnd, AgentError>),
+    /// The new conversation's id.
+    Clear(Result<String, AgentError>),
+}
+
+/// A finished job: the session back (if it could be opened) and how the work ended.
+pub(super) struct JobOut {
+    pub session: Option<Session>,
+    pub end: JobEnd,
+}
+
+/// What every job of one agent shares.
+#[derive(Clone)]
+pub(super) struct JobCtx {
+    pub home: Home,
+    pub id: String,
+    pub workspace: PathBuf,
+    pub http: reqwest::Client,
+    pub tracker: Arc<Tracker>,
+}
+
+/// Runs `work` holding the turn lock.
+pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cancel: CancellationToken, steering: Steering) -> JobOut {
+    let lock = match fsutil::blocking(|| TurnLock::try_acquire(&ctx.workspace, &ctx.id)) {
+        Ok(lock) => lock,
+        Err(LockError::Busy { .. }) => return JobOut { session, end: JobEnd::LockBusy },
+        Err(e) => return JobOut { session, end: JobEnd::Open(e.into()) },
+    };
+    let events = ctx.tracker.emitter();
+    let mut session = match fsutil::blocking(|| open_or_reload(&ctx, session)) {
+        Ok(s) => s,
+        Err(e) => return JobOut { session: None, end: JobEnd::Open(e) },
+    };
+    for reaped in &session.reaped {
+        events.emit(EventKind::System { text: reaped.to_string() });
+    }
+    for note in &session.restore_notes {
+        events.emit(EventKind::System { text: format!("history restored: {note}") });
+    }
+    let end = match work {
+        Work::Turn(text) => JobEnd::Turn(turn::run_turn_with(&mut session, &text, &events, &cancel, &steering).await),
+        Work::Retry => JobEnd::Retry(turn::retry_turn_with(&mut session, &events, &cancel, &steering).await),
+        Work::Compact { keep } => JobEnd::Compact(command::compact(&mut session, keep, &events, &cancel).await),
+        Work::Clear => JobEnd::Clear(
+            fsutil::blocking(|| command::clear(&mut session, &events)).map(|_| session.current.conversation_id.clone()),
+        ),
+    };
+    drop(lock);
+    JobOut { session: Some(session), end }
+}
+
+/// Opens the session (a resident one: the shared HTTP client) or re-reads the history of the
+/// open one; either way tool groups a crash left running are reaped. Call holding the lock.
+fn open_or_reload(ctx: &JobCtx, session: Option<Session>) -> Result<Session, AgentError> {
+    match session {
+        Some(mut s) => {
+            s.reload()?;
+            Ok(s)
+        }
+        None => {
+            let mut s = Session::open_resident(&ctx.home, &ctx.id, &ctx.http)?;
+            s.reaped = crate::tools::reaper::reap(&crate::tools::reaper::records_dir(&ctx.workspace));
+            Ok(s)
+        }
+    }
+}
+
+/// What a memory flush needs, taken from the session so the flush can run beside a turn.
+pub(super) struct FlushCtx {
+    pub memory: Memory,
+    pub client: GatewayClient,
+    pub model: String,
+    pub id: String,
+}
+
+impl FlushCtx {
+    pub fn of(session: &Session) -> Self {
+        let model = if session.current.model.is_empty() {
+            session.materials().map(|m| m.model).unwrap_or_default()
+        } else {
+            session.current.model.clone()
+        };
+        Self { memory: session.memory(), client: session.client.clone(), model, id: session.record.id.clone() }
+    }
+
+    /// Whether the buffer is due now (a file read).
+    pub fn due(&self) -> bool {
+        fsutil::blocking(|| matches!(self.memory.due(SystemTime::now()), Ok(Some(_))))
+    }
+
+    /// Flushes a due buffer (DESIGN.md §8), reporting through `events`; never holds the turn lock.
+    pub async fn flush(self, events: Emitter, cancel: CancellationToken) {
+        if self.model.is_empty() {
+            return;
+        }
+        let aux = crate::memory::AuxTarget { client: &self.client, model: &self.model, agent_id: &self.id };
+        self.memory.flush_if_due(&aux, None, &events, &cancel).await;
+    }
+}

@@ -1,0 +1,231 @@
+//! `cicy-agent serve` (DESIGN.md §9): one resident process per home hosting every agent.
+//!
+//! Owns the process's life: taking the home's `serve.lock`, the API token, binding
+//! 127.0.0.1, `serve.json`, one actor per registry row (`actor`), the router (`routes`,
+//! guarded by `http`), warming sessions after bind, and the clean stop on SIGTERM/SIGINT
+//! (every running turn cancelled with its marker, every event log flushed and fsynced, exit 0).
+//! One `reqwest::Client` serves every agent (one connection pool). Must not touch the turn
+//! loop or the files of a conversation: actors run jobs that do.
+
+mod actor;
+mod http;
+pub mod instance;
+mod job;
+mod routes;
+mod tracker;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::{broadcast, oneshot};
+use tokio_util::sync::CancellationToken;
+
+pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
+use actor::{AgentHandle, Op, Shared};
+pub use instance::{read_info, ServeInfo};
+
+use crate::config::{Config, ConfigError};
+use crate::event::Event;
+use crate::home::{Home, HomeError};
+use crate::registry::{AgentRecord, RegistryError};
+
+/// cicy: `serve` listens on 8008 unless told otherwise.
+pub const DEFAULT_PORT: u16 = 8008;
+/// **[chosen]** Capacity of the all-agents event channel behind `GET /api/events`; a client
+/// further behind is told how many it missed.
+const GLOBAL_CAPACITY: usize = 4096;
+
+/// Errors starting or running `serve`.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Instance(#[from] instance::InstanceError),
+    #[error(transparent)]
+    Home(#[from] HomeError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("cannot listen on 127.0.0.1:{port}: {source}")]
+    Bind { port: u16, source: std::io::Error },
+    #[error("serving HTTP: {0}")]
+    Http(std::io::Error),
+    #[error("cannot set up the HTTP client: {0}")]
+    Client(String),
+    #[error("cannot watch for SIGTERM/SIGINT: {0}")]
+    Signals(std::io::Error),
+}
+
+/// How to run `serve`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// 0 picks a free port (tests); `serve.json` names the one bound.
+    pub port: u16,
+    /// `CICY_API_TOKEN`, if set.
+    pub token: Option<String>,
+    /// **[chosen]** A session idle this long is dropped, reopened on demand (default 600 s).
+    pub session_idle: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self { port: DEFAULT_PORT, token: None, session_idle: Duration::from_secs(600) }
+    }
+}
+
+/// What every route shares: the agents' actors and the server's identity.
+#[derive(Clone)]
+pub struct Hub {
+    port: u16,
+    token: Arc<str>,
+    instance_id: Arc<str>,
+    agents: Arc<RwLock<BTreeMap<String, (AgentHandle, PathBuf)>>>,
+    shared: Shared,
+    shutdown: CancellationToken,
+}
+
+impl Hub {
+    fn agent(&self, id: &str) -> Option<AgentHandle> {
+        self.agents.read().ok()?.get(id).map(|(h, _)| h.clone())
+    }
+
+    fn workspace(&self, id: &str) -> Option<PathBuf> {
+        self.agents.read().ok()?.get(id).map(|(_, w)| w.clone())
+    }
+
+    fn handles(&self) -> Vec<AgentHandle> {
+        self.agents.read().map(|a| a.values().map(|(h, _)| h.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Starts the actor of a new agent.
+    fn add(&self, record: AgentRecord) {
+        let (id, ws) = (record.id.clone(), record.workspace.clone());
+        let handle = actor::spawn(record, self.shared.clone());
+        if let Ok(mut agents) = self.agents.write() {
+            agents.insert(id, (handle, ws));
+        }
+    }
+}
+
+/// Runs `serve` until SIGTERM or SIGINT; `ready` is called once `serve.json` is written.
+///
+/// Errors: another serve of this home ([`instance::InstanceError::AlreadyRunning`]), the port
+/// taken, an unreadable registry or config.
+pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo)) -> Result<(), ServeError> {
+    home.ensure()?;
+    let lock = instance::ServeLock::acquire(&home)?;
+    let token = instance::api_token(&home, opts.token.clone())?;
+    let config = Config::load(&home.config_path())?;
+    raise_fd_limit();
+    let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], opts.port)))
+        .await
+        .map_err(|source| ServeError::Bind { port: opts.port, source })?;
+    let port = listener.local_addr().map_err(|source| ServeError::Bind { port: opts.port, source })?.port();
+    let http = reqwest::Client::builder()
+        .connect_timeout(config.connect_timeout)
+        .build()
+        .map_err(|e| ServeError::Client(e.to_string()))?;
+    let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
+    let hub = Hub {
+        port,
+        token: token.into(),
+        instance_id: uuid::Uuid::new_v4().to_string().into(),
+        agents: Arc::default(),
+        shared: Shared { home: home.clone(), http, global, session_idle: opts.session_idle },
+        shutdown: CancellationToken::new(),
+    };
+    for record in routes::boot_agents(&home)? {
+        hub.add(record);
+    }
+    let info = ServeInfo {
+        pid: std::process::id(),
+        port,
+        instance_id: hub.instance_id.to_string(),
+        started_at: crate::fsutil::now_rfc3339(),
+    };
+    lock.publish(&info)?;
+    ready(&info);
+    tokio::spawn(warm(hub.handles()));
+
+    let stop = hub.shutdown.clone();
+    let server = axum::serve(listener, router(hub.clone())).with_graceful_shutdown(stop.cancelled_owned());
+    let signals = wait_for_signal(hub.clone());
+    let (served, signalled) = tokio::join!(server, signals);
+    lock.withdraw();
+    signalled?;
+    served.map_err(ServeError::Http)
+}
+
+fn router(hub: Hub) -> Router {
+    Router::new()
+        .route("/api/health", get(routes::health))
+        .route("/api/cicy/chat", post(routes::chat))
+        .route("/api/cicy/cancel", post(routes::cancel))
+        .route("/api/cicy/retry", post(routes::retry))
+        .route("/api/cicy/clear", post(routes::clear))
+        .route("/api/cicy/compact", post(routes::compact))
+        .route("/api/cicy/history", get(routes::history))
+        .route("/api/memory/templates/agent/{id}", get(routes::agents_md).put(routes::put_agents_md))
+        .route("/api/agents", get(routes::list_agents).post(routes::create_agent))
+        .route("/api/agents/{id}", get(routes::get_agent))
+        .route("/api/agents/{id}/prompt", post(routes::prompt))
+        .route("/api/agents/{id}/steer", post(routes::steer))
+        .route("/api/agents/{id}/events", get(routes::agent_events))
+        .route("/api/events", get(routes::all_events))
+        .fallback(http::not_found)
+        .layer(axum::middleware::from_fn_with_state(hub.clone(), http::guard))
+        .layer(DefaultBodyLimit::max(http::BODY_LIMIT))
+        .with_state(hub)
+}
+
+/// Opens the agents' sessions one at a time after bind *(cicy: warmed at boot)*, so the first
+/// chat of each finds it ready and start-up is not slowed by it.
+async fn warm(handles: Vec<AgentHandle>) {
+    for h in handles {
+        let (reply, done) = oneshot::channel();
+        if !h.send(Op::Warm { reply }) {
+            return;
+        }
+        let _ = done.await;
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, then stops every actor (their running jobs cancelled and
+/// awaited, their logs closed) and the HTTP server.
+async fn wait_for_signal(hub: Hub) -> Result<(), ServeError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let stops = hub.handles().into_iter().map(|h| async move {
+        let (reply, done) = oneshot::channel();
+        if h.send(Op::Shutdown { reply }) {
+            let _ = done.await;
+        }
+    });
+    futures_util::future::join_all(stops).await;
+    hub.shutdown.cancel();
+    Ok(())
+}
+
+/// Each agent's event log and session hold files open; with a thousand agents the usual soft
+/// limit of 1024 descriptors would run out, so it is raised to the hard limit.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

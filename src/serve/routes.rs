@@ -1,0 +1,356 @@
+//! The routes of DESIGN.md §9: each turns a request into an [`Op`] for the agent's actor, or
+//! reads files no actor owns (history, AGENTS.md), and answers JSON or SSE.
+//!
+//! SSE frames are cicy's: `id: <seq>\nevent: <type>\ndata: <Event JSON>\n\n`, `: ping` every
+//! 15 s. A frame about one request only (an input that was queued, a command refused while
+//! busy) is not in the agent's log: it has no `id:` and its data carries `"seq": 0`. Must not
+//! touch sessions or the turn loop.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::actor::{self, Admit, AgentHandle, Op};
+use super::http::{ApiError, JsonBody};
+use super::Hub;
+use crate::agent::{self, CreateOptions};
+use crate::conversation::history::{CurrentFile, HistoryStore};
+use crate::event::{Event, EventKind};
+use crate::eventlog::Subscription;
+use crate::fsutil;
+use crate::gateway::ApiStyle;
+use crate::prompt::window_start;
+use crate::registry::Registry;
+
+/// cicy: a `: ping` comment every 15 s keeps proxies from closing an idle stream.
+const PING: Duration = Duration::from_secs(15);
+
+type SseResponse = Response;
+
+/// One SSE frame; events in the log carry their seq as `id:`.
+fn frame(ev: &Event) -> SseEvent {
+    let name = serde_json::to_value(&ev.kind)
+        .ok()
+        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    let data = serde_json::to_string(ev).unwrap_or_default();
+    let frame = SseEvent::default().event(name).data(data);
+    if ev.seq == 0 {
+        frame
+    } else {
+        frame.id(ev.seq.to_string())
+    }
+}
+
+fn sse(stream: impl Stream<Item = Event> + Send + 'static, hub: &Hub) -> SseResponse {
+    let shutdown = hub.shutdown.clone().cancelled_owned();
+    let frames = stream.map(|ev| Ok::<_, Infallible>(frame(&ev))).take_until(shutdown);
+    Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
+}
+
+/// Events of `sub` up to and including the first `done`.
+fn until_done(sub: Subscription) -> impl Stream<Item = Event> + Send {
+    stream::unfold((sub, false), |(mut sub, finished)| async move {
+        if finished {
+            return None;
+        }
+        let ev = sub.next().await?;
+        let done = ev.kind == EventKind::Done;
+        Some((ev, (sub, done)))
+    })
+}
+
+/// Events of `sub` for as long as the agent's log is open.
+fn all_of(sub: Subscription) -> impl Stream<Item = Event> + Send {
+    stream::unfold(sub, |mut sub| async move { sub.next().await.map(|ev| (ev, sub)) })
+}
+
+/// Frames about one request only (not logged).
+fn local(agent_id: &str, kinds: Vec<EventKind>) -> impl Stream<Item = Event> + Send {
+    let agent_id = agent_id.to_string();
+    stream::iter(kinds.into_iter().map(move |kind| Event { seq: 0, agent_id: agent_id.clone(), kind }))
+}
+
+async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, ApiError> {
+    let (tx, rx) = oneshot::channel();
+    if !handle.send(op(tx)) {
+        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"));
+    }
+    rx.await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"))
+}
+
+fn agent(hub: &Hub, id: &str) -> Result<AgentHandle, ApiError> {
+    hub.agent(id).ok_or_else(|| no_agent(id))
+}
+
+/// The registry's own words, so the CLI prints the same line through serve as in-process.
+fn no_agent(id: &str) -> ApiError {
+    ApiError::not_found(crate::registry::RegistryError::NotFound(id.to_string()).to_string())
+}
+
+#[derive(Deserialize)]
+pub struct ChatBody {
+    agent_id: Option<String>,
+    text: Option<String>,
+}
+
+/// `POST /api/cicy/chat` *(cicy)*.
+pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) -> Result<SseResponse, ApiError> {
+    let (Some(id), Some(text)) = (body.agent_id, body.text.filter(|t| !t.trim().is_empty())) else {
+        return Err(ApiError::bad_request("agent_id and text required"));
+    };
+    let handle = agent(&hub, &id)?;
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Event> + Send>> =
+        match ask(&handle, |reply| Op::Chat { text, reply }).await? {
+            Admit::Started(sub) => Box::pin(until_done(sub)),
+            Admit::Queued => Box::pin(local(&id, vec![EventKind::Queued { text: actor::QUEUED_TEXT.into() }, EventKind::Done])),
+            Admit::Refused(message) => {
+                Box::pin(local(&id, vec![EventKind::Error { kind: "busy".into(), message }, EventKind::Done]))
+            }
+            Admit::Failed(message) => return Err(ApiError::internal(message)),
+        };
+    Ok(sse(stream, &hub))
+}
+
+#[derive(Deserialize)]
+pub struct AgentBody {
+    agent_id: Option<String>,
+    #[serde(default)]
+    keep: usize,
+}
+
+fn agent_of(hub: &Hub, body: &AgentBody) -> Result<AgentHandle, ApiError> {
+    let id = body.agent_id.as_deref().ok_or_else(|| ApiError::bad_request("agent_id required"))?;
+    agent(hub, id)
+}
+
+/// `POST /api/cicy/cancel` *(cicy)* → `{success, canceled, agent_id}`.
+pub async fn cancel(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<Value>, ApiError> {
+    let handle = agent_of(&hub, &body)?;
+    let canceled = ask(&handle, |reply| Op::Cancel { reply }).await?;
+    Ok(Json(json!({"success": true, "canceled": canceled, "agent_id": handle.id})))
+}
+
+/// `POST /api/cicy/retry` *(cicy)* → `{success, started, reason}`.
+pub async fn retry(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::RetryReply>, ApiError> {
+    let handle = agent_of(&hub, &body)?;
+    Ok(Json(ask(&handle, |reply| Op::Retry { reply }).await?))
+}
+
+/// `POST /api/cicy/clear` *(cicy)* → `{success, canceled, conv_id}`.
+pub async fn clear(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::ClearReply>, ApiError> {
+    let handle = agent_of(&hub, &body)?;
+    ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(ApiError::internal)
+}
+
+/// `POST /api/cicy/compact` **[chosen]** → `{success, outcome, before, after}`; 409 busy.
+pub async fn compact(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::CompactReply>, ApiError> {
+    let handle = agent_of(&hub, &body)?;
+    let keep = body.keep;
+    ask(&handle, |reply| Op::Compact { keep, reply }).await?.map(Json).map_err(|actor::Busy| {
+        ApiError::new(
+            StatusCode::CONFLICT,
+            "busy",
+            format!("/compact can only run when the agent is idle — it was NOT executed; resend after the current reply finishes ({} is busy)", handle.id),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+pub struct HistoryQuery {
+    agent_id: Option<String>,
+    #[serde(default)]
+    all: Option<String>,
+}
+
+/// `GET /api/cicy/history?agent_id=&all=` *(cicy)* → `{agent_id, conv_id, messages}`: the
+/// window the model sees, or with `all=1|true` every message of the active conversation.
+/// Read-only: it heals nothing.
+pub async fn history(State(hub): State<Hub>, Query(q): Query<HistoryQuery>) -> Result<Json<Value>, ApiError> {
+    let id = q.agent_id.ok_or_else(|| ApiError::bad_request("agent_id required"))?;
+    let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
+    let all = matches!(q.all.as_deref(), Some("1" | "true" | "yes"));
+    let answer = fsutil::blocking(|| {
+        let store = HistoryStore::new(&workspace);
+        let Some(conv) = store.active_conversation() else {
+            return Ok(json!({"agent_id": id, "conv_id": null, "messages": []}));
+        };
+        let path = store.conversation_dir(&conv).join("current.json");
+        let messages = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let cur: CurrentFile = serde_json::from_slice(&bytes)
+                    .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+                let start = if all { 0 } else { window_start(&cur.messages) };
+                cur.messages[start..].to_vec()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(ApiError::internal(format!("{}: {e}", path.display()))),
+        };
+        Ok(json!({"agent_id": id, "conv_id": conv, "messages": messages}))
+    })?;
+    Ok(Json(answer))
+}
+
+/// `GET /api/memory/templates/agent/{id}` *(cicy)*: the agent's AGENTS.md.
+pub async fn agents_md(State(hub): State<Hub>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
+    let path = workspace.join("AGENTS.md");
+    let (content, exists) = match fsutil::blocking(|| std::fs::read(&path)) {
+        Ok(b) => (String::from_utf8_lossy(&b).into_owned(), true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (String::new(), false),
+        Err(e) => return Err(ApiError::internal(format!("{}: {e}", path.display()))),
+    };
+    Ok(Json(json!({"scope": "agent", "name": id, "filename": "AGENTS.md", "content": content, "path": path, "exists": exists})))
+}
+
+#[derive(Deserialize)]
+pub struct ContentBody {
+    content: Option<String>,
+}
+
+/// `PUT /api/memory/templates/agent/{id}` *(cicy)* `{content}`: writes AGENTS.md atomically;
+/// the next round reads it.
+pub async fn put_agents_md(
+    State(hub): State<Hub>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<ContentBody>,
+) -> Result<Json<Value>, ApiError> {
+    let content = body.content.ok_or_else(|| ApiError::bad_request("content required"))?;
+    let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
+    let path = workspace.join("AGENTS.md");
+    fsutil::blocking(|| fsutil::write_atomic(&path, content.as_bytes())).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(json!({"scope": "agent", "name": id, "filename": "AGENTS.md", "content": content, "path": path, "exists": true})))
+}
+
+/// `GET /api/agents`: one status row per agent, in id order.
+pub async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Status>>, ApiError> {
+    let asks = hub.handles().into_iter().map(|h| async move { ask(&h, |reply| Op::Status { reply }).await });
+    let rows = futures_util::future::join_all(asks).await;
+    Ok(Json(rows.into_iter().collect::<Result<Vec<_>, _>>()?))
+}
+
+/// `GET /api/agents/{id}`.
+pub async fn get_agent(State(hub): State<Hub>, Path(id): Path<String>) -> Result<Json<actor::Status>, ApiError> {
+    let handle = agent(&hub, &id)?;
+    Ok(Json(ask(&handle, |reply| Op::Status { reply }).await?))
+}
+
+#[derive(Deserialize)]
+pub struct CreateBody {
+    title: Option<String>,
+    role_template: Option<String>,
+    role: Option<String>,
+    model: Option<String>,
+    master_id: Option<String>,
+    workspace: Option<std::path::PathBuf>,
+    api_style: Option<String>,
+}
+
+/// `POST /api/agents` `{title, role_template?, role?, model?, master_id?, workspace?,
+/// api_style?}` → 201 `{id}`; the new agent's actor starts at once.
+pub async fn create_agent(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateBody>) -> Result<Response, ApiError> {
+    let title = body.title.ok_or_else(|| ApiError::bad_request("title required"))?;
+    let api_style = match body.api_style.as_deref() {
+        None => None,
+        Some(s) => Some(ApiStyle::parse(s).ok_or_else(|| ApiError::bad_request(format!("`{s}` is not an API style (anthropic, openai)")))?),
+    };
+    let opts = CreateOptions {
+        title,
+        role_template: body.role_template.unwrap_or_else(|| "assistant".into()),
+        role: body.role.unwrap_or_else(|| "worker".into()),
+        model: body.model,
+        master: body.master_id,
+        workspace: body.workspace,
+        api_style,
+    };
+    let home = hub.shared.home.clone();
+    let created = fsutil::blocking(|| agent::create(&home, opts)).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let id = created.record.id.clone();
+    hub.add(created.record);
+    Ok((StatusCode::CREATED, Json(json!({"id": id}))).into_response())
+}
+
+#[derive(Deserialize)]
+pub struct TextBody {
+    text: Option<String>,
+    #[serde(default)]
+    interrupt: bool,
+}
+
+fn text_of(body: TextBody) -> Result<(String, bool), ApiError> {
+    match body.text.filter(|t| !t.trim().is_empty()) {
+        Some(t) => Ok((t, body.interrupt)),
+        None => Err(ApiError::bad_request("text required")),
+    }
+}
+
+/// `POST /api/agents/{id}/prompt` *(CMDC prompt/2)* → `{queued}`.
+pub async fn prompt(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Json<Value>, ApiError> {
+    let handle = agent(&hub, &id)?;
+    let (text, _) = text_of(body)?;
+    let queued = ask(&handle, |reply| Op::Prompt { text, reply }).await?;
+    Ok(Json(json!({"queued": queued})))
+}
+
+/// `POST /api/agents/{id}/steer` *(CMDC)* `{text, interrupt?}` → `{status}`; 429 when 3 wait.
+pub async fn steer(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Response, ApiError> {
+    let handle = agent(&hub, &id)?;
+    let (text, interrupt) = text_of(body)?;
+    let r = ask(&handle, |reply| Op::Steer { text, interrupt, reply }).await?;
+    let status = if r.status == "rejected_full" { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
+    Ok((status, Json(json!({"status": r.status}))).into_response())
+}
+
+/// `GET /api/agents/{id}/events`: the agent's events as SSE; `Last-Event-ID: N` replays every
+/// event after N first (or a `gap` for what is no longer kept).
+pub async fn agent_events(State(hub): State<Hub>, Path(id): Path<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+    let handle = agent(&hub, &id)?;
+    let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+        None => None,
+        Some(Ok(v)) => Some(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("Last-Event-ID `{v}` is not a sequence number")))?),
+        Some(Err(_)) => return Err(ApiError::bad_request("Last-Event-ID is not text")),
+    };
+    let sub = ask(&handle, |reply| Op::Subscribe { after, reply }).await?.map_err(ApiError::internal)?;
+    Ok(sse(all_of(sub), &hub))
+}
+
+/// `GET /api/events`: every agent's events as they happen (no replay). A client that falls
+/// behind gets a `: lagged` comment where events were dropped.
+pub async fn all_events(State(hub): State<Hub>) -> SseResponse {
+    let rx = hub.shared.global.subscribe();
+    let shutdown = hub.shutdown.clone().cancelled_owned();
+    let frames = stream::unfold(rx, |mut rx| async move {
+        let frame = match rx.recv().await {
+            Ok(ev) => frame(&ev),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                SseEvent::default().comment(format!("lagged: {n} events dropped"))
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok::<_, Infallible>(frame), rx))
+    })
+    .take_until(shutdown);
+    Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
+}
+
+/// `GET /api/health` (no token): `{ok, instance_id, pid, agents}`.
+pub async fn health(State(hub): State<Hub>) -> Json<Value> {
+    Json(json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()}))
+}
+
+/// Registry rows at boot; an absent registry is no agents.
+pub fn boot_agents(home: &crate::home::Home) -> Result<Vec<crate::registry::AgentRecord>, crate::registry::RegistryError> {
+    if !home.db_path().exists() {
+        return Ok(Vec::new());
+    }
+    Registry::open(&home.db_path())?.list()
+}

@@ -1,0 +1,193 @@
+//! A real `cicy-agent serve` process for a test home, and an HTTP client for it: JSON calls and
+//! an SSE reader that returns frames exactly as they were sent. Test fixtures only.
+//!
+//! The process is started on port 0 and found through the `serve.json` it writes; dropping a
+//! [`Serve`] kills it, so every test stops what it started.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::wait;
+
+/// A running serve.
+pub struct Serve {
+    pub child: tokio::process::Child,
+    pub pid: i32,
+    pub port: u16,
+    pub token: String,
+    pub home: PathBuf,
+    http: reqwest::Client,
+}
+
+/// One SSE frame as sent: `id:` (absent for frames outside the log), `event:`, `data:` parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub id: Option<u64>,
+    pub event: String,
+    pub data: Value,
+}
+
+impl Serve {
+    /// Starts `cicy-agent serve --port 0` with `extra` arguments and waits for its `serve.json`.
+    pub async fn start(home: &Path, gateway: &str, extra: &[&str]) -> Self {
+        let info = home.join("serve.json");
+        let _ = std::fs::remove_file(&info);
+        let mut args = vec!["serve", "--port", "0"];
+        args.extend_from_slice(extra);
+        let mut cmd = super::cli::command(home, gateway, &args);
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("spawn cicy-agent serve");
+        let pid = child.id().expect("pid") as i32;
+        assert!(wait::appears_within(&info, Duration::from_secs(20)).await, "serve never wrote serve.json");
+        let json: Value = loop {
+            // The file is renamed into place, so once it exists it is whole.
+            match std::fs::read(&info).ok().and_then(|b| serde_json::from_slice(&b).ok()) {
+                Some(v) => break v,
+                None => tokio::task::yield_now().await,
+            }
+        };
+        assert_eq!(json["pid"], pid, "serve.json names this process");
+        let port = json["port"].as_u64().expect("port") as u16;
+        let token = std::fs::read_to_string(home.join("api_token")).expect("api_token").trim().to_string();
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        Self { child, pid, port, token, home: home.to_path_buf(), http }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// A request with the bearer token.
+    pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, self.url(path)).bearer_auth(&self.token)
+    }
+
+    /// POSTs `body`; the status and the JSON answer (`Null` when it is not JSON).
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self.request(reqwest::Method::POST, path).json(&body).send().await.expect("POST");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.request(reqwest::Method::GET, path).send().await.expect("GET");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Opens `POST /api/cicy/chat` for `text` as an SSE stream.
+    pub async fn chat(&self, agent: &str, text: &str) -> Sse {
+        let r = self
+            .request(reqwest::Method::POST, "/api/cicy/chat")
+            .json(&serde_json::json!({"agent_id": agent, "text": text}))
+            .send()
+            .await
+            .expect("chat");
+        assert_eq!(r.status(), 200, "chat answered {}", r.status());
+        Sse::new(r)
+    }
+
+    /// Opens `GET /api/agents/<id>/events`, after `last` when given.
+    pub async fn events(&self, agent: &str, last: Option<u64>) -> Sse {
+        let mut req = self.request(reqwest::Method::GET, &format!("/api/agents/{agent}/events"));
+        if let Some(n) = last {
+            req = req.header("last-event-id", n.to_string());
+        }
+        let r = req.send().await.expect("events");
+        assert_eq!(r.status(), 200);
+        Sse::new(r)
+    }
+
+    /// SIGTERM, then the exit code (bounded: a serve that does not stop fails the test).
+    pub async fn stop(mut self) -> i32 {
+        // SAFETY: kill(2) on the pid of the child this fixture started and has not reaped.
+        unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .expect("serve stops within 30 s of SIGTERM")
+            .expect("wait");
+        status.code().unwrap_or(-1)
+    }
+
+    /// `kill -9`, reaped.
+    pub async fn kill9(mut self) {
+        self.child.start_kill().expect("kill");
+        let _ = self.child.wait().await;
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// An SSE response read frame by frame.
+pub struct Sse {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: Vec<u8>,
+}
+
+impl Sse {
+    fn new(r: reqwest::Response) -> Self {
+        Self { body: Box::pin(r.bytes_stream()), buf: Vec::new() }
+    }
+
+    /// The next frame (comments such as `: ping` skipped); `None` at the end of the stream.
+    /// Panics after 60 s without one.
+    pub async fn next(&mut self) -> Option<Frame> {
+        tokio::time::timeout(Duration::from_secs(60), self.next_frame()).await.expect("an SSE frame within 60 s")
+    }
+
+    async fn next_frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let raw: Vec<u8> = self.buf.drain(..end + 2).collect();
+                if let Some(f) = parse(&String::from_utf8_lossy(&raw)) {
+                    return Some(f);
+                }
+                continue;
+            }
+            match self.body.next().await {
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Frames up to and including the first of type `event`.
+    pub async fn until(&mut self, event: &str) -> Vec<Frame> {
+        let mut out = Vec::new();
+        while let Some(f) = self.next().await {
+            let end = f.event == event;
+            out.push(f);
+            if end {
+                return out;
+            }
+        }
+        panic!("the stream ended before a `{event}` frame: {out:#?}");
+    }
+}
+
+fn parse(raw: &str) -> Option<Frame> {
+    let (mut id, mut event, mut data) = (None, None, None);
+    for line in raw.lines() {
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = Some(v.parse().expect("numeric id"));
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            event = Some(v.to_string());
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            data = Some(serde_json::from_str(v).expect("JSON data"));
+        }
+    }
+    Some(Frame { id, event: event?, data: data? })
+}
+
+/// The `type`s of `frames`.
+pub fn types(frames: &[Frame]) -> Vec<String> {
+    frames.iter().map(|f| f.event.clone()).collect()
+}
