@@ -94,8 +94,12 @@ async fn chat_streams_text_to_stdout_and_json_events() {
         types,
         ["turn_started", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]
     );
+    // The agent's event log numbers every run: the first chat logged seq 1..=8.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=8).collect::<Vec<u64>>());
+    assert_eq!(seqs, (9..=16).collect::<Vec<u64>>());
+    let log = std::fs::read_to_string(h.path().join("workers/w-1/.cicy/events/events.jsonl")).unwrap();
+    let logged: Vec<String> = log.lines().skip(8).map(str::to_string).collect();
+    assert_eq!(logged, o.stdout.lines().map(str::to_string).collect::<Vec<_>>(), "--json prints the lines the log holds");
     assert_eq!(events[7]["outcome"], "completed");
     assert!(events.iter().all(|e| e["agent_id"] == "w-1"));
 

@@ -44,18 +44,9 @@ use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
 use cicy::turn;
 
+use super::events::with_events;
 use super::exit::{exit_code, Worst, CANCELLED};
 use super::line::{self, ChatCommand, Line};
-use super::print;
-
-pub(super) fn emitter(id: &str, json: bool) -> Emitter {
-    if json {
-        Emitter::new(id, print::json)
-    } else {
-        let printer = print::Human::default();
-        Emitter::new(id, move |ev| printer.print(ev))
-    }
-}
 
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
@@ -212,8 +203,7 @@ pub(super) fn first_line(input: &Input) -> Result<Option<Line>> {
 pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
     let line = first_line(&input)?;
     let rt = runtime()?;
-    rt.block_on(async {
-        let events = emitter(id, json);
+    rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
         if let Some(line) = line {
@@ -316,7 +306,7 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             }
         }
         Ok(ExitCode::from(worst.0))
-    })
+    }))
 }
 
 /// Runs one chat line: `/compact`, `/clear` or a user turn. Holds no lock itself.
@@ -366,8 +356,7 @@ fn command_exit_code(end: CommandEnd) -> u8 {
 
 pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
-    rt.block_on(async {
-        let events = emitter(id, json);
+    rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
         let Some((mut session, lock)) = open_locked(home, id, "retry", &events)? else {
@@ -389,7 +378,7 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
                 Ok(ExitCode::from(1))
             }
         }
-    })
+    }))
 }
 
 /// What `retry` says when the last turn has no outcome marker to re-run.
@@ -400,15 +389,14 @@ pub(super) fn nothing_to_retry(id: &str) -> String {
 /// `cicy-agent compact <id>` and `cicy-agent clear <id>`.
 pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
-    rt.block_on(async {
-        let events = emitter(id, json);
+    rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
         let Some((mut session, _lock)) = open_locked(home, id, c.as_str(), &events)? else {
             return Ok(ExitCode::from(1));
         };
         Ok(ExitCode::from(run_command(&mut session, c, keep, &events, &current).await?))
-    })
+    }))
 }
 
 /// Whether the memory buffer is due now, before this one-shot process's turn restarts its idle

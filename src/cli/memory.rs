@@ -105,11 +105,12 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let (client, model) = agent.aux_client()?;
-            let events = super::chat::emitter(id, json);
             let rt = super::chat::runtime()?;
             let reason = memory.due(SystemTime::now())?.unwrap_or(FlushReason::Forced);
             let aux = AuxTarget { client: &client, model: &model, agent_id: id };
-            let ok = rt.block_on(memory.flush_and_report(&aux, reason, &events, &CancellationToken::new()));
+            let ok = rt.block_on(super::events::with_events(home, id, json, async |events: &cicy::event::Emitter| {
+                memory.flush_and_report(&aux, reason, events, &CancellationToken::new()).await
+            }));
             Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Action::Forget { mem_id } => {

@@ -2,6 +2,7 @@
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
 mod chat;
+mod events;
 mod exit;
 mod history;
 mod line;
