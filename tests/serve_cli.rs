@@ -1,0 +1,161 @@
+//! The CLI with a running serve (DESIGN.md §9 "CLI ↔ serve"): `chat`, `retry`, `compact` and
+//! `clear` go through HTTP when `serve.json` names a live serve of the home and run in-process
+//! otherwise (a dead pid, `--local`), with the same output and exit codes either way; Ctrl-C
+//! cancels through the API. Real `cicy-agent` processes against the scripted gateway.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
+
+mod common;
+
+use std::path::Path;
+
+use common::cli::{command, Out};
+use common::fixture::TestHome;
+use common::gateway::{anthropic_text, Reply, ScriptedGateway};
+use common::serve::Serve;
+
+/// Runs `cicy-agent <args>` with no gateway in its own environment or config: only a serve
+/// (which has one) can answer, so a success proves the command went through it.
+async fn cicy_without_gateway(home: &Path, args: &[&str]) -> Out {
+    let mut cmd = command(home, "unused", args);
+    cmd.env_remove("CICY_GATEWAY_URL");
+    let out = cmd.output().await.unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+async fn cicy_local(home: &Path, gateway: &str, args: &[&str]) -> Out {
+    let out = command(home, gateway, args).output().await.unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `s` with every UUID (`8-4-4-4-12` hex digits) replaced by `<uuid>`: two homes name their
+/// conversations differently.
+fn mask_uuids(s: &str) -> String {
+    let shape = [8, 4, 4, 4, 12];
+    let mut out = String::new();
+    let mut rest = s;
+    'scan: while !rest.is_empty() {
+        let mut i = 0;
+        for (k, n) in shape.iter().enumerate() {
+            let part = rest.get(i..i + n);
+            if !part.is_some_and(|p| p.chars().all(|c| c.is_ascii_hexdigit())) {
+                break;
+            }
+            i += n;
+            if k < 4 {
+                if rest.get(i..i + 1) != Some("-") {
+                    break;
+                }
+                i += 1;
+            } else {
+                out.push_str("<uuid>");
+                rest = &rest[i..];
+                continue 'scan;
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// A home with agent w-1 whose config names no gateway (the serve gets it from its env).
+fn home(gw: &ScriptedGateway) -> TestHome {
+    let t = TestHome::new(&gw.url(), 0);
+    assert_eq!(t.create("tester", None), "w-1");
+    std::fs::write(t.home.config_path(), "gateway:\n  model: test-model\n  max_retries: 0\n").unwrap();
+    t
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_serve_and_in_process_print_the_same_and_exit_the_same() {
+    let gw = ScriptedGateway::start().await;
+    gw.fallback(|_| Reply::sse(anthropic_text("Same answer, both ways.")));
+    gw.on_aux(Reply::sse(anthropic_text("The user said hi twice.")));
+    let (remote, local) = (home(&gw), home(&gw));
+    let s = Serve::start(remote.root(), &gw.url(), &[]).await;
+    let steps: [&[&str]; 6] = [
+        &["chat", "w-1", "hi"],
+        &["chat", "w-1", "hi again", "--json"],
+        &["retry", "w-1"],
+        &["compact", "w-1"],
+        &["clear", "w-1"],
+        &["chat", "w-1", "/compact"],
+    ];
+    for args in steps {
+        let a = cicy_without_gateway(remote.root(), args).await;
+        let mut local_args = args.to_vec();
+        local_args.push("--local");
+        let b = cicy_local(local.root(), &gw.url(), &local_args).await;
+        assert_eq!((a.code, mask_uuids(&a.stderr)), (b.code, mask_uuids(&b.stderr)), "{args:?}: exit code and stderr");
+        if args.contains(&"--json") {
+            let strip = |s: &str| -> Vec<serde_json::Value> {
+                s.lines()
+                    .map(|l| {
+                        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                        v.as_object_mut().unwrap().remove("seq");
+                        if v["type"] == "turn_started" {
+                            v.as_object_mut().unwrap().remove("turn_id");
+                            v.as_object_mut().unwrap().remove("conv_id");
+                        }
+                        v
+                    })
+                    .collect()
+            };
+            assert_eq!(strip(&a.stdout), strip(&b.stdout), "{args:?}: the same events");
+        } else {
+            assert_eq!(a.stdout, b.stdout, "{args:?}: stdout");
+        }
+    }
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_json_whose_pid_is_dead_means_in_process() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("In process.")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let pid = dead.id();
+    dead.wait().unwrap();
+    std::fs::write(
+        t.root().join("serve.json"),
+        format!(r#"{{"pid": {pid}, "port": 9, "instance_id": "gone", "started_at": "2026-01-01T00:00:00Z"}}"#),
+    )
+    .unwrap();
+    let o = cicy_local(t.root(), &gw.url(), &["chat", &id, "hello"]).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "In process.\n"), "{}", o.stderr);
+    assert_eq!(gw.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_of_a_chat_through_serve_cancels_the_turn_in_serve() {
+    let gw = ScriptedGateway::start().await;
+    let (held, _gate) = Reply::gated(anthropic_text("never"));
+    gw.push(held);
+    let t = home(&gw);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut cmd = command(t.root(), "unused", &["chat", "w-1", "wait for me"]);
+    cmd.env_remove("CICY_GATEWAY_URL");
+    let child = cmd.spawn().unwrap();
+    gw.wait_for_requests(1).await;
+    // SAFETY: SIGINT to the child this test started.
+    unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("· turn ended: cancelled"));
+    let (_, row) = s.get("/api/agents/w-1").await;
+    assert_eq!(row["busy"], false);
+    let current = t.current_json("w-1");
+    assert!(current["messages"].as_array().unwrap().last().unwrap().to_string().contains("cancelled"));
+    assert_eq!(s.stop().await, 0);
+}
