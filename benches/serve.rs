@@ -46,20 +46,21 @@ async fn concurrent_turns(gw: &ScriptedGateway) {
     gw.fallback(|_| Reply::Held { chunks: anthropic_text("ok"), gate: None, after: Duration::from_millis(200) });
     let (t, ids) = home_with(gw, 100);
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
-    // Every session opened (warmed) before the clock starts.
-    for id in &ids {
-        s.get(&format!("/api/agents/{id}")).await;
-    }
-    let start = Instant::now();
-    let chats = ids.iter().map(|id| {
-        let s = &s;
-        async move { s.chat(id, "hello").await.until("done").await }
-    });
-    let all = futures_util::future::join_all(chats).await;
-    let wall = start.elapsed();
-    assert!(all.iter().all(|f| f.iter().any(|f| f.event == "turn_ended" && f.data["outcome"] == "completed")));
+    let round = async || {
+        let start = Instant::now();
+        let chats = ids.iter().map(|id| {
+            let s = &s;
+            async move { s.chat(id, "hello").await.until("done").await }
+        });
+        let all = futures_util::future::join_all(chats).await;
+        assert!(all.iter().all(|f| f.iter().any(|f| f.event == "turn_ended" && f.data["outcome"] == "completed")));
+        start.elapsed().as_secs_f64() * 1000.0
+    };
+    // The first round may find sessions still being opened by the warm-up after boot; the
+    // second is the resident steady state.
+    let (first, second) = (round().await, round().await);
     let (peak, _) = memory_mb(s.pid);
-    println!("100 agents, one turn each at once, gateway answers after 200 ms: wall {:.0} ms, serve peak RSS {peak:.1} MB", wall.as_secs_f64() * 1000.0);
+    println!("100 agents, one turn each at once, gateway answers after 200 ms: wall {second:.0} ms (first round after boot {first:.0} ms), serve peak RSS {peak:.1} MB");
     assert_eq!(s.stop().await, 0);
 }
 

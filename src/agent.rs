@@ -168,19 +168,22 @@ impl Session {
     /// Opens agent `id`: reads the registry, config and role (a broken role is an error here,
     /// before anything is written), restores and heals the history.
     pub fn open(home: &Home, id: &str) -> Result<Self, AgentError> {
-        Self::open_with(home, id, None)
-    }
-
-    /// Opens agent `id` for a resident server: its gateway client shares `http` (one connection
-    /// pool per process) and retries a refused connection until the gateway answers, as a
-    /// resident agent must not give up after cicy's 10 s. Holds no lock; errors as
-    /// [`Session::open`].
-    pub fn open_resident(home: &Home, id: &str, http: &reqwest::Client) -> Result<Self, AgentError> {
-        Self::open_with(home, id, Some(http))
-    }
-
-    fn open_with(home: &Home, id: &str, http: Option<&reqwest::Client>) -> Result<Self, AgentError> {
         let record = Registry::open(&home.db_path())?.get(id)?;
+        Self::open_with(home, record, None)
+    }
+
+    /// Opens the agent of `record` (its registry row, which a resident server already holds:
+    /// a hundred agents opening at once do not each open the registry) for a resident server:
+    /// its gateway client shares `http` (one connection pool per process) and retries a
+    /// refused connection until the gateway answers, as a resident agent must not give up
+    /// after cicy's 10 s. Holds no lock; errors as [`Session::open`].
+    pub fn open_resident(home: &Home, record: AgentRecord, http: &reqwest::Client) -> Result<Self, AgentError> {
+        Self::open_with(home, record, Some(http))
+    }
+
+    fn open_with(home: &Home, record: AgentRecord, http: Option<&reqwest::Client>) -> Result<Self, AgentError> {
+        let id = record.id.clone();
+        let id = id.as_str();
         let config = Config::load(&home.config_path())?;
         let client = client_for(home, &record, &config, http)?;
         let store = HistoryStore::new(&record.workspace);

@@ -208,24 +208,24 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
         watch_signals(current.clone())?;
         if let Some(line) = line {
             if let Line::Unknown(word) = &line {
-                return Ok(ExitCode::from(unknown_command(word, &events)));
+                return Ok(ExitCode::from(unknown_command(word, events)));
             }
             if line == Line::Command(ChatCommand::Exit) {
                 events.emit(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
                 return Ok(ExitCode::SUCCESS);
             }
-            let Some((mut session, lock)) = open_locked(home, id, line.what(), &events)? else {
+            let Some((mut session, lock)) = open_locked(home, id, line.what(), events)? else {
                 return Ok(ExitCode::from(1));
             };
             let overdue = overdue(&session);
-            let code = run_line(&mut session, &line, &events, &current).await?;
+            let code = run_line(&mut session, &line, events, &current).await?;
             drop(lock);
             if code != CANCELLED {
-                flush_memory(&session, overdue, &events, &current).await;
+                flush_memory(&session, overdue, events, &current).await;
             }
             return Ok(ExitCode::from(code));
         }
-        let Some((mut session, lock)) = open_locked(home, id, "chat", &events)? else {
+        let Some((mut session, lock)) = open_locked(home, id, "chat", events)? else {
             return Ok(ExitCode::from(1));
         };
         drop(lock);
@@ -247,7 +247,7 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             if not_before.is_some_and(|n| n > SystemTime::now()) {
                 return;
             }
-            flush_memory(session, None, &events, &current).await;
+            flush_memory(session, None, events, &current).await;
             let now = SystemTime::now();
             *not_before = matches!(memory.due(now), Ok(Some(_))).then(|| now + memory.settings().recognizer_timeout);
         };
@@ -280,7 +280,7 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             let line = match Line::parse(text) {
                 Line::Command(ChatCommand::Exit) => break,
                 Line::Unknown(word) => {
-                    worst.add(unknown_command(&word, &events));
+                    worst.add(unknown_command(&word, events));
                     continue;
                 }
                 line @ (Line::Command(ChatCommand::Compact | ChatCommand::Clear) | Line::Message(_)) => line,
@@ -288,15 +288,15 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             let lock = match TurnLock::try_acquire(&session.record.workspace, id) {
                 Ok(lock) => lock,
                 Err(e @ LockError::Busy { .. }) => {
-                    refused(line.what(), &e, &events);
+                    refused(line.what(), &e, events);
                     worst.add(1);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
             };
             session.reload()?;
-            notes(&session, &events);
-            let code = run_line(&mut session, &line, &events, &current).await?;
+            notes(&session, events);
+            let code = run_line(&mut session, &line, events, &current).await?;
             drop(lock);
             worst.add(code);
             // Piped lines are always ready, so the timer above never fires between them: a
@@ -359,17 +359,17 @@ pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
-        let Some((mut session, lock)) = open_locked(home, id, "retry", &events)? else {
+        let Some((mut session, lock)) = open_locked(home, id, "retry", events)? else {
             return Ok(ExitCode::from(1));
         };
         let overdue = overdue(&session);
         let token = arm(&current);
-        let outcome = turn::retry_turn(&mut session, &events, &token).await;
+        let outcome = turn::retry_turn(&mut session, events, &token).await;
         unset(&current);
         let outcome = outcome?;
         drop(lock);
         if outcome != Some(TurnOutcome::Cancelled) {
-            flush_memory(&session, overdue, &events, &current).await;
+            flush_memory(&session, overdue, events, &current).await;
         }
         match outcome {
             Some(outcome) => Ok(ExitCode::from(exit_code(outcome))),
@@ -392,10 +392,10 @@ pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
-        let Some((mut session, _lock)) = open_locked(home, id, c.as_str(), &events)? else {
+        let Some((mut session, _lock)) = open_locked(home, id, c.as_str(), events)? else {
             return Ok(ExitCode::from(1));
         };
-        Ok(ExitCode::from(run_command(&mut session, c, keep, &events, &current).await?))
+        Ok(ExitCode::from(run_command(&mut session, c, keep, events, &current).await?))
     }))
 }
 

@@ -22,7 +22,6 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use futures_util::{Stream, StreamExt};
 use reqwest::{RequestBuilder, Response, StatusCode};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
@@ -42,14 +41,6 @@ use super::print;
 /// DESIGN.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// `$CICY_HOME/serve.json`, written by `serve` after it bound its port.
-#[derive(Debug, Deserialize)]
-struct ServeFile {
-    pid: i64,
-    port: u16,
-    instance_id: String,
-}
-
 /// A live serve of this home: one HTTP client (no proxy: the serve is on loopback) and its
 /// base URL `http://127.0.0.1:<port>`.
 #[derive(Debug)]
@@ -63,9 +54,8 @@ pub(super) struct Serve {
 
 /// The live serve of `home`, or `None` (see the module doc for what "live" means).
 pub(super) async fn live_serve(home: &Home) -> Option<Serve> {
-    let text = std::fs::read_to_string(home.root().join("serve.json")).ok()?;
-    let file: ServeFile = serde_json::from_str(&text).ok()?;
-    if !pid_alive(file.pid) {
+    let file = cicy::serve::read_info(home)?;
+    if !pid_alive(i64::from(file.pid)) {
         return None;
     }
     let client = reqwest::Client::builder().no_proxy().build().ok()?;

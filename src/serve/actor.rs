@@ -420,10 +420,10 @@ impl Actor {
             return;
         }
         let (home, id, http) = (self.shared.home.clone(), self.record.id.clone(), self.shared.http.clone());
-        let ws = self.record.workspace.clone();
+        let (ws, record) = (self.record.workspace.clone(), self.record.clone());
         let opened = fsutil::blocking(|| {
             let _lock = crate::lock::TurnLock::try_acquire(&ws, &id).ok()?;
-            let mut s = Session::open_resident(&home, &id, &http).ok()?;
+            let mut s = Session::open_resident(&home, record, &http).ok()?;
             // Tool groups a killed serve left running are stopped now, not at the next chat.
             s.reaped = crate::tools::reaper::reap(&crate::tools::reaper::records_dir(&ws));
             Some(s)
@@ -455,6 +455,7 @@ impl Actor {
         let ctx = JobCtx {
             home: self.shared.home.clone(),
             id: self.record.id.clone(),
+            record: self.record.clone(),
             workspace: self.record.workspace.clone(),
             http: self.shared.http.clone(),
             tracker,

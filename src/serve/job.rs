@@ -22,6 +22,7 @@ use crate::gateway::GatewayClient;
 use crate::home::Home;
 use crate::lock::{LockError, TurnLock};
 use crate::memory::Memory;
+use crate::registry::AgentRecord;
 use crate::turn::{self, Steering};
 
 /// What a job does.
@@ -58,6 +59,7 @@ pub(super) struct JobOut {
 pub(super) struct JobCtx {
     pub home: Home,
     pub id: String,
+    pub record: AgentRecord,
     pub workspace: PathBuf,
     pub http: reqwest::Client,
     pub tracker: Arc<Tracker>,
@@ -102,7 +104,7 @@ fn open_or_reload(ctx: &JobCtx, session: Option<Session>) -> Result<Session, Age
             Ok(s)
         }
         None => {
-            let mut s = Session::open_resident(&ctx.home, &ctx.id, &ctx.http)?;
+            let mut s = Session::open_resident(&ctx.home, ctx.record.clone(), &ctx.http)?;
             s.reaped = crate::tools::reaper::reap(&crate::tools::reaper::records_dir(&ctx.workspace));
             Ok(s)
         }

@@ -21,6 +21,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
+use axum::serve::ListenerExt;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::{broadcast, oneshot};
@@ -154,6 +155,13 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     tokio::spawn(warm(hub.handles()));
 
     let stop = hub.shutdown.clone();
+    // Small SSE frames must leave at once: with Nagle's algorithm a frame waits for the ACK of
+    // the one before, which the client delays by up to 40 ms.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, router(hub.clone())).with_graceful_shutdown(stop.cancelled_owned());
     let signals = wait_for_signal(hub.clone());
     let (served, signalled) = tokio::join!(server, signals);
