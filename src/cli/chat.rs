@@ -68,6 +68,23 @@ type Current = Arc<Mutex<State>>;
 /// exits the process at once (130, 143, 129). After SIGTERM or SIGHUP the process also exits
 /// when the cancelled section ends (see [`unset`]); after SIGINT a session goes on.
 fn watch_signals(current: Current) -> Result<()> {
+    on_signal(move |code| {
+        let token = current.lock().ok().and_then(|mut s| {
+            if code != 130 {
+                s.exit = Some(code);
+            }
+            s.token.clone()
+        });
+        match token {
+            Some(t) => t.cancel(),
+            None => std::process::exit(code.into()),
+        }
+    })
+}
+
+/// Calls `f` with the shell's exit code of each SIGINT (130), SIGTERM (143) and SIGHUP (129)
+/// from now on; the in-process and the through-serve paths decide what a signal does.
+pub(super) fn on_signal(mut f: impl FnMut(u8) + Send + 'static) -> Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt())?;
     let mut term = signal(SignalKind::terminate())?;
@@ -80,16 +97,7 @@ fn watch_signals(current: Current) -> Result<()> {
                 Some(()) = hup.recv() => 129,
                 else => break,
             };
-            let token = current.lock().ok().and_then(|mut s| {
-                if code != 130 {
-                    s.exit = Some(code);
-                }
-                s.token.clone()
-            });
-            match token {
-                Some(t) => t.cancel(),
-                None => std::process::exit(code.into()),
-            }
+            f(code);
         }
     });
     Ok(())

@@ -177,32 +177,20 @@ struct SignalState {
 /// Watches SIGINT, SIGTERM and SIGHUP: while streaming, records the code and wakes the reader
 /// (which posts the cancel); otherwise exits at once with the signal's code.
 fn watch_signals(state: Arc<Mutex<SignalState>>) -> Result<mpsc::UnboundedReceiver<()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut term = signal(SignalKind::terminate())?;
-    let mut hup = signal(SignalKind::hangup())?;
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        loop {
-            let code: u8 = tokio::select! {
-                Some(()) = int.recv() => 130,
-                Some(()) = term.recv() => 143,
-                Some(()) = hup.recv() => 129,
-                else => break,
-            };
-            let streaming = state.lock().map(|mut s| {
-                if s.streaming && s.got.is_none_or(|g| g == CANCELLED) {
-                    s.got = Some(code);
-                }
-                s.streaming
-            });
-            if streaming.unwrap_or(false) {
-                let _ = tx.send(());
-            } else {
-                std::process::exit(code.into());
+    chat::on_signal(move |code| {
+        let streaming = state.lock().map(|mut s| {
+            if s.streaming && s.got.is_none_or(|g| g == CANCELLED) {
+                s.got = Some(code);
             }
+            s.streaming
+        });
+        if streaming.unwrap_or(false) {
+            let _ = tx.send(());
+        } else {
+            std::process::exit(code.into());
         }
-    });
+    })?;
     Ok(rx)
 }
 
