@@ -23,3 +23,4 @@ pub mod role;
 pub mod serve;
 pub mod tools;
 pub mod turn;
+pub mod wake;

@@ -13,6 +13,7 @@ pub mod instance;
 mod job;
 mod routes;
 mod tracker;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
