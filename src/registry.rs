@@ -80,7 +80,8 @@ pub enum RegistryError {
 }
 
 /// Schema migrations; index i upgrades `user_version` i → i+1.
-const MIGRATIONS: &[&str] = &["CREATE TABLE agent_config (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE agent_config (
         id            TEXT PRIMARY KEY,
         n             INTEGER NOT NULL UNIQUE,
         title         TEXT NOT NULL,
@@ -93,7 +94,34 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE agent_config (
         config        TEXT NOT NULL DEFAULT '{}',
         created_at    TEXT NOT NULL,
         updated_at    TEXT NOT NULL
-    );"];
+    );",
+    // DESIGN.md §10: todos and reply obligations (`crate::wake`). No foreign key to
+    // agent_config: the wake code checks the agent itself, and a row must never block a delete.
+    "CREATE TABLE todo (
+        agent_id TEXT NOT NULL,
+        id       INTEGER NOT NULL,
+        text     TEXT NOT NULL,
+        at_local TEXT NOT NULL,
+        at_unix  INTEGER NOT NULL,
+        status   TEXT NOT NULL CHECK (status IN ('pending', 'claimed', 'done', 'removed')),
+        attempt  INTEGER NOT NULL DEFAULT 0,
+        created  TEXT NOT NULL,
+        done_at  TEXT,
+        PRIMARY KEY (agent_id, id)
+    );
+    CREATE INDEX todo_due ON todo (status, at_unix);
+    CREATE TABLE obligation (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        agent_id    TEXT NOT NULL,
+        conv_id     TEXT NOT NULL,
+        message_ids TEXT NOT NULL,
+        claimed_at  TEXT NOT NULL,
+        turn_id     TEXT,
+        resolved_at TEXT,
+        resolved_by TEXT CHECK (resolved_by IN ('agent', 'fallback', 'notice'))
+    );
+    CREATE INDEX obligation_open ON obligation (agent_id, resolved_at);",
+];
 
 /// How long a connection waits for another process's write transaction before SQLite reports
 /// `database is locked` (ours: creates in parallel each hold the lock for milliseconds).
@@ -263,6 +291,17 @@ impl Registry {
         self.get(&id)
     }
 
+    /// Hands over the connection (WAL, busy timeout and schema already set) to another owner
+    /// of tables in the same file (`crate::wake::db`).
+    pub(crate) fn into_connection(self) -> Connection {
+        self.conn
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The agent with this id.
     pub fn get(&self, id: &str) -> Result<AgentRecord, RegistryError> {
         let row = self
@@ -428,7 +467,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 1);
+        assert_eq!(v, 2);
     }
 
     #[test]
@@ -453,7 +492,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (1); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (2); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 

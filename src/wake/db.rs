@@ -1,1 +1,111 @@
-//! (being written)
+//! The wake tables of `$CICY_HOME/cicy.db`: `todo` and `obligation` (DESIGN.md §10).
+//!
+//! Owns the connection the wake code reads and writes them through, and its errors. The schema
+//! itself is a migration of `crate::registry` (one file, one `user_version`). The rows' meaning
+//! is in `todo.rs` and `obligation.rs`. Must not touch: `agent_config` rows, files.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+use crate::home::Home;
+use crate::registry::{Registry, RegistryError};
+
+/// An open connection to `cicy.db` for the wake tables.
+pub struct WakeDb {
+    pub(crate) conn: Connection,
+    path: PathBuf,
+}
+
+/// Errors of the wake tables; the SQL ones name `cicy.db`'s path.
+#[derive(Debug, thiserror::Error)]
+pub enum WakeDbError {
+    /// Opening or migrating the file failed (a truncated or foreign file, a newer schema, a
+    /// read-only home).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("{path}: {source}")]
+    Sql { path: PathBuf, source: rusqlite::Error },
+    /// A row no version of cicy writes (an unknown status, `message_ids` that is not a JSON
+    /// array of strings): the file was edited by hand or damaged.
+    #[error("{path}: {table} row {key}: {detail}")]
+    BadRow { path: PathBuf, table: &'static str, key: String, detail: String },
+    #[error("agent {agent} has no todo #{id} (see `cicy-agent todo {agent} ls`)")]
+    NoSuchTodo { agent: String, id: u32 },
+    #[error("a todo needs a text")]
+    BlankText,
+    #[error("{path}: no obligation {id}")]
+    NoSuchObligation { path: PathBuf, id: i64 },
+}
+
+impl WakeDb {
+    /// Opens cicy.db through [`Registry::open`] (so migrations run), in WAL mode with
+    /// `synchronous=FULL` (DESIGN.md §10 "Obligations": a committed obligation survives a power
+    /// loss) and the registry's busy timeout.
+    ///
+    /// Errors: [`WakeDbError::Registry`] (including a file that is not a database, naming it),
+    /// [`WakeDbError::Sql`].
+    pub fn open(home: &Home) -> Result<Self, WakeDbError> {
+        Self::from_registry(Registry::open(&home.db_path())?)
+    }
+
+    /// Takes over an open registry's connection (a caller that first checked the agent).
+    ///
+    /// Errors: [`WakeDbError::Sql`].
+    pub fn from_registry(reg: Registry) -> Result<Self, WakeDbError> {
+        let path = reg.path().to_path_buf();
+        let conn = reg.into_connection();
+        conn.pragma_update(None, "synchronous", "FULL").map_err(|source| WakeDbError::Sql { path: path.clone(), source })?;
+        Ok(Self { conn, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn sql_err(&self, source: rusqlite::Error) -> WakeDbError {
+        WakeDbError::Sql { path: self.path.clone(), source }
+    }
+
+    pub(crate) fn bad_row(&self, table: &'static str, key: String, detail: String) -> WakeDbError {
+        WakeDbError::BadRow { path: self.path.clone(), table, key, detail }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_migrates_and_sets_full_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = WakeDb::open(&Home::at(dir.path())).unwrap();
+        let sync: i64 = db.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        let mode: String = db.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        let tables: Vec<String> = db
+            .conn
+            .prepare("SELECT name FROM sqlite_master WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!((sync, mode.as_str()), (2, "wal"));
+        assert_eq!(tables, ["agent_config", "obligation", "obligation_open", "todo", "todo_due"]);
+        assert_eq!(db.path(), dir.path().join("cicy.db"));
+    }
+
+    #[test]
+    fn a_truncated_database_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let db = WakeDb::open(&home).unwrap();
+        db.conn.execute_batch("CREATE TABLE filler (x); INSERT INTO filler VALUES (randomblob(20000));").unwrap();
+        drop(db);
+        let bytes = std::fs::read(home.db_path()).unwrap();
+        std::fs::write(home.db_path(), &bytes[..100]).unwrap();
+        let e = WakeDb::open(&home).err().unwrap().to_string();
+        assert_eq!(e, format!("registry {}: database disk image is malformed", home.db_path().display()));
+    }
+}
