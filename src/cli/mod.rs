@@ -9,6 +9,7 @@ mod line;
 mod memory;
 mod print;
 mod remote;
+mod todo;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -129,6 +130,18 @@ enum Command {
         id: String,
         #[command(subcommand)]
         action: memory::Action,
+    },
+    /// Todos of an agent (DESIGN.md §10): add "<text>" --at <time>, ls [--all], done <n>, rm <n>.
+    Todo {
+        id: String,
+        #[command(subcommand)]
+        action: todo::Action,
+    },
+    /// Print the local time now (`YYYY-MM-DDTHH:MM:SS`), or the minute a `--at` expression
+    /// names (`YYYY-MM-DDTHH:MM`), e.g. `time +30 min`.
+    Time {
+        #[arg(num_args = 0.., allow_hyphen_values = true)]
+        expr: Vec<String>,
     },
     /// Print the active conversation: the window from the last compaction on.
     History {
@@ -283,6 +296,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
         Command::Serve { port, bind, session_idle_secs } => serve(home, port, &bind, session_idle_secs),
+        Command::Todo { id, action } => {
+            let mut out = std::io::stdout().lock();
+            todo::run(&home, &id, &action, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Time { expr } => {
+            let mut out = std::io::stdout().lock();
+            todo::time(&expr, &mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

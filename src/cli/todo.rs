@@ -1,0 +1,88 @@
+//! `cicy-agent todo <id> add|ls|done|rm` and `cicy-agent time [expr]` (DESIGN.md §10 "CLI").
+//!
+//! Runs in this process against the agent's rows in `cicy.db`. The handlers write their lines
+//! to any `Write`, so the same text can be served elsewhere. Must not touch: the scheduler (a
+//! running serve sees the rows on its next look).
+
+use std::io::Write;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use cicy::home::Home;
+use cicy::registry::Registry;
+use cicy::wake::at::{parse_at, time_command};
+use cicy::wake::db::WakeDb;
+use cicy::wake::todo::todo_line;
+
+#[derive(Debug, Subcommand)]
+pub enum Action {
+    /// Add a todo due at --at; a pending todo with the same text and time is kept instead.
+    Add {
+        text: String,
+        /// `+N <unit>` (minute|min|hour|hr|day|week, optional s), `YYYY-MM-DDTHH:MM[:SS]`,
+        /// `YYYY-MM-DD HH:MM[:SS]` or `YYYY-MM-DD`; local time.
+        #[arg(long, allow_hyphen_values = true)]
+        at: String,
+    },
+    /// List pending (`[ ]`) and claimed (`[~]`) todos; with --all also done (`[x]`).
+    Ls {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Mark todo <n> done.
+    Done { n: u32 },
+    /// Remove todo <n> (kept in the database, never listed; its id is not reused).
+    Rm { n: u32 },
+}
+
+/// Runs `todo <id> <action>`, writing its lines to `out`. A bad `--at` is refused before the
+/// database is opened, so nothing is written.
+///
+/// Errors: the time expression, an unknown agent (the registry's error), an unknown todo, SQL.
+pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Result<()> {
+    match action {
+        Action::Add { text, at } => {
+            let at = parse_at(at, chrono::Local::now())?;
+            let added = open(home, id)?.todo_add(id, text, &at)?;
+            let verb = if added.existed { format!("Todo #{} already exists", added.id) } else { format!("Added todo #{}", added.id) };
+            writeln!(out, "{verb}: {} (at: {})", text.trim(), at.local)?;
+        }
+        Action::Ls { all } => {
+            let todos = open(home, id)?.todo_list(id, *all)?;
+            if todos.is_empty() {
+                writeln!(out, "No todos.")?;
+            }
+            for t in &todos {
+                writeln!(out, "{}", todo_line(t))?;
+            }
+        }
+        Action::Done { n } => {
+            let t = open(home, id)?.todo_done(id, *n)?;
+            writeln!(out, "Done: #{} {}", t.id, t.text)?;
+        }
+        Action::Rm { n } => {
+            let t = open(home, id)?.todo_remove(id, *n)?;
+            writeln!(out, "Removed: #{} {}", t.id, t.text)?;
+        }
+    }
+    Ok(())
+}
+
+/// `cicy-agent time [expr]`: one line, now (`YYYY-MM-DDTHH:MM:SS`) or the expression's local
+/// minute. The words of `expr` are joined by one space, so `time +30 min` works unquoted.
+pub fn time(expr: &[String], out: &mut impl Write) -> Result<()> {
+    let joined = (!expr.is_empty()).then(|| expr.join(" "));
+    writeln!(out, "{}", time_command(joined.as_deref())?)?;
+    Ok(())
+}
+
+/// The wake tables, after checking that agent `id` exists (migrating an older `cicy.db`).
+fn open(home: &Home, id: &str) -> Result<WakeDb> {
+    if !home.db_path().exists() {
+        anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
+    }
+    let reg = Registry::open(&home.db_path())?;
+    reg.get(id)?;
+    Ok(WakeDb::from_registry(reg)?)
+}
