@@ -1,0 +1,128 @@
+//! What counts as "pending" in an inbox, the cheap scan of one inbox folder, and the
+//! translation of raw `notify` events into the three signals the watch task acts on.
+//!
+//! The handler runs on notify's own threads, sometimes while the watchers are locked (a
+//! `PollWatcher` reports a missing folder from inside `watch`), so it must never touch the
+//! inbox map or the watchers: it only classifies and sends. Scans are blocking file I/O and
+//! run on blocking threads.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use notify::event::{CreateKind, ModifyKind, RenameMode};
+use notify::{Event, EventKind};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What the watch task is told by the watchers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Signal {
+    /// A pending file appeared (created or renamed into) in this folder.
+    File(PathBuf),
+    /// This path was removed or moved away; if it is a watched inbox, its watch is gone.
+    Gone(PathBuf),
+    /// Events may have been lost (a watcher error or a queue overflow, the text says which).
+    Missed(String),
+}
+
+/// Identity of a folder (device, inode): an inbox replaced behind our back (its parent moved
+/// and a new one made) keeps its path but not this.
+pub(super) type DirId = (u64, u64);
+
+/// The identity of the folder at `dir` (follows a symlink, as the watch does).
+pub(super) fn dir_id(dir: &Path) -> io::Result<DirId> {
+    fs::metadata(dir).map(|m| (m.dev(), m.ino()))
+}
+
+/// The inbox naming rule (DESIGN.md §10, cryo A6): a message ends in `.md`; a name starting
+/// with `.` is a writer's temp file (`.<name>.tmp`) or hidden, never a message.
+pub(super) fn is_pending_name(name: &OsStr) -> bool {
+    let bytes = name.as_encoded_bytes();
+    bytes.ends_with(b".md") && !bytes.starts_with(b".")
+}
+
+/// A regular file, following a symlink: an extra wake is harmless, a missed message is not.
+fn is_regular(path: &Path) -> bool {
+    fs::metadata(path).map(|m| m.is_file()).unwrap_or(false)
+}
+
+/// `path` is a pending message: its name passes [`is_pending_name`] and it is a regular file.
+pub(super) fn is_pending_path(path: &Path) -> bool {
+    path.file_name().is_some_and(is_pending_name) && is_regular(path)
+}
+
+/// Whether `dir` holds at least one pending message. Cost: one readdir, stopped at the first
+/// pending entry; a stat only for a symlink with a pending name. Errors: reading `dir`.
+pub(super) fn has_pending(dir: &Path) -> io::Result<bool> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if !is_pending_name(&entry.file_name()) {
+            continue;
+        }
+        let kind = entry.file_type()?;
+        if kind.is_file() || (kind.is_symlink() && is_regular(&entry.path())) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The event handler given to both watchers: classifies and forwards to the watch task.
+pub(super) fn handler(signals: UnboundedSender<Signal>) -> impl FnMut(notify::Result<Event>) + Send + 'static {
+    move |res| {
+        classify(res, |signal| {
+            // The task is gone only after `stop`; what the watchers still report then is moot.
+            let _ = signals.send(signal);
+        })
+    }
+}
+
+/// Turns one notify report into signals. Create and rename-into (notify 8: `Create(_)`,
+/// `Modify(Name(To|Any|Both))`, and the imprecise `Any`) of a pending file → `File(folder)`;
+/// `Remove(_)` and `Modify(Name(From))` → `Gone(path)` (the task keeps only watched inboxes);
+/// an error → `Gone` for each path it names, then `Missed`; an event flagged `need_rescan`
+/// (inotify queue overflow) → `Missed`. Everything else (data, metadata, access) is ignored.
+pub(super) fn classify(res: notify::Result<Event>, mut emit: impl FnMut(Signal)) {
+    let event = match res {
+        Ok(event) => event,
+        Err(err) => {
+            for path in &err.paths {
+                emit(Signal::Gone(path.clone()));
+            }
+            emit(Signal::Missed(format!("watcher error: {err}")));
+            return;
+        }
+    };
+    if event.need_rescan() {
+        emit(Signal::Missed("the event queue overflowed".to_string()));
+        return;
+    }
+    match event.kind {
+        EventKind::Create(CreateKind::Folder) => {}
+        EventKind::Any
+        | EventKind::Create(_)
+        | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any | RenameMode::Both)) => {
+            for path in &event.paths {
+                if let Some(dir) = path.parent().filter(|_| is_pending_path(path)) {
+                    emit(Signal::File(dir.to_path_buf()));
+                }
+            }
+        }
+        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(RenameMode::From)) => {
+            for path in event.paths {
+                emit(Signal::Gone(path));
+            }
+        }
+        EventKind::Access(_)
+        | EventKind::Modify(
+            ModifyKind::Any
+            | ModifyKind::Data(_)
+            | ModifyKind::Metadata(_)
+            | ModifyKind::Name(RenameMode::Other)
+            | ModifyKind::Other,
+        )
+        | EventKind::Other => {}
+    }
+}
