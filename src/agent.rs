@@ -162,6 +162,9 @@ pub struct Session {
     /// Tool process groups a crash left running that opening the agent for a turn killed (or
     /// could not check), for the caller to show; see [`crate::tools::reaper`].
     pub reaped: Vec<Reaped>,
+    /// What this turn's `wake` tools share with its runner (DESIGN.md §10); serve replaces it
+    /// before each turn it runs, the in-process CLI keeps the plain one.
+    pub wake: std::sync::Arc<crate::wake::state::WakeTurn>,
 }
 
 impl Session {
@@ -187,6 +190,7 @@ impl Session {
         let config = Config::load(&home.config_path())?;
         let client = client_for(home, &record, &config, http)?;
         let store = HistoryStore::new(&record.workspace);
+        let record_ws = record.workspace.clone();
         let mut session = Self {
             home: home.clone(),
             record,
@@ -196,6 +200,7 @@ impl Session {
             current: CurrentFile::new(id, ""),
             restore_notes: Vec::new(),
             reaped: Vec::new(),
+            wake: std::sync::Arc::new(crate::wake::state::WakeTurn::plain(home, id, &record_ws)),
         };
         let materials = session.materials()?;
         let restored = session.store.restore(id, &materials.model)?;

@@ -87,6 +87,18 @@ pub enum EventKind {
     /// A subscriber missed events `from..=to` (older than the kept log, or it lagged behind);
     /// never a silent hole.
     Gap { from: u64, to: u64 },
+    /// `serve`: a wake turn starts (DESIGN.md §10): `reason` `todo|inbox|recovery|heartbeat`,
+    /// `n` the agent's wake count, the todo ids it claimed and the inbox files of the one
+    /// conversation it claimed.
+    Wake { reason: String, n: u64, todos: Vec<u32>, messages: Vec<String> },
+    /// A message file landed in this agent's inbox and was claimed for a wake (one per file).
+    MessageIn { from: String, subject: String, file: String },
+    /// This agent (or serve on its behalf, `from: cicy`) wrote a message: `to` is `human`, an
+    /// agent id or a name; `file` is the outbox file.
+    MessageOut { from: String, to: String, text: String, file: String },
+    /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
+    /// `cicy-agent todo ls` prints it.
+    TodoChange { action: String, id: u32, line: String },
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see

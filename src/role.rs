@@ -38,7 +38,15 @@ const PACKAGED_ROLES: &[(&str, &str, &str, &str)] = &[
 const PACKAGED_LITE_CONFIG: &str = include_str!("../config/lite-config.json");
 
 /// Tools built into the runtime.
-pub const BUILTIN_TOOLS: &[&str] = &[crate::tools::shell::NAME, crate::tools::skill::NAME];
+pub const BUILTIN_TOOLS: &[&str] = &[
+    crate::tools::shell::NAME,
+    crate::tools::skill::NAME,
+    crate::wake::tools::TODO,
+    crate::wake::tools::SLEEP_UNTIL,
+    crate::wake::tools::REPLY,
+    crate::wake::tools::SEND,
+    crate::wake::tools::INBOX,
+];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.
 pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 200;

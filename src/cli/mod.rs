@@ -10,6 +10,7 @@ mod memory;
 mod print;
 mod remote;
 mod todo;
+mod status;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -124,6 +125,20 @@ enum Command {
         /// Seconds an idle agent's session stays open before it is dropped (reopened on demand).
         #[arg(long, default_value_t = 600)]
         session_idle_secs: u64,
+        /// Seconds a wake turn may run before it is cancelled (cryo: 3600).
+        #[arg(long, default_value_t = 3600)]
+        max_wake_secs: u64,
+        /// Re-runs of a wake turn that failed before it sent anything, waiting 1, 2, 4 … s
+        /// (cryo: 10).
+        #[arg(long, default_value_t = 10)]
+        wake_retries: u32,
+        /// Sessions opened ahead of the first request after start (the first agents by id).
+        #[arg(long, default_value_t = cicy::serve::DEFAULT_WARM_LIMIT)]
+        warm_limit: usize,
+        /// Poll every inbox every 2 s instead of watching it (a filesystem without inotify,
+        /// e.g. some network mounts); also `CICY_WATCH_POLL=1`.
+        #[arg(long, env = "CICY_WATCH_POLL")]
+        poll_inboxes: bool,
     },
     /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
     Memory {
@@ -142,6 +157,12 @@ enum Command {
     Time {
         #[arg(num_args = 0.., allow_hyphen_values = true)]
         expr: Vec<String>,
+    },
+    /// What an agent is doing, when it wakes next, what it owes (through serve when it runs).
+    Status {
+        id: String,
+        #[arg(long)]
+        json: bool,
     },
     /// Print the active conversation: the window from the last compaction on.
     History {
@@ -294,8 +315,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::History { id, all, json } => history::history(&home, &id, all, json),
+        Command::Status { id, json } => status::run(&home, &id, json, &mut std::io::stdout().lock()),
         Command::Memory { id, action } => memory::run(&home, &id, action),
-        Command::Serve { port, bind, session_idle_secs } => serve(home, port, &bind, session_idle_secs),
+        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes } => {
+            let wake = cicy::serve::WakeLimits {
+                max_wake: std::time::Duration::from_secs(max_wake_secs),
+                retries: wake_retries,
+                ..cicy::serve::WakeLimits::default()
+            };
+            let opts = cicy::serve::ServeOptions {
+                port,
+                token: std::env::var("CICY_API_TOKEN").ok(),
+                session_idle: std::time::Duration::from_secs(session_idle_secs),
+                wake,
+                watch: cicy::serve::watch::WatchOptions { force_poll: poll_inboxes, ..Default::default() },
+                warm_limit,
+            };
+            serve(home, &bind, opts)
+        }
         Command::Todo { id, action } => {
             let mut out = std::io::stdout().lock();
             todo::run(&home, &id, &action, &mut out)?;
@@ -322,20 +359,24 @@ fn remote_unless(local: bool, remote: impl FnOnce() -> Result<Option<ExitCode>>)
 }
 
 /// `cicy-agent serve`: exits 2 for another `--bind` or when a serve of this home runs.
-fn serve(home: Home, port: u16, bind: &str, session_idle_secs: u64) -> Result<ExitCode> {
+fn serve(home: Home, bind: &str, opts: cicy::serve::ServeOptions) -> Result<ExitCode> {
     if bind != "127.0.0.1" {
         anyhow::bail!("--bind {bind}: serve listens on 127.0.0.1 only (its API runs tools on this machine); put a proxy with its own authentication in front to reach it from elsewhere");
     }
-    let opts = cicy::serve::ServeOptions {
-        port,
-        token: std::env::var("CICY_API_TOKEN").ok(),
-        session_idle: std::time::Duration::from_secs(session_idle_secs),
-    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(cicy::serve::run(home, opts, |info| {
+    let served = rt.block_on(cicy::serve::run(home, opts, |info| {
         eprintln!("cicy-agent serve: listening on http://127.0.0.1:{} (pid {})", info.port, info.pid);
-    }))?;
-    Ok(ExitCode::SUCCESS)
+    }));
+    match served {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // cryo: state that cannot be read stops the start with exit 1, naming the file; nothing
+        // in it is discarded.
+        Err(e @ (cicy::serve::ServeError::WakeDb(_) | cicy::serve::ServeError::Registry(_))) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode::from(1))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The registry for a command that only reads it: opened read-only, so it works on a

@@ -84,12 +84,27 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         EventKind::Gap { from, to } => writeln!(err, "· events {from}–{to} were missed (no longer kept)"),
         EventKind::Steered { status } => writeln!(err, "· steer: {status}"),
         EventKind::State { .. } | EventKind::Done => Ok(()),
+        EventKind::Wake { reason, n, .. } => writeln!(err, "· wake {n} ({reason})"),
+        EventKind::MessageIn { from, subject, .. } => writeln!(err, "· message from {from}: {subject}"),
+        EventKind::MessageOut { from, to, text, .. } => writeln!(err, "· {from} → {to}: {}", preview_line(text)),
+        EventKind::TodoChange { action, line, .. } => writeln!(err, "· todo {action}: {line}"),
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),
             other => writeln!(err, "· turn ended: {}", outcome_name(*other)),
         },
         EventKind::TurnStarted { .. } | EventKind::RoundStarted { .. } => Ok(()),
+    }
+}
+
+/// The first line of a message, cut to 120 characters, for a one-line notice.
+fn preview_line(text: &str) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let cut: String = first.chars().take(120).collect();
+    if cut.len() < text.trim_end().len() {
+        format!("{cut}…")
+    } else {
+        cut
     }
 }
 

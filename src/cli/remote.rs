@@ -475,6 +475,33 @@ pub(super) fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: 
     with_serve(home, id, json, async |remote| remote.command(c, keep).await)
 }
 
+/// An HTTP method of [`request`].
+pub(super) enum Method {
+    Get,
+    Post(Value),
+    Delete,
+}
+
+/// One JSON request to a live serve of `home` (`segments` under the base URL); `Ok(None)` when
+/// none is live. A refused request is an error with the serve's message.
+pub(super) fn request(home: &Home, method: Method, segments: &[&str]) -> Result<Option<Value>> {
+    let rt = chat::runtime()?;
+    rt.block_on(async {
+        let Some(serve) = live_serve(home).await else {
+            return Ok(None);
+        };
+        let resp = match method {
+            Method::Get => serve.get(segments, None).await?,
+            Method::Post(body) => serve.post(segments, body).await?,
+            Method::Delete => {
+                let url = serve.url(segments)?;
+                serve.auth(serve.client.delete(url.clone())).send().await.map_err(|e| anyhow!("DELETE {url}: {e}"))?
+            }
+        };
+        json_answer(resp).await.map(Some)
+    })
+}
+
 #[cfg(test)]
 #[path = "remote_tests.rs"]
 mod tests;

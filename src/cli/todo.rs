@@ -1,14 +1,16 @@
 //! `cicy-agent todo <id> add|ls|done|rm` and `cicy-agent time [expr]` (DESIGN.md §10 "CLI").
 //!
-//! Runs in this process against the agent's rows in `cicy.db`. The handlers write their lines
-//! to any `Write`, so the same text can be served elsewhere. Must not touch: the scheduler (a
-//! running serve sees the rows on its next look).
+//! Changes go through a live serve of the home (`/api/agents/<id>/todos`), so its scheduler
+//! sees a new todo at once; without one they run in this process against `cicy.db` (a serve
+//! started later loads them). Listing always reads `cicy.db`. The output is the same either
+//! way; the handlers write their lines to any `Write`.
 
 use std::io::Write;
 
 use anyhow::Result;
 use clap::Subcommand;
 
+use super::remote::{request, Method};
 use cicy::home::Home;
 use cicy::registry::Registry;
 use cicy::wake::at::{parse_at, time_command};
@@ -42,11 +44,22 @@ pub enum Action {
 /// Errors: the time expression, an unknown agent (the registry's error), an unknown todo, SQL.
 pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Result<()> {
     match action {
-        Action::Add { text, at } => {
-            let at = parse_at(at, chrono::Local::now())?;
-            let added = open(home, id)?.todo_add(id, text, &at)?;
-            let verb = if added.existed { format!("Todo #{} already exists", added.id) } else { format!("Added todo #{}", added.id) };
-            writeln!(out, "{verb}: {} (at: {})", text.trim(), at.local)?;
+        Action::Add { text, at: expr } => {
+            let at = parse_at(expr, chrono::Local::now())?;
+            let body = serde_json::json!({"text": text, "at": expr});
+            let (n, existed, at_local) = match request(home, Method::Post(body), &["api", "agents", id, "todos"])? {
+                Some(v) => (
+                    v["todo"]["id"].as_u64().unwrap_or(0),
+                    v["existed"].as_bool().unwrap_or(false),
+                    v["todo"]["at_local"].as_str().unwrap_or(&at.local).to_string(),
+                ),
+                None => {
+                    let added = open(home, id)?.todo_add(id, text, &at)?;
+                    (u64::from(added.id), added.existed, at.local)
+                }
+            };
+            let verb = if existed { format!("Todo #{n} already exists") } else { format!("Added todo #{n}") };
+            writeln!(out, "{verb}: {} (at: {at_local})", text.trim())?;
         }
         Action::Ls { all } => {
             let todos = open(home, id)?.todo_list(id, *all)?;
@@ -58,12 +71,18 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
             }
         }
         Action::Done { n } => {
-            let t = open(home, id)?.todo_done(id, *n)?;
-            writeln!(out, "Done: #{} {}", t.id, t.text)?;
+            let text = match request(home, Method::Post(serde_json::json!({})), &["api", "agents", id, "todos", &n.to_string(), "done"])? {
+                Some(v) => v["todo"]["text"].as_str().unwrap_or_default().to_string(),
+                None => open(home, id)?.todo_done(id, *n)?.text,
+            };
+            writeln!(out, "Done: #{n} {text}")?;
         }
         Action::Rm { n } => {
-            let t = open(home, id)?.todo_remove(id, *n)?;
-            writeln!(out, "Removed: #{} {}", t.id, t.text)?;
+            let text = match request(home, Method::Delete, &["api", "agents", id, "todos", &n.to_string()])? {
+                Some(v) => v["todo"]["text"].as_str().unwrap_or_default().to_string(),
+                None => open(home, id)?.todo_remove(id, *n)?.text,
+            };
+            writeln!(out, "Removed: #{n} {text}")?;
         }
     }
     Ok(())

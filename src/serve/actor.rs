@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
 use super::tracker::Tracker;
+use super::wake_job::WakeEnd;
 use crate::agent::Session;
 use crate::command::CommandEnd;
 use crate::conversation::outcome::marker_of;
@@ -27,6 +28,9 @@ use crate::fsutil;
 use crate::home::Home;
 use crate::registry::AgentRecord;
 use crate::turn::Steering;
+use crate::wake::claim::UNPARSED_RETRY;
+use crate::wake::message::Reason;
+use crate::wake::run::Trigger;
 
 /// cicy: what a queued input's stream is told.
 pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
@@ -54,6 +58,13 @@ pub enum Op {
     Warm { reply: oneshot::Sender<()> },
     /// Cancels any job, waits for it (its marker written), closes the event log.
     Shutdown { reply: oneshot::Sender<()> },
+    /// A todo came due or the inbox may hold a message (DESIGN.md §10): wake now if idle,
+    /// else after the current run. A wake with nothing to claim runs nothing.
+    Wake { reason: Reason },
+    /// At serve's start: finish what a killed serve left of this agent's last wake.
+    Recover,
+    /// A todo changed through a route: its event goes on the agent's stream.
+    Note { note: crate::wake::state::WakeNote },
 }
 
 /// How a chat was taken.
@@ -103,8 +114,9 @@ pub struct CompactReply {
 #[derive(Debug)]
 pub struct Busy;
 
-/// A row of `GET /api/agents` (DESIGN.md §9). `wake_at` and `unanswered` belong to §10 and
-/// are `null`/0 until wakes exist.
+/// A row of `GET /api/agents` (DESIGN.md §9). `wake_at` (the earliest pending todo, local
+/// minute) and `unanswered` (unresolved reply obligations) are filled in by the route from
+/// `cicy.db`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub id: String,
@@ -142,6 +154,8 @@ pub struct Shared {
     pub global: tokio::sync::broadcast::Sender<crate::event::Event>,
     /// **[chosen]** A session idle this long is dropped and reopened on demand (600 s).
     pub session_idle: Duration,
+    pub scheduler: super::scheduler::Scheduler,
+    pub wake_limits: super::wake_job::WakeLimits,
 }
 
 /// Starts the actor of `record`.
@@ -164,6 +178,8 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         flush: None,
         flush_not_before: None,
         lock_notified: false,
+        wake_due: None,
+        wake_retry_at: None,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -197,6 +213,10 @@ struct Actor {
     flush_not_before: Option<SystemTime>,
     /// The "waiting for the turn lock" line was shown for this run.
     lock_notified: bool,
+    /// A wake asked for while a run was going; it runs when the run ends.
+    wake_due: Option<Reason>,
+    /// An inbox file that did not parse yet is looked at again then.
+    wake_retry_at: Option<Instant>,
 }
 
 impl Actor {
@@ -220,6 +240,10 @@ impl Actor {
                 },
                 out = join(&mut self.job) => self.job_done(out).await,
                 () = sleep(self.waiting.as_ref().map(|w| w.at)) => self.retry_waiting(),
+                () = sleep(self.wake_retry_at) => {
+                    self.wake_retry_at = None;
+                    self.wake(Reason::Inbox);
+                }
                 () = sleep_system(memory_at) => self.flush_memory(),
                 () = sleep(drop_at) => {
                     // Dropped after a long idle period and reopened on demand **[chosen]**.
@@ -313,7 +337,52 @@ impl Actor {
                 self.warm();
                 let _ = reply.send(());
             }
+            Op::Wake { reason } => self.wake(reason),
+            Op::Recover => self.recover(),
+            Op::Note { note } => {
+                let kind = super::wake_job::note_event(note);
+                self.emit(kind);
+            }
             Op::Shutdown { .. } => {}
+        }
+    }
+
+    /// DESIGN.md §10: claims what is due and starts the wake turn, or, while a run goes on,
+    /// keeps the wake for its end.
+    fn wake(&mut self, reason: Reason) {
+        if self.busy() {
+            self.wake_due = Some(self.wake_due.unwrap_or(reason));
+            return;
+        }
+        let (home, id, ws) = (self.shared.home.clone(), self.record.id.clone(), self.record.workspace.clone());
+        let prepared = fsutil::blocking(|| crate::wake::run::prepare(&home, &id, &ws, Trigger { reason }));
+        match prepared {
+            Ok(Ok(p)) => {
+                if p.retry_soon {
+                    self.wake_retry_at = Some(Instant::now() + UNPARSED_RETRY);
+                }
+                self.start(Work::Wake(Box::new(p)));
+            }
+            Ok(Err(nothing)) => {
+                if nothing.retry_soon {
+                    self.wake_retry_at = Some(Instant::now() + UNPARSED_RETRY);
+                }
+            }
+            Err(e) => self.emit(EventKind::Error { kind: "wake".into(), message: e.to_string() }),
+        }
+    }
+
+    /// Serve's start after a kill: the interruption notices, the claimed todos rescheduled.
+    fn recover(&mut self) {
+        let (home, id, ws) = (self.shared.home.clone(), self.record.id.clone(), self.record.workspace.clone());
+        match fsutil::blocking(|| crate::wake::run::recover(&home, &id, &ws)) {
+            Ok(notes) => {
+                for n in notes {
+                    self.emit(super::wake_job::note_event(n));
+                }
+                self.shared.scheduler.changed(&id);
+            }
+            Err(e) => self.emit(EventKind::Error { kind: "wake".into(), message: format!("recovering the last wake: {e}") }),
         }
     }
 
@@ -459,6 +528,8 @@ impl Actor {
             workspace: self.record.workspace.clone(),
             http: self.shared.http.clone(),
             tracker,
+            scheduler: self.shared.scheduler.clone(),
+            wake_limits: self.shared.wake_limits,
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
         self.job = Some((work, handle));
@@ -495,6 +566,20 @@ impl Actor {
             JobEnd::Turn(Ok(_)) | JobEnd::Retry(Ok(Some(_))) => {}
             JobEnd::Turn(Err(e)) | JobEnd::Retry(Err(e)) => {
                 self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() });
+            }
+            JobEnd::Wake(end) => {
+                match end {
+                    WakeEnd::Ran => {}
+                    WakeEnd::TurnError(e) => self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() }),
+                    WakeEnd::Finalize(e) => {
+                        self.emit(EventKind::Error { kind: "wake".into(), message: format!("ending the wake: {e}") })
+                    }
+                }
+                // One conversation per wake: the next one wakes the agent again.
+                let inbox = crate::wake::inbox::Mailbox::of_workspace(&self.record.workspace);
+                if fsutil::blocking(|| inbox.has_pending()) {
+                    self.wake_due.get_or_insert(Reason::Inbox);
+                }
             }
             JobEnd::Retry(Ok(None)) => {
                 self.emit(EventKind::Error { kind: "retry".into(), message: "no turn to retry".into() });
@@ -554,6 +639,12 @@ impl Actor {
     /// without the turn lock, DESIGN.md §9 "Shape").
     fn end_run(&mut self) {
         self.finish_run();
+        if let Some(reason) = self.wake_due.take() {
+            self.wake(reason);
+            if self.busy() {
+                return;
+            }
+        }
         if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
             if flush.due() {
                 self.spawn_flush(flush);

@@ -1,5 +1,6 @@
 //! One piece of work a resident agent runs in its own task: a turn, a retry, `/compact`,
-//! `/clear` (DESIGN.md §9 "Agents"), and the memory flush after a run (§8).
+//! `/clear` (DESIGN.md §9 "Agents"), a wake (§10, `super::wake_job`), and the memory flush
+//! after a run (§8).
 //!
 //! Owns taking the §7 turn lock for the work, opening or re-reading the session under it (so
 //! a CLI process's compaction between two turns is seen, and tool groups a crash left running
@@ -32,6 +33,8 @@ pub(super) enum Work {
     Retry,
     Compact { keep: usize },
     Clear,
+    /// A wake (DESIGN.md §10) whose todos and conversation are already claimed.
+    Wake(Box<crate::wake::run::Prepared>),
 }
 
 /// How a job ended.
@@ -46,6 +49,7 @@ pub(super) enum JobEnd {
     Compact(Result<CommandEnd, AgentError>),
     /// The new conversation's id.
     Clear(Result<String, AgentError>),
+    Wake(super::wake_job::WakeEnd),
 }
 
 /// A finished job: the session back (if it could be opened) and how the work ended.
@@ -63,6 +67,8 @@ pub(super) struct JobCtx {
     pub workspace: PathBuf,
     pub http: reqwest::Client,
     pub tracker: Arc<Tracker>,
+    pub scheduler: super::scheduler::Scheduler,
+    pub wake_limits: super::wake_job::WakeLimits,
 }
 
 /// Runs `work` holding the turn lock.
@@ -83,7 +89,14 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
     for note in &session.restore_notes {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }
+    session.wake = Arc::new(crate::wake::state::WakeTurn::in_serve(
+        &ctx.home,
+        &ctx.id,
+        &ctx.workspace,
+        super::wake_job::notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone()),
+    ));
     let end = match work {
+        Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
         Work::Turn(text) => JobEnd::Turn(turn::run_turn_with(&mut session, &text, &events, &cancel, &steering).await),
         Work::Retry => JobEnd::Retry(turn::retry_turn_with(&mut session, &events, &cancel, &steering).await),
         Work::Compact { keep } => JobEnd::Compact(command::compact(&mut session, keep, &events, &cancel).await),

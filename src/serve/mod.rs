@@ -12,8 +12,11 @@ mod http;
 pub mod instance;
 mod job;
 mod routes;
+mod scheduler;
 mod tracker;
+mod wake_job;
 pub mod watch;
+mod wake_routes;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
+pub use wake_job::WakeLimits;
 pub use instance::{read_info, ServeInfo};
 
 use crate::config::{Config, ConfigError};
@@ -62,6 +66,11 @@ pub enum ServeError {
     Client(String),
     #[error("cannot watch for SIGTERM/SIGINT: {0}")]
     Signals(std::io::Error),
+    /// cryo: an unreadable wake table aborts the start, naming the file.
+    #[error(transparent)]
+    WakeDb(#[from] crate::wake::db::WakeDbError),
+    #[error("cannot watch the inboxes: {0}")]
+    Watch(#[from] watch::WatchError),
 }
 
 /// How to run `serve`.
@@ -73,13 +82,31 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// **[chosen]** A session idle this long is dropped, reopened on demand (default 600 s).
     pub session_idle: Duration,
+    /// A wake's cap and in-wake retries (cryo: 3600 s; 10 re-runs from 1 s).
+    pub wake: WakeLimits,
+    /// The inbox watch (DESIGN.md §10: notify, 50 ms debounce, a full scan every 30 s).
+    pub watch: watch::WatchOptions,
+    /// **[chosen]** At most this many sessions are warmed after bind (the first agents in id
+    /// order); the others open at their first turn. Ten thousand warmed sessions would cost
+    /// half a gigabyte for agents that mostly sleep.
+    pub warm_limit: usize,
 }
 
 impl Default for ServeOptions {
     fn default() -> Self {
-        Self { port: DEFAULT_PORT, token: None, session_idle: Duration::from_secs(600) }
+        Self {
+            port: DEFAULT_PORT,
+            token: None,
+            session_idle: Duration::from_secs(600),
+            wake: WakeLimits::default(),
+            watch: watch::WatchOptions::default(),
+            warm_limit: DEFAULT_WARM_LIMIT,
+        }
     }
 }
+
+/// **[chosen]** Sessions warmed after bind unless `--warm-limit` says otherwise.
+pub const DEFAULT_WARM_LIMIT: usize = 200;
 
 /// What every route shares: the agents' actors and the server's identity.
 #[derive(Clone)]
@@ -87,9 +114,27 @@ pub struct Hub {
     port: u16,
     token: Arc<str>,
     instance_id: Arc<str>,
-    agents: Arc<RwLock<BTreeMap<String, (AgentHandle, PathBuf)>>>,
+    agents: Agents,
     shared: Shared,
     shutdown: CancellationToken,
+    /// Set once every actor runs (`run`), so that an agent created later is watched too.
+    watch: Arc<std::sync::OnceLock<watch::InboxWatch>>,
+}
+
+/// Every agent's actor and workspace, by id.
+type Agents = Arc<RwLock<BTreeMap<String, (AgentHandle, PathBuf)>>>;
+
+/// The inbox folder of a workspace (DESIGN.md §10).
+fn inbox_of(ws: &std::path::Path) -> PathBuf {
+    crate::wake::inbox::Mailbox::of_workspace(ws).inbox_dir()
+}
+
+/// Asks agent `id`'s actor for a wake; a missing actor (deleted agent) is ignored.
+fn wake_agent(agents: &Agents, id: &str, reason: crate::wake::message::Reason) {
+    let handle = agents.read().ok().and_then(|a| a.get(id).map(|(h, _)| h.clone()));
+    if let Some(h) = handle {
+        h.send(Op::Wake { reason });
+    }
 }
 
 impl Hub {
@@ -109,6 +154,11 @@ impl Hub {
     fn add(&self, record: AgentRecord) {
         let (id, ws) = (record.id.clone(), record.workspace.clone());
         let handle = actor::spawn(record, self.shared.clone());
+        if let Some(w) = self.watch.get() {
+            if let Err(e) = w.add(&id, &inbox_of(&ws)) {
+                tracing::error!(agent = %id, error = %e, "cannot watch the new agent's inbox; the 30 s scan covers it");
+            }
+        }
         if let Ok(mut agents) = self.agents.write() {
             agents.insert(id, (handle, ws));
         }
@@ -134,17 +184,22 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
     let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
+    let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
+    let (scheduler, unstarted) = scheduler::channel();
     let hub = Hub {
         port,
         token: token.into(),
         instance_id: uuid::Uuid::new_v4().to_string().into(),
         agents: Arc::default(),
-        shared: Shared { home: home.clone(), http, global, session_idle: opts.session_idle },
+        shared: Shared { home: home.clone(), http, global, session_idle: opts.session_idle, scheduler, wake_limits: opts.wake },
         shutdown: CancellationToken::new(),
+        watch: Arc::default(),
     };
-    for record in routes::boot_agents(&home)? {
-        hub.add(record);
+    let records = routes::boot_agents(&home)?;
+    for record in &records {
+        hub.add(record.clone());
     }
+    start_waking(&hub, &records, wake_db, unstarted, &opts)?;
     let info = ServeInfo {
         pid: std::process::id(),
         port,
@@ -153,7 +208,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     };
     lock.publish(&info)?;
     ready(&info);
-    tokio::spawn(warm(hub.handles()));
+    tokio::spawn(warm(hub.handles().into_iter().take(opts.warm_limit).collect()));
 
     let stop = hub.shutdown.clone();
     // Small SSE frames must leave at once: with Nagle's algorithm a frame waits for the ACK of
@@ -169,6 +224,47 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     lock.withdraw();
     signalled?;
     served.map_err(ServeError::Http)
+}
+
+/// DESIGN.md §10 at start: the recovery of agents a killed serve left mid-wake (before any
+/// wake), then the scheduler (overdue todos wake at once) and the inbox watch (mail that came
+/// while serve was down wakes at once).
+fn start_waking(
+    hub: &Hub,
+    records: &[AgentRecord],
+    db: crate::wake::db::WakeDb,
+    unstarted: scheduler::Unstarted,
+    opts: &ServeOptions,
+) -> Result<(), ServeError> {
+    let mut to_recover: Vec<String> = crate::fsutil::blocking(|| -> Result<Vec<String>, crate::wake::db::WakeDbError> {
+        let mut ids: Vec<String> = db.obligation_unresolved(None)?.into_iter().map(|o| o.agent_id).collect();
+        ids.extend(db.todo_claimed_agents()?);
+        Ok(ids)
+    })?;
+    to_recover.sort();
+    to_recover.dedup();
+    for id in &to_recover {
+        if let Some(h) = hub.agent(id) {
+            h.send(Op::Recover);
+        }
+    }
+    let agents = hub.agents.clone();
+    let wake: scheduler::WakeFn = Arc::new(move |id, reason| wake_agent(&agents, id, reason));
+    scheduler::start(unstarted, db, wake, hub.shutdown.clone())?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let inboxes = records.iter().map(|r| (r.id.clone(), inbox_of(&r.workspace))).collect();
+    let watch = watch::InboxWatch::start(inboxes, tx, opts.watch.clone())?;
+    if watch.mode() != watch::WatchMode::Notify {
+        tracing::warn!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
+    }
+    let _ = hub.watch.set(watch);
+    let agents = hub.agents.clone();
+    tokio::spawn(async move {
+        while let Some(id) = rx.recv().await {
+            wake_agent(&agents, &id, crate::wake::message::Reason::Inbox);
+        }
+    });
+    Ok(())
 }
 
 fn router(hub: Hub) -> Router {
@@ -187,6 +283,10 @@ fn router(hub: Hub) -> Router {
         .route("/api/agents/{id}/steer", post(routes::steer))
         .route("/api/agents/{id}/events", get(routes::agent_events))
         .route("/api/events", get(routes::all_events))
+        .route("/api/agents/{id}/todos", get(wake_routes::todos).post(wake_routes::add_todo))
+        .route("/api/agents/{id}/todos/{n}", axum::routing::delete(wake_routes::remove_todo))
+        .route("/api/agents/{id}/todos/{n}/done", post(wake_routes::done_todo))
+        .route("/api/agents/{id}/messages", get(wake_routes::messages).post(wake_routes::send_message))
         .fallback(http::not_found)
         .layer(axum::middleware::from_fn_with_state(hub.clone(), http::guard))
         .layer(DefaultBodyLimit::max(http::BODY_LIMIT))

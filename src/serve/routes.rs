@@ -80,7 +80,7 @@ fn local(agent_id: &str, kinds: Vec<EventKind>) -> impl Stream<Item = Event> + S
     stream::iter(kinds.into_iter().map(move |kind| Event { seq: 0, agent_id: agent_id.clone(), kind }))
 }
 
-async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, ApiError> {
+pub(super) async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, ApiError> {
     let (tx, rx) = oneshot::channel();
     if !handle.send(op(tx)) {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"));
@@ -88,7 +88,7 @@ async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op)
     rx.await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"))
 }
 
-fn agent(hub: &Hub, id: &str) -> Result<AgentHandle, ApiError> {
+pub(super) fn agent(hub: &Hub, id: &str) -> Result<AgentHandle, ApiError> {
     hub.agent(id).ok_or_else(|| no_agent(id))
 }
 
@@ -235,13 +235,18 @@ pub async fn put_agents_md(
 pub async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Status>>, ApiError> {
     let asks = hub.handles().into_iter().map(|h| async move { ask(&h, |reply| Op::Status { reply }).await });
     let rows = futures_util::future::join_all(asks).await;
-    Ok(Json(rows.into_iter().collect::<Result<Vec<_>, _>>()?))
+    let mut rows = rows.into_iter().collect::<Result<Vec<_>, _>>()?;
+    super::wake_routes::fill_status(&hub, &mut rows)?;
+    Ok(Json(rows))
 }
 
 /// `GET /api/agents/{id}`.
 pub async fn get_agent(State(hub): State<Hub>, Path(id): Path<String>) -> Result<Json<actor::Status>, ApiError> {
     let handle = agent(&hub, &id)?;
-    Ok(Json(ask(&handle, |reply| Op::Status { reply }).await?))
+    let mut row = [ask(&handle, |reply| Op::Status { reply }).await?];
+    super::wake_routes::fill_status(&hub, &mut row)?;
+    let [row] = row;
+    Ok(Json(row))
 }
 
 #[derive(Deserialize)]

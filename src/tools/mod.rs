@@ -45,6 +45,8 @@ pub struct ToolContext {
     /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
     /// nothing.
     pub running_dir: Option<PathBuf>,
+    /// The turn's wake state for the `wake` tools (DESIGN.md §10); `None` offers them nothing.
+    pub wake: Option<Arc<crate::wake::state::WakeTurn>>,
 }
 
 #[cfg(test)]
@@ -58,6 +60,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             hidden_env: Vec::new(),
             running_dir: None,
+            wake: None,
         }
     }
 }
@@ -97,7 +100,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         shell::NAME => Some(Arc::new(shell::Shell)),
         skill::NAME => Some(Arc::new(skill::Skill)),
-        _ => None,
+        other => crate::wake::tools::builtin(other),
     }
 }
 

@@ -170,6 +170,7 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken)
         cancel: cancel.clone(),
         hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
+        wake: Some(session.wake.clone()),
     }
 }
 

@@ -2,11 +2,36 @@
 //! wake turn's message, tools and fallbacks.
 //!
 //! Owns the state a wake reads and writes (the `todo` and `obligation` tables of `cicy.db`, the
-//! message files under `<ws>/.cicy/messages/`). Must not touch: when a wake happens (the
-//! scheduler and the inbox watch are `crate::serve`'s), the turn loop's steps.
+//! message files under `<ws>/.cicy/messages/`, `<ws>/.cicy/wake.json`). Must not touch: when a
+//! wake happens (the scheduler and the inbox watch are `crate::serve`'s), the turn loop's steps.
 
 pub mod at;
+pub mod claim;
 pub mod db;
+pub mod deliver;
 pub mod inbox;
+pub mod message;
 pub mod obligation;
+pub mod run;
+pub mod state;
 pub mod todo;
+pub mod tools;
+
+use std::path::PathBuf;
+
+/// Errors of a wake step; each names the file, table or value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum WakeError {
+    #[error(transparent)]
+    Db(#[from] db::WakeDbError),
+    #[error(transparent)]
+    Inbox(#[from] inbox::InboxError),
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    #[error("no agent `{to}` to send to (see `cicy-agent ls`)")]
+    NoRecipient { to: String },
+    #[error("`{to}` is not a recipient: give `human`, an agent id (w-<n>) or a name without control characters")]
+    BadRecipient { to: String },
+    #[error("{path}: {message}")]
+    State { path: PathBuf, message: String },
+}

@@ -245,6 +245,16 @@ impl WakeDb {
         rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sql_err(e))
     }
 
+    /// The agents with a claimed todo: at serve's start, the wakes a kill interrupted.
+    pub fn todo_claimed_agents(&self) -> Result<Vec<String>, WakeDbError> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT agent_id FROM todo WHERE status = 'claimed' ORDER BY agent_id")
+            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(|e| self.sql_err(e))?;
+        rows.collect::<rusqlite::Result<_>>().map_err(|e| self.sql_err(e))
+    }
+
     fn todos(&self, clause: &str, params: impl rusqlite::Params) -> Result<Vec<Todo>, WakeDbError> {
         let mut stmt = self.conn.prepare(&format!("SELECT {COLUMNS}, agent_id FROM todo {clause}")).map_err(|e| self.sql_err(e))?;
         let rows = stmt

@@ -1,0 +1,206 @@
+//! A wake turn inside a job (DESIGN.md §10): the turn on the wake message, cryo's in-wake
+//! retries of a turn that failed before it sent anything (≤ 10, 1…512 s), the cap on a wake's
+//! length (3600 s), then the wake's end (`crate::wake::run::finalize`) with the error lines the
+//! turn reported.
+//!
+//! Owns the sink that records a wake turn's error lines and the [`WakeNote`] → event mapping.
+//! Must not touch the actor's queues; the claims were made before the job started.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::job::JobCtx;
+use super::scheduler::Scheduler;
+use crate::agent::{AgentError, Session};
+use crate::conversation::message::Role;
+use crate::event::{Emitter, EventKind, EventSink, TurnOutcome};
+use crate::fsutil;
+use crate::turn::{self, Steering};
+use crate::wake::run::{finalize, Ending, Left, Prepared};
+use crate::wake::state::{Notify, WakeNote, WakeTurn};
+use crate::wake::todo::todo_line;
+
+/// cryo: a failed wake turn that sent nothing is run again at most this many times.
+pub const MAX_WAKE_RETRIES: u32 = 10;
+
+/// How a wake job ended.
+#[derive(Debug)]
+pub enum WakeEnd {
+    Ran,
+    /// The turn could not start or its files could not be written; the wake was still ended
+    /// (fallbacks written, todos rescheduled).
+    TurnError(AgentError),
+    /// The wake's end could not be written (the database or a message file).
+    Finalize(crate::wake::WakeError),
+}
+
+/// The wake's settings (serve options).
+#[derive(Debug, Clone, Copy)]
+pub struct WakeLimits {
+    /// cryo: a wake turn is cancelled after 3600 s.
+    pub max_wake: Duration,
+    /// cryo: the first in-wake retry waits 1 s, doubling to 512 s.
+    pub first_backoff: Duration,
+    /// cryo: at most [`MAX_WAKE_RETRIES`] re-runs of a failed wake turn.
+    pub retries: u32,
+}
+
+impl Default for WakeLimits {
+    fn default() -> Self {
+        Self { max_wake: Duration::from_secs(3600), first_backoff: Duration::from_secs(1), retries: MAX_WAKE_RETRIES }
+    }
+}
+
+/// An event sink that passes everything on and keeps the text of each `error` event.
+struct Recording {
+    inner: Emitter,
+    errors: Mutex<Vec<String>>,
+}
+
+impl EventSink for Recording {
+    fn emit(&self, kind: EventKind) {
+        if let EventKind::Error { message, .. } = &kind {
+            self.errors.lock().unwrap_or_else(|p| p.into_inner()).push(message.clone());
+        }
+        self.inner.emit(kind);
+    }
+}
+
+/// The [`Notify`] of an agent's turns in serve: each note becomes an event, and a todo change
+/// reaches the scheduler.
+pub fn notifier(id: &str, events: Emitter, scheduler: Scheduler) -> Notify {
+    let id = id.to_string();
+    let events = Arc::new(events);
+    Arc::new(move |note| {
+        if matches!(note, WakeNote::Todo { .. }) {
+            scheduler.changed(&id);
+        }
+        events.emit(note_event(note));
+    })
+}
+
+/// The event of a [`WakeNote`].
+pub fn note_event(note: WakeNote) -> EventKind {
+    match note {
+        WakeNote::Todo { action, id, line } => EventKind::TodoChange { action: action.to_string(), id, line },
+        WakeNote::MessageOut { from, to, text, file } => EventKind::MessageOut { from, to, text, file },
+        WakeNote::MessageIn { from, subject, file } => EventKind::MessageIn { from, subject, file },
+    }
+}
+
+/// Runs the wake `p` on `session` and ends it.
+pub async fn run(
+    ctx: &JobCtx,
+    session: &mut Session,
+    p: &Prepared,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> WakeEnd {
+    events.emit(EventKind::Wake {
+        reason: p.reason.as_str().to_string(),
+        n: p.n,
+        todos: p.todos.iter().map(|t| t.id).collect(),
+        messages: p.messages.iter().map(|m| m.name.clone()).collect(),
+    });
+    for t in &p.todos {
+        events.emit(EventKind::TodoChange { action: "claim".into(), id: t.id, line: todo_line(t) });
+    }
+    for m in &p.messages {
+        events.emit(EventKind::MessageIn { from: m.from.clone(), subject: m.subject.clone(), file: m.name.clone() });
+    }
+    let recording = Arc::new(Recording { inner: ctx.tracker.emitter(), errors: Mutex::new(Vec::new()) });
+    let turn_events = Emitter::from_sink(recording.clone());
+    let notify = notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone());
+    let wt = Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()));
+    session.wake = wt.clone();
+
+    let wake_cancel = cancel.child_token();
+    let timer = {
+        let (c, max) = (wake_cancel.clone(), ctx.wake_limits.max_wake);
+        tokio::spawn(async move {
+            tokio::time::sleep(max).await;
+            c.cancel();
+        })
+    };
+    let outcome = turn_with_retries(ctx, session, p, &turn_events, &wake_cancel, steering, &wt).await;
+    timer.abort();
+    if wake_cancel.is_cancelled() && !cancel.is_cancelled() {
+        turn_events.emit(EventKind::Error {
+            kind: "wake".into(),
+            message: format!("the wake turn was cancelled after {} s (the longest a wake may run)", ctx.wake_limits.max_wake.as_secs()),
+        });
+    }
+    let errors = recording.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let ending = match &outcome {
+        Ok(TurnOutcome::Completed) => Ending::Completed { final_answer: final_answer(session) },
+        Ok(_) | Err(_) => Ending::Crashed { errors },
+    };
+    let left = {
+        let st = wt.state();
+        Left { claim: st.claim.clone(), sent: st.sent }
+    };
+    session.wake = Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()));
+    let todo_ids: Vec<u32> = p.todos.iter().map(|t| t.id).collect();
+    let (home, id, ws) = (ctx.home.clone(), ctx.id.clone(), ctx.workspace.clone());
+    let notes = fsutil::blocking(|| finalize(&home, &id, &ws, &todo_ids, &left, &ending));
+    ctx.scheduler.changed(&ctx.id);
+    match notes {
+        Ok(notes) => {
+            for n in notes {
+                notify(n);
+            }
+        }
+        Err(e) => return WakeEnd::Finalize(e),
+    }
+    match outcome {
+        Ok(_) => WakeEnd::Ran,
+        Err(e) => WakeEnd::TurnError(e),
+    }
+}
+
+/// The wake turn, run again after a failure that happened before it sent anything *(cryo:
+/// ≤ 10 re-runs, waiting 1, 2, 4 … 512 s)*; a cancel (the user, shutdown, the wake's cap) ends
+/// it at once.
+async fn turn_with_retries(
+    ctx: &JobCtx,
+    session: &mut Session,
+    p: &Prepared,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+    wt: &WakeTurn,
+) -> Result<TurnOutcome, AgentError> {
+    let mut outcome = turn::run_turn_with(session, &p.message, events, cancel, steering).await?;
+    let mut wait = ctx.wake_limits.first_backoff;
+    let retries = ctx.wake_limits.retries;
+    for attempt in 1..=retries {
+        let untouched = wt.state().sent == 0 && wt.state().claim.as_ref().is_none_or(|c| !c.answered);
+        if outcome != TurnOutcome::Failed || !untouched || cancel.is_cancelled() {
+            break;
+        }
+        events.emit(EventKind::System {
+            text: format!("the wake turn failed before it sent anything; running it again in {} s ({attempt}/{retries})", wait.as_secs()),
+        });
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = cancel.cancelled() => break,
+        }
+        outcome = match turn::retry_turn_with(session, events, cancel, steering).await? {
+            Some(o) => o,
+            None => break,
+        };
+        wait *= 2;
+    }
+    Ok(outcome)
+}
+
+/// The text of the turn's last assistant message (the direct-chat reply when the agent called
+/// neither `reply` nor `send`).
+fn final_answer(session: &Session) -> Option<String> {
+    let last = session.current.messages.last().filter(|m| m.role == Role::Assistant)?;
+    let text = last.plain_text();
+    (!text.trim().is_empty()).then_some(text)
+}

@@ -1,0 +1,82 @@
+//! Writing a message on an agent's behalf (DESIGN.md §10 `reply`, `send`, serve's fallbacks).
+//!
+//! Owns where a message goes: a copy in the sender's `outbox/` always (the record of what it
+//! said, which `inbox` and the dashboard page through) and, when the recipient is an agent of
+//! this home, the message in that agent's inbox, which wakes it. People (`human`, any other
+//! name) read the outbox. Must not touch claims or obligations (`super::claim`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::inbox::{self, Mailbox, MessageFile, NewMessage};
+use super::WakeError;
+use crate::home::Home;
+use crate::registry::Registry;
+
+/// The sender name of every message serve writes itself (fallbacks, notices) *(cryo: a
+/// daemon-originated sender)*.
+pub const SERVE_SENDER: &str = "cicy";
+
+/// One message to write.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    /// `human`, an agent id (`w-<n>`) or any other name.
+    pub to: String,
+    pub text: String,
+    pub question: bool,
+    /// Front-matter keys carried along (`conv`, `thread`, `group`).
+    pub meta: BTreeMap<String, String>,
+}
+
+/// Whether `name` has the shape of an agent id (`w-<n>`, DESIGN.md §1).
+pub fn is_agent_id(name: &str) -> bool {
+    name.strip_prefix("w-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// [`deliver`] for what serve writes itself (fallbacks, notices): a recipient that names no
+/// agent of this home (a deleted agent, a forged sender) still gets the outbox copy, so the
+/// wake is never silent for want of an address.
+pub fn deliver_fallback(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+    match deliver(home, from_ws, from, msg) {
+        Err(WakeError::NoRecipient { .. } | WakeError::BadRecipient { .. }) => {
+            let mut meta = msg.meta.clone();
+            meta.insert("to".into(), msg.to.trim().chars().filter(|c| !c.is_control()).collect());
+            let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
+            Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
+        }
+        other => other,
+    }
+}
+
+/// Writes `msg` from `from` (an agent id or [`SERVE_SENDER`]) whose workspace is `from_ws`;
+/// returns the outbox copy. An agent id that is not in the registry is an error and nothing is
+/// written.
+///
+/// Errors: [`WakeError::NoRecipient`], the registry's, and the inbox's I/O errors.
+pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+    let to = msg.to.trim();
+    if to.is_empty() || to.chars().any(char::is_control) {
+        return Err(WakeError::BadRecipient { to: msg.to.clone() });
+    }
+    let recipient_ws = if is_agent_id(to) {
+        let reg = Registry::open(&home.db_path())?;
+        match reg.get(to) {
+            Ok(r) => Some(r.workspace),
+            Err(crate::registry::RegistryError::NotFound(_)) => return Err(WakeError::NoRecipient { to: to.to_string() }),
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        None
+    };
+    if let Some(ws) = recipient_ws {
+        let mut meta = msg.meta.clone();
+        meta.remove("to");
+        meta.remove("conv");
+        let incoming = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
+        Mailbox::of_workspace(&ws).write(inbox::Folder::Inbox, &incoming)?;
+    }
+    let mut meta = msg.meta.clone();
+    meta.insert("to".into(), to.to_string());
+    let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
+    Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
+}

@@ -1,0 +1,114 @@
+//! What one turn's `wake` tools share with whoever runs the turn (DESIGN.md §10): the
+//! conversation claimed for it and whether it was answered, how many visible messages it sent,
+//! and the `sleep_until` that ends it after the current batch of tool calls.
+//!
+//! Owns only this in-memory state and the notes it passes to its runner (serve emits them as
+//! events and reschedules on a todo change). Must not touch: files, the database, the turn loop.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::home::Home;
+
+/// The conversation a wake claimed (its obligation is committed in `cicy.db`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub obligation_id: i64,
+    /// The sender of the claimed messages; `reply` goes to them.
+    pub from: String,
+    /// `conversation_key` of the claimed messages.
+    pub conv: String,
+    pub thread: Option<String>,
+    pub group: Option<String>,
+    /// The claimed inbox file names, oldest first.
+    pub files: Vec<String>,
+    /// A `reply` (or a `send` to `from`) answered it.
+    pub answered: bool,
+}
+
+/// What a `wake` tool reports to the turn's runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WakeNote {
+    /// A todo was added, done, removed or claimed: the scheduler must look again.
+    Todo { action: &'static str, id: u32, line: String },
+    /// A message was written: by the agent, or by serve on its behalf (`from: cicy`).
+    MessageOut { from: String, to: String, text: String, file: String },
+    /// `inbox receive` claimed messages.
+    MessageIn { from: String, subject: String, file: String },
+}
+
+/// The mutable part, behind [`WakeTurn::state`].
+#[derive(Debug, Default)]
+pub struct WakeState {
+    pub claim: Option<Claim>,
+    /// Visible messages the agent sent this turn (`reply` and `send`).
+    pub sent: u32,
+    /// `sleep_until` was accepted: the turn ends after this batch with this assistant text.
+    pub end: Option<String>,
+}
+
+/// Where a turn's [`WakeNote`]s go.
+pub type Notify = Arc<dyn Fn(WakeNote) + Send + Sync>;
+
+/// The wake side of one turn, handed to its tools through `ToolContext::wake`.
+pub struct WakeTurn {
+    pub home: Home,
+    pub agent_id: String,
+    pub workspace: PathBuf,
+    /// This turn is a wake of `serve` (todo, inbox, recovery): only there may `inbox receive`
+    /// claim, as only a wake's end answers what the agent leaves unanswered.
+    pub waking: bool,
+    state: Mutex<WakeState>,
+    notify: Option<Notify>,
+}
+
+impl std::fmt::Debug for WakeTurn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeTurn").field("agent_id", &self.agent_id).field("waking", &self.waking).finish_non_exhaustive()
+    }
+}
+
+impl WakeTurn {
+    /// A turn outside serve (the in-process CLI): todos and `send` work, claims do not.
+    pub fn plain(home: &Home, agent_id: &str, workspace: &std::path::Path) -> Self {
+        Self {
+            home: home.clone(),
+            agent_id: agent_id.to_string(),
+            workspace: workspace.to_path_buf(),
+            waking: false,
+            state: Mutex::new(WakeState::default()),
+            notify: None,
+        }
+    }
+
+    /// A turn run by serve; `notify` gets every [`WakeNote`].
+    pub fn in_serve(home: &Home, agent_id: &str, workspace: &std::path::Path, notify: Notify) -> Self {
+        Self { notify: Some(notify), ..Self::plain(home, agent_id, workspace) }
+    }
+
+    /// A wake turn of serve holding `claim`, the conversation its wake claimed.
+    pub fn waking(home: &Home, agent_id: &str, workspace: &std::path::Path, claim: Option<Claim>, notify: Notify) -> Self {
+        Self {
+            waking: true,
+            state: Mutex::new(WakeState { claim, ..WakeState::default() }),
+            ..Self::in_serve(home, agent_id, workspace, notify)
+        }
+    }
+
+    /// The state; a poisoned lock (a tool panicked) still gives it, as nothing in it can be
+    /// half-updated across a panic.
+    pub fn state(&self) -> MutexGuard<'_, WakeState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn note(&self, note: WakeNote) {
+        if let Some(n) = &self.notify {
+            n(note);
+        }
+    }
+
+    /// Takes the text a `sleep_until` left: the turn ends after the batch that ran it.
+    pub fn take_end(&self) -> Option<String> {
+        self.state().end.take()
+    }
+}
