@@ -5,6 +5,7 @@ mod chat;
 mod events;
 mod exit;
 mod history;
+mod inbox;
 mod line;
 mod memory;
 mod print;
@@ -129,6 +130,18 @@ enum Command {
         id: String,
         #[command(subcommand)]
         action: memory::Action,
+    },
+    /// Write one message file into an agent's inbox (`.cicy/messages/inbox/`); a running serve
+    /// wakes the agent.
+    Send(inbox::SendArgs),
+    /// Show an agent's pending inbox messages and its dialog; never claims or moves a file.
+    Inbox {
+        id: String,
+        #[command(flatten)]
+        dialog: inbox::DialogArgs,
+        /// Print `{"pending": [...], "dialog": [...]}` as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the active conversation: the window from the last compaction on.
     History {
@@ -282,6 +295,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Memory { id, action } => memory::run(&home, &id, action),
+        Command::Send(args) => inbox::send(&home, args),
+        Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
         Command::Serve { port, bind, session_idle_secs } => serve(home, port, &bind, session_idle_secs),
     }
 }

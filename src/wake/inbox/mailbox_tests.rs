@@ -47,7 +47,7 @@ fn write_is_atomic_and_parses_back_as_written() {
     m.meta.insert("thread".into(), "t1".into());
     let written = mb.write(Folder::Inbox, &m).unwrap();
     assert_name_shape(&written.name, "line-one");
-    assert_eq!(names_in(&mb.inbox_dir()), [written.name.clone()]);
+    assert_eq!(names_in(&mb.inbox_dir()), [written.name.as_str()]);
     let on_disk = fs::read_to_string(mb.inbox_dir().join(&written.name)).unwrap();
     let expect = format!(
         "---\nfrom: human\nsubject: line one\ntimestamp: {}\nthread: t1\n---\n\nline one\nline two\n",
@@ -57,7 +57,7 @@ fn write_is_atomic_and_parses_back_as_written() {
     assert_eq!(mb.read(&written.name).unwrap(), written);
     let second = mb.write(Folder::Outbox, &body("again")).unwrap();
     assert_ne!(second.name, written.name);
-    assert_eq!(names_in(&mb.outbox_dir()), [second.name.clone()]);
+    assert_eq!(names_in(&mb.outbox_dir()), [second.name.as_str()]);
 }
 
 #[test]
