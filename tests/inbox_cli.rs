@@ -118,6 +118,8 @@ async fn stdin_body_is_written_exactly_with_question_and_thread() {
         )
     );
     assert_eq!(name.get(..19), Some(m.timestamp.replace(':', "-").as_str()), "the name starts with the timestamp");
+    let names: Vec<String> = fs::read_dir(mb.inbox_dir()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names, [name], "no temp file is left");
 }
 
 #[tokio::test]
@@ -137,6 +139,11 @@ async fn bad_input_is_a_clear_error_and_writes_nothing() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.starts_with("error: the argument '--last <N>' cannot be used with '--all'"), "{}", o.stderr);
     assert!(!mb.root().exists());
+    let ws = h.path().join("workers/w-1");
+    fs::remove_dir_all(&ws).unwrap();
+    let o = cicy(h.path(), &["send", "w-1", "hi"]).await;
+    assert_eq!((o.code, o.stderr), (2, format!("error: the workspace of w-1 ({}) does not exist\n", ws.display())));
+    assert!(!ws.exists());
 }
 
 #[tokio::test]

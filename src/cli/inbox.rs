@@ -68,6 +68,10 @@ impl DialogArgs {
 /// `cicy-agent send`: prints `Sent to <id>: <file name>`.
 pub fn send(home: &Home, args: SendArgs) -> Result<ExitCode> {
     let agent = super::open_registry(home)?.get(&args.id)?;
+    // Writing would create the folders: a moved or deleted workspace must not be recreated empty.
+    if !agent.workspace.is_dir() {
+        anyhow::bail!("the workspace of {} ({}) does not exist", agent.id, agent.workspace.display());
+    }
     let body = match args.text {
         Some(text) => text,
         None => {
