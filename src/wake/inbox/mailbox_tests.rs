@@ -205,3 +205,21 @@ fn page_walks_every_box_newest_first_by_cursor() {
         assert!(matches!(mb.page(Some(bad), 5), Err(InboxError::BadCursor { .. })), "{bad}");
     }
 }
+
+#[test]
+fn a_reused_name_never_overwrites_an_archived_or_bad_file() {
+    let (_d, mb) = mailbox();
+    let names = vec!["note.md".to_string()];
+    for body in ["first", "second", "third"] {
+        put(&mb.inbox_dir(), "note.md", &msg("2026-12-01T09:00:00", "ann", body));
+        mb.archive(&names).unwrap();
+    }
+    assert_eq!(names_in(&mb.archive_dir()), ["note.md", "note~1.md", "note~2.md"]);
+    assert!(fs::read_to_string(mb.archive_dir().join("note~2.md")).unwrap().ends_with("third\n"));
+    for body in ["bad one", "bad two"] {
+        put(&mb.inbox_dir(), "x.md", body);
+        mb.move_to_bad("x.md").unwrap();
+    }
+    assert_eq!(names_in(&mb.bad_dir()), ["x.md", "x~1.md"]);
+    assert_eq!(fs::read_to_string(mb.bad_dir().join("x~1.md")).unwrap(), "bad two");
+}
