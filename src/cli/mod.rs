@@ -5,6 +5,7 @@ mod chat;
 mod events;
 mod exit;
 mod history;
+mod inbox;
 mod line;
 mod memory;
 mod print;
@@ -161,6 +162,18 @@ enum Command {
     /// What an agent is doing, when it wakes next, what it owes (through serve when it runs).
     Status {
         id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one message file into an agent's inbox (`.cicy/messages/inbox/`); a running serve
+    /// wakes the agent.
+    Send(inbox::SendArgs),
+    /// Show an agent's pending inbox messages and its dialog; never claims or moves a file.
+    Inbox {
+        id: String,
+        #[command(flatten)]
+        dialog: inbox::DialogArgs,
+        /// Print `{"pending": [...], "dialog": [...]}` as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -345,6 +358,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Send(args) => inbox::send(&home, args),
+        Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
     }
 }
 

@@ -90,10 +90,11 @@ pub fn dialog_messages(mb: &Mailbox, filter: &DialogFilter) -> Result<Vec<(Folde
 /// Errors: [`InboxError::BadSince`], [`InboxError::Io`].
 pub fn dialog(mb: &Mailbox, filter: &DialogFilter, new: &[String]) -> Result<String, InboxError> {
     let all = history(mb)?;
+    // Before the empty check, so a bad --since is refused even with no history.
+    let shown = &all[start_of(filter, &all)?..];
     if all.is_empty() {
         return Ok("(no dialog history yet)\n".to_string());
     }
-    let shown = &all[start_of(filter, &all)?..];
     let is_new = |m: &MessageFile| new.contains(&m.name);
     let mut out = String::new();
     let mut marked = false;

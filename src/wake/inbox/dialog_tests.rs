@@ -71,4 +71,5 @@ fn empty_history() {
     let mb = Mailbox::of_workspace(dir.path());
     put(&mb.inbox_dir(), "e.md", "2026-12-01T11:00:00", "ann", "pending only");
     assert_eq!(dialog(&mb, &DialogFilter::All, &[]).unwrap(), "(no dialog history yet)\n");
+    assert!(matches!(dialog(&mb, &DialogFilter::Since("soon".into()), &[]), Err(InboxError::BadSince { .. })));
 }

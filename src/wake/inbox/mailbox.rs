@@ -145,7 +145,8 @@ impl Mailbox {
 
     /// Moves these inbox files to `inbox/archive/`, then fsyncs both folders. Idempotent: a
     /// name already moved (after a kill -9 the recovery runs it again) or in neither folder is
-    /// skipped.
+    /// skipped. A hand-dropped name that is already archived is archived as `<stem>~<n>.md`
+    /// rather than over the older file.
     ///
     /// Errors: [`InboxError::BadName`] before anything moves, [`InboxError::Io`].
     pub fn archive(&self, names: &[String]) -> Result<(), InboxError> {
@@ -158,21 +159,21 @@ impl Mailbox {
         let (inbox, archive) = (self.inbox_dir(), self.archive_dir());
         fs::create_dir_all(&archive).map_err(|e| io_err(&archive, e))?;
         for name in names {
-            move_if_present(&inbox.join(name), &archive.join(name))?;
+            move_if_present(&inbox.join(name), &free_target(&inbox, &archive, name))?;
         }
         sync_dir(&inbox).map_err(|e| io_err(&inbox, e))?;
         sync_dir(&archive).map_err(|e| io_err(&archive, e))
     }
 
-    /// Moves an unparsable inbox file to `inbox/bad/` (kept for the user; fsyncs both folders).
-    /// A file already gone is fine.
+    /// Moves an unparsable inbox file to `inbox/bad/` (kept for the user, as `<stem>~<n>.md` when
+    /// the name is taken there; fsyncs both folders). A file already gone is fine.
     pub fn move_to_bad(&self, name: &str) -> Result<(), InboxError> {
         if !is_listed_name(name) {
             return Err(InboxError::BadName { name: name.to_string() });
         }
         let (inbox, bad) = (self.inbox_dir(), self.bad_dir());
         fs::create_dir_all(&bad).map_err(|e| io_err(&bad, e))?;
-        move_if_present(&inbox.join(name), &bad.join(name))?;
+        move_if_present(&inbox.join(name), &free_target(&inbox, &bad, name))?;
         sync_dir(&inbox).map_err(|e| io_err(&inbox, e))?;
         sync_dir(&bad).map_err(|e| io_err(&bad, e))
     }
@@ -346,6 +347,21 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// Where `name` moves from `from_dir` into `to_dir`: `to_dir/name`, unless both folders hold
+/// that name (a reused name, never a half-done move: a rename is atomic), then the first free
+/// `<stem>~<n>.md`, so no file is overwritten.
+fn free_target(from_dir: &Path, to_dir: &Path, name: &str) -> PathBuf {
+    let target = to_dir.join(name);
+    if !target.exists() || !from_dir.join(name).exists() {
+        return target;
+    }
+    let stem = name.strip_suffix(".md").unwrap_or(name);
+    (1u32..)
+        .map(|n| to_dir.join(format!("{stem}~{n}.md")))
+        .find(|p| !p.exists())
+        .unwrap_or(target)
 }
 
 /// Renames `from` to `to`; a missing `from` (moved already, or never there) is no error.

@@ -47,7 +47,7 @@ fn write_is_atomic_and_parses_back_as_written() {
     m.meta.insert("thread".into(), "t1".into());
     let written = mb.write(Folder::Inbox, &m).unwrap();
     assert_name_shape(&written.name, "line-one");
-    assert_eq!(names_in(&mb.inbox_dir()), [written.name.clone()]);
+    assert_eq!(names_in(&mb.inbox_dir()), [written.name.as_str()]);
     let on_disk = fs::read_to_string(mb.inbox_dir().join(&written.name)).unwrap();
     let expect = format!(
         "---\nfrom: human\nsubject: line one\ntimestamp: {}\nthread: t1\n---\n\nline one\nline two\n",
@@ -57,7 +57,7 @@ fn write_is_atomic_and_parses_back_as_written() {
     assert_eq!(mb.read(&written.name).unwrap(), written);
     let second = mb.write(Folder::Outbox, &body("again")).unwrap();
     assert_ne!(second.name, written.name);
-    assert_eq!(names_in(&mb.outbox_dir()), [second.name.clone()]);
+    assert_eq!(names_in(&mb.outbox_dir()), [second.name.as_str()]);
 }
 
 #[test]
@@ -204,4 +204,22 @@ fn page_walks_every_box_newest_first_by_cursor() {
     for bad in ["2.md", "2.md|archive", "|inbox"] {
         assert!(matches!(mb.page(Some(bad), 5), Err(InboxError::BadCursor { .. })), "{bad}");
     }
+}
+
+#[test]
+fn a_reused_name_never_overwrites_an_archived_or_bad_file() {
+    let (_d, mb) = mailbox();
+    let names = vec!["note.md".to_string()];
+    for body in ["first", "second", "third"] {
+        put(&mb.inbox_dir(), "note.md", &msg("2026-12-01T09:00:00", "ann", body));
+        mb.archive(&names).unwrap();
+    }
+    assert_eq!(names_in(&mb.archive_dir()), ["note.md", "note~1.md", "note~2.md"]);
+    assert!(fs::read_to_string(mb.archive_dir().join("note~2.md")).unwrap().ends_with("third\n"));
+    for body in ["bad one", "bad two"] {
+        put(&mb.inbox_dir(), "x.md", body);
+        mb.move_to_bad("x.md").unwrap();
+    }
+    assert_eq!(names_in(&mb.bad_dir()), ["x.md", "x~1.md"]);
+    assert_eq!(fs::read_to_string(mb.bad_dir().join("x~1.md")).unwrap(), "bad two");
 }
