@@ -361,11 +361,12 @@ mod tests {
         let (_d, h) = home();
         let tc = ToolConfig::load(&h).unwrap();
         let a = load_template(&h, "assistant", &tc).unwrap();
-        assert_eq!(a.tools, vec!["shell", "skill"]);
+        let with_wake = vec!["inbox", "reply", "send", "shell", "skill", "sleep_until", "todo"];
+        assert_eq!(a.tools, with_wake);
         assert_eq!(a.max_tool_rounds(), 200);
         let c = load_template(&h, "concierge", &tc).unwrap();
         assert!(c.tools.is_empty());
-        assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, vec!["shell", "skill"]);
+        assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, with_wake);
         assert_eq!(list_templates(&h), vec!["assistant", "concierge", "coordinator"]);
     }
 
