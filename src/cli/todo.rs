@@ -10,7 +10,7 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use cicy::home::Home;
-use cicy::registry::Registry;
+use cicy::registry::{Registry, RegistryError};
 use cicy::wake::at::{parse_at, time_command};
 use cicy::wake::db::WakeDb;
 use cicy::wake::todo::todo_line;
@@ -44,12 +44,12 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
     match action {
         Action::Add { text, at } => {
             let at = parse_at(at, chrono::Local::now())?;
-            let added = open(home, id)?.todo_add(id, text, &at)?;
+            let added = open(home, id, Access::Write)?.todo_add(id, text, &at)?;
             let verb = if added.existed { format!("Todo #{} already exists", added.id) } else { format!("Added todo #{}", added.id) };
             writeln!(out, "{verb}: {} (at: {})", text.trim(), at.local)?;
         }
         Action::Ls { all } => {
-            let todos = open(home, id)?.todo_list(id, *all)?;
+            let todos = open(home, id, Access::Read)?.todo_list(id, *all)?;
             if todos.is_empty() {
                 writeln!(out, "No todos.")?;
             }
@@ -58,11 +58,11 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
             }
         }
         Action::Done { n } => {
-            let t = open(home, id)?.todo_done(id, *n)?;
+            let t = open(home, id, Access::Write)?.todo_done(id, *n)?;
             writeln!(out, "Done: #{} {}", t.id, t.text)?;
         }
         Action::Rm { n } => {
-            let t = open(home, id)?.todo_remove(id, *n)?;
+            let t = open(home, id, Access::Write)?.todo_remove(id, *n)?;
             writeln!(out, "Removed: #{} {}", t.id, t.text)?;
         }
     }
@@ -77,12 +77,22 @@ pub fn time(expr: &[String], out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-/// The wake tables, after checking that agent `id` exists (migrating an older `cicy.db`).
-fn open(home: &Home, id: &str) -> Result<WakeDb> {
+/// The wake tables, after checking that agent `id` exists. Opened for writing (migrating an
+/// older `cicy.db`); a listing falls back to reading only, so it works on a read-only home.
+fn open(home: &Home, id: &str, access: Access) -> Result<WakeDb> {
     if !home.db_path().exists() {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
-    let reg = Registry::open(&home.db_path())?;
+    let reg = match (Registry::open(&home.db_path()), access) {
+        (Err(RegistryError::ReadOnly { .. }), Access::Read) => Registry::open_read_only(&home.db_path())?,
+        (opened, Access::Read | Access::Write) => opened?,
+    };
     reg.get(id)?;
     Ok(WakeDb::from_registry(reg)?)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Access {
+    Read,
+    Write,
 }
