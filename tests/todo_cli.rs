@@ -138,3 +138,57 @@ async fn time_prints_now_or_the_minute_of_an_expression() {
     assert_eq!(run(home, &["time", "tomorrow"]).await, err(&format!("invalid time \"tomorrow\": {FORMS}")));
     assert_eq!(run(home, &["time", "-5 min"]).await, err(&format!("invalid time \"-5 min\": {FORMS}")));
 }
+
+/// Sets the mode of every folder and file under `root`, itself included (as in cli_errors.rs).
+fn chmod_tree(root: &Path, dir_mode: u32, file_mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::symlink_metadata(root).unwrap();
+    if meta.is_dir() {
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+        for e in std::fs::read_dir(root).unwrap() {
+            chmod_tree(&e.unwrap().path(), dir_mode, file_mode);
+        }
+    } else if meta.is_file() {
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(file_mode)).unwrap();
+    }
+}
+
+/// Runs `cicy-agent <args>` as a user the file modes apply to (`nobody` when the tests run as
+/// root), through a link to the binary in a folder that user can reach.
+async fn run_unprivileged(home: &Path, args: &[&str]) -> (i32, String, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let reachable = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(reachable.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let link = reachable.path().join("cicy-agent");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_cicy-agent"), &link).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_cicy-agent"), &link).unwrap();
+    }
+    let mut cmd = common::cli::command_with(&link, home, NO_GATEWAY, args);
+    cmd.env("TZ", "UTC");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().await.unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn ls_works_on_a_read_only_home_and_add_says_why_it_cannot() {
+    let h = tempfile::tempdir().unwrap();
+    let home = h.path();
+    create(home).await;
+    assert_eq!(run(home, &["todo", "w-1", "add", "x", "--at", "2026-12-01"]).await.0, 0);
+    chmod_tree(home, 0o555, 0o444);
+    let ls = run_unprivileged(home, &["todo", "w-1", "ls"]).await;
+    let add = run_unprivileged(home, &["todo", "w-1", "add", "y", "--at", "2026-12-01"]).await;
+    chmod_tree(home, 0o755, 0o644);
+    assert_eq!(ls, ok("1. [ ] x (at: 2026-12-01T00:00)\n"));
+    assert_eq!(
+        add,
+        err(&format!(
+            "cannot write the registry {}: its folder is read-only. Commands that only read (`ls`, `show`, `history`, `memory <id> ls`) work on a read-only CICY_HOME; this one writes, so make it writable or set CICY_HOME to a writable folder",
+            home.join("cicy.db").display()
+        ))
+    );
+}

@@ -156,6 +156,7 @@ enum Command {
     /// Print the local time now (`YYYY-MM-DDTHH:MM:SS`), or the minute a `--at` expression
     /// names (`YYYY-MM-DDTHH:MM`), e.g. `time +30 min`.
     Time {
+        /// The expression; its words are joined by one space. None: now.
         #[arg(num_args = 0.., allow_hyphen_values = true)]
         expr: Vec<String>,
     },

@@ -12,7 +12,7 @@ use clap::Subcommand;
 
 use super::remote::{request, Method};
 use cicy::home::Home;
-use cicy::registry::Registry;
+use cicy::registry::{Registry, RegistryError};
 use cicy::wake::at::{parse_at, time_command};
 use cicy::wake::db::WakeDb;
 use cicy::wake::todo::todo_line;
@@ -54,7 +54,7 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
                     v["todo"]["at_local"].as_str().unwrap_or(&at.local).to_string(),
                 ),
                 None => {
-                    let added = open(home, id)?.todo_add(id, text, &at)?;
+                    let added = open(home, id, Access::Write)?.todo_add(id, text, &at)?;
                     (u64::from(added.id), added.existed, at.local)
                 }
             };
@@ -62,7 +62,7 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
             writeln!(out, "{verb}: {} (at: {at_local})", text.trim())?;
         }
         Action::Ls { all } => {
-            let todos = open(home, id)?.todo_list(id, *all)?;
+            let todos = open(home, id, Access::Read)?.todo_list(id, *all)?;
             if todos.is_empty() {
                 writeln!(out, "No todos.")?;
             }
@@ -73,14 +73,14 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
         Action::Done { n } => {
             let text = match request(home, Method::Post(serde_json::json!({})), &["api", "agents", id, "todos", &n.to_string(), "done"])? {
                 Some(v) => v["todo"]["text"].as_str().unwrap_or_default().to_string(),
-                None => open(home, id)?.todo_done(id, *n)?.text,
+                None => open(home, id, Access::Write)?.todo_done(id, *n)?.text,
             };
             writeln!(out, "Done: #{n} {text}")?;
         }
         Action::Rm { n } => {
             let text = match request(home, Method::Delete, &["api", "agents", id, "todos", &n.to_string()])? {
                 Some(v) => v["todo"]["text"].as_str().unwrap_or_default().to_string(),
-                None => open(home, id)?.todo_remove(id, *n)?.text,
+                None => open(home, id, Access::Write)?.todo_remove(id, *n)?.text,
             };
             writeln!(out, "Removed: #{n} {text}")?;
         }
@@ -96,12 +96,22 @@ pub fn time(expr: &[String], out: &mut impl Write) -> Result<()> {
     Ok(())
 }
 
-/// The wake tables, after checking that agent `id` exists (migrating an older `cicy.db`).
-fn open(home: &Home, id: &str) -> Result<WakeDb> {
+/// The wake tables, after checking that agent `id` exists. Opened for writing (migrating an
+/// older `cicy.db`); a listing falls back to reading only, so it works on a read-only home.
+fn open(home: &Home, id: &str, access: Access) -> Result<WakeDb> {
     if !home.db_path().exists() {
         anyhow::bail!("no agents yet in {} (create one with `cicy-agent create <title>`)", home.root().display());
     }
-    let reg = Registry::open(&home.db_path())?;
+    let reg = match (Registry::open(&home.db_path()), access) {
+        (Err(RegistryError::ReadOnly { .. }), Access::Read) => Registry::open_read_only(&home.db_path())?,
+        (opened, Access::Read | Access::Write) => opened?,
+    };
     reg.get(id)?;
     Ok(WakeDb::from_registry(reg)?)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Access {
+    Read,
+    Write,
 }

@@ -97,6 +97,27 @@ mod tests {
     }
 
     #[test]
+    fn a_database_of_schema_version_1_gains_the_wake_tables_and_keeps_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        let db = WakeDb::open(&home).unwrap();
+        db.conn
+            .execute_batch(
+                "DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
+                 INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
+                 VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');",
+            )
+            .unwrap();
+        drop(db);
+        let mut db = WakeDb::open(&home).unwrap();
+        let at = crate::wake::at::At { local: "2026-12-01T09:00".into(), unix: 1 };
+        assert_eq!(db.todo_add("w-1", "x", &at).unwrap().id, 1);
+        let version: i64 = db.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        let title: String = db.conn.query_row("SELECT title FROM agent_config", [], |r| r.get(0)).unwrap();
+        assert_eq!((version, title.as_str()), (2, "Ada"));
+    }
+
+    #[test]
     fn a_truncated_database_is_an_error_naming_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::at(dir.path());
