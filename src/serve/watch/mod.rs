@@ -102,7 +102,8 @@ impl InboxWatch {
     /// files dropped while serve was down). Must be called inside a tokio runtime; spawns ONE
     /// task. Blocking (one mkdir, one watch and one readdir per inbox), moved off the async
     /// worker on a multi-threaded runtime. An inbox that cannot be made or watched is logged
-    /// and retried at every full scan, so one broken workspace does not stop serve.
+    /// and watched by the first full scan that finds its folder, so one broken workspace does
+    /// not stop serve.
     /// Errors: no runtime; the poller cannot be made.
     pub fn start(
         inboxes: Vec<(String, PathBuf)>,
@@ -116,7 +117,7 @@ impl InboxWatch {
             let mut w = lock(&watchers);
             for (agent, dir) in &inboxes {
                 if let Err(e) = w.insert(agent, dir) {
-                    tracing::warn!(agent = %agent, "inbox watch: {e}; retried at every full scan");
+                    tracing::warn!(agent = %agent, "inbox watch: {e}; watched once a full scan finds it");
                 }
             }
             let seen = w.snapshot();
@@ -134,8 +135,8 @@ impl InboxWatch {
 
     /// Watches one more inbox (an agent created while serve runs); sends `agent` at once if
     /// it already holds a pending file. Blocking like [`InboxWatch::start`], for one inbox.
-    /// Errors: making, reading or watching the folder; the inbox is still retried at every
-    /// full scan.
+    /// Errors: making, reading or watching the folder; the inbox stays registered and the
+    /// first full scan that finds its folder watches it.
     pub fn add(&self, agent: &str, inbox: &Path) -> Result<(), WatchError> {
         let pending = fsutil::blocking(|| {
             lock(&self.watchers).insert(agent, inbox)?;
@@ -178,6 +179,8 @@ struct Batch {
     /// Watched inbox folders reported removed or moved away.
     lost: BTreeSet<PathBuf>,
     full_scan: bool,
+    /// Why events may have been missed (the first reason), and how many more reports came.
+    missed: Option<(String, usize)>,
     /// When to send: set by the first signal of the batch.
     due: Option<Instant>,
 }
@@ -194,7 +197,10 @@ impl Batch {
                 self.full_scan = true;
             }
             Signal::Missed(why) => {
-                tracing::warn!("inbox watch: {why}; scanning every inbox");
+                match &mut self.missed {
+                    Some((_, more)) => *more += 1,
+                    None => self.missed = Some((why, 0)),
+                }
                 self.full_scan = true;
             }
         }
@@ -230,24 +236,28 @@ async fn run(
                 batch.due.get_or_insert_with(Instant::now);
             }
             () = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
-                let mut now = std::mem::take(&mut batch);
-                let full = now.full_scan && last_full.elapsed() >= MIN_SCAN_GAP;
-                if now.full_scan && !full {
+                let mut ready = std::mem::take(&mut batch);
+                // Logged once per batch: a failing watcher can report many times a second.
+                if let Some((why, more)) = ready.missed.take() {
+                    tracing::warn!("inbox watch: {why} (and {more} more reports); scanning every inbox");
+                }
+                let full = ready.full_scan && last_full.elapsed() >= MIN_SCAN_GAP;
+                if ready.full_scan && !full {
                     batch.full_scan = true;
                     batch.due = Some(last_full + MIN_SCAN_GAP);
                 }
                 if full {
                     last_full = Instant::now();
                 }
-                if full || !now.lost.is_empty() {
+                if full || !ready.lost.is_empty() {
                     let w = watchers.clone();
-                    let lost = std::mem::take(&mut now.lost);
+                    let lost = std::mem::take(&mut ready.lost);
                     match tokio::task::spawn_blocking(move || recover(&w, lost, full)).await {
-                        Ok(found) => now.agents.extend(found),
+                        Ok(found) => ready.agents.extend(found),
                         Err(e) => tracing::warn!("inbox watch: the scan failed: {e}"),
                     }
                 }
-                for agent in now.agents {
+                for agent in ready.agents {
                     if wake.send(agent).is_err() {
                         return;
                     }
@@ -262,7 +272,7 @@ async fn run(
 fn recover(watchers: &Mutex<Watchers>, lost: BTreeSet<PathBuf>, full: bool) -> BTreeSet<String> {
     for dir in &lost {
         if let Err(e) = lock(watchers).rewatch(dir) {
-            tracing::warn!("inbox watch: {e}; retried at every full scan");
+            tracing::warn!("inbox watch: {e}; watched once a full scan finds it");
         }
     }
     let seen = if full {
@@ -282,7 +292,7 @@ fn scan_all(watchers: &Mutex<Watchers>, seen: Vec<Seen>) -> BTreeSet<String> {
         let now = scan::dir_id(&inbox.dir).ok();
         if now != inbox.id {
             if let Err(e) = lock(watchers).rewatch(&inbox.dir) {
-                tracing::warn!("inbox watch: {e}; retried at every full scan");
+                tracing::warn!("inbox watch: {e}; watched once a full scan finds it");
             }
         }
         match scan::has_pending(&inbox.dir) {

@@ -135,6 +135,18 @@ async fn inbox_moved_away_and_replaced_is_watched_again() {
     assert_eq!(next(&mut rx).await, "w-1");
 }
 
+#[tokio::test]
+async fn a_deleted_workspace_is_not_brought_back() {
+    let tmp = TempDir::new().unwrap();
+    let (dirs, _watch, mut rx) = start(&tmp, 2, quiet());
+    fs::remove_dir_all(tmp.path().join("ws1")).unwrap();
+    // The removal is reported (and handled) before the sentinel's file: one queue, one task.
+    fs::write(dirs[1].join("sentinel.md"), "hi\n").unwrap();
+    assert_eq!(next(&mut rx).await, "w-2");
+    assert!(!tmp.path().join("ws1").exists());
+    assert!(!dirs[0].exists());
+}
+
 /// A symlink `m1.md` to a file that does not exist yet is not a message when its Create event
 /// comes; making its target (outside the inbox) makes it one without any event in the inbox.
 /// Only the periodic full scan can find it.

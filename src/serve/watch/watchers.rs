@@ -1,8 +1,9 @@
 //! The (at most) two watchers and the map of watched inboxes: which folder is on inotify,
 //! which on the poller, and the inotify limit that decides between them.
 //!
-//! Blocking: every method may make a folder or talk to a watcher thread, so callers run them
-//! off the async workers. Must not scan for messages or send wakes (the task does).
+//! Blocking: `new`, `insert` and `rewatch` may make a folder or wait on a watcher thread, so
+//! callers run them off the async workers. Must not scan for messages or send wakes (the task
+//! does).
 
 use std::collections::HashMap;
 use std::fs;
@@ -24,7 +25,8 @@ const MAX_INSTANCES_FILE: &str = "/proc/sys/fs/inotify/max_user_instances";
 enum Backend {
     Notify,
     Poll,
-    /// Neither (the folder could not be made or watched); retried at every full scan.
+    /// Neither (the folder is missing or could not be watched); a full scan that finds the
+    /// folder watches it.
     Unwatched,
 }
 
@@ -93,8 +95,8 @@ impl Watchers {
     }
 
     /// Watches `dir` (made with its parents if missing) for `agent`. A folder already watched
-    /// just gains the agent. On error the inbox stays registered, unwatched, and every full scan
-    /// retries it. Errors: making or watching the folder.
+    /// just gains the agent. On error the inbox stays registered, unwatched, and the first full
+    /// scan that finds its folder watches it. Errors: making or watching the folder.
     pub fn insert(&mut self, agent: &str, dir: &Path) -> Result<(), WatchError> {
         if let Some(inbox) = self.inboxes.get_mut(dir) {
             if !inbox.agents.iter().any(|a| a == agent) {
