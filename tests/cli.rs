@@ -35,9 +35,9 @@ async fn create_ls_roles_show() {
     assert!(lines[0].starts_with("w-1\tAda\tassistant\tworker\t"), "{}", lines[0]);
     assert!(lines[1].starts_with("w-2\tBo\tconcierge\tfront desk\t"), "{}", lines[1]);
     let o = cicy(h.path(), "", &["roles"], None).await;
-    assert!(o.stdout.contains("assistant\tAssistant\ttools: [shell, skill]"), "{}", o.stdout);
+    assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
-    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [shell, skill]"), "{}", o.stdout);
+    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     let o = cicy(h.path(), "", &["show", "w-2"], None).await;
     assert!(o.stdout.contains("role_template: concierge\n"), "{}", o.stdout);
     assert!(o.stdout.contains("conversation: (none yet)\n"), "{}", o.stdout);

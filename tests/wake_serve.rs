@@ -96,7 +96,7 @@ async fn a_message_written_tmp_then_rename_wakes_the_agent_and_its_answer_is_the
     );
     // Claimed: archived, nothing left in the inbox; the answer went back to the sender.
     let mb = mailbox(&t, &id);
-    assert_eq!(names(&mb.archive_dir()), [written.name.clone()]);
+    assert_eq!(names(&mb.archive_dir()), std::slice::from_ref(&written.name));
     assert!(mb.pending().unwrap().0.is_empty());
     let out = outbox(&t, &id);
     assert_eq!(out.len(), 1);
@@ -173,7 +173,7 @@ async fn a_claim_committed_before_a_kill_is_archived_answered_with_the_notice_an
     let mut events = s.events(&id, Some(0)).await;
     let f = events.next().await.unwrap();
     assert_eq!((f.event.as_str(), f.data["from"].as_str()), ("message_out", Some("cicy")));
-    assert_eq!(names(&mb.archive_dir()), [claimed.name.clone()]);
+    assert_eq!(names(&mb.archive_dir()), std::slice::from_ref(&claimed.name));
     let out = outbox(&t, &id);
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].from.as_str(), out[0].body.as_str()), ("cicy", cicy::wake::run::INTERRUPTED_NOTICE));

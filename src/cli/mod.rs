@@ -140,6 +140,11 @@ enum Command {
         /// e.g. some network mounts); also `CICY_WATCH_POLL=1`.
         #[arg(long, env = "CICY_WATCH_POLL")]
         poll_inboxes: bool,
+        /// At most this many inboxes get an inotify watch; the others are polled every 2 s
+        /// (headroom under the per-user inotify limit other programs share); also
+        /// `CICY_WATCH_MAX`.
+        #[arg(long, env = "CICY_WATCH_MAX")]
+        max_inbox_watches: Option<usize>,
     },
     /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
     Memory {
@@ -331,7 +336,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Status { id, json } => status::run(&home, &id, json, &mut std::io::stdout().lock()),
         Command::Memory { id, action } => memory::run(&home, &id, action),
-        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes } => {
+        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes, max_inbox_watches } => {
             let wake = cicy::serve::WakeLimits {
                 max_wake: std::time::Duration::from_secs(max_wake_secs),
                 retries: wake_retries,
@@ -342,7 +347,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 token: std::env::var("CICY_API_TOKEN").ok(),
                 session_idle: std::time::Duration::from_secs(session_idle_secs),
                 wake,
-                watch: cicy::serve::watch::WatchOptions { force_poll: poll_inboxes, ..Default::default() },
+                watch: cicy::serve::watch::WatchOptions {
+                    force_poll: poll_inboxes,
+                    max_notify_watches: max_inbox_watches,
+                    ..Default::default()
+                },
                 warm_limit,
             };
             serve(home, &bind, opts)

@@ -133,10 +133,15 @@ pub async fn run(
             message: format!("the wake turn was cancelled after {} s (the longest a wake may run)", ctx.wake_limits.max_wake.as_secs()),
         });
     }
-    let errors = recording.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut errors = recording.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let ending = match &outcome {
         Ok(TurnOutcome::Completed) => Ending::Completed { final_answer: final_answer(session) },
-        Ok(_) | Err(_) => Ending::Crashed { errors },
+        Ok(_) => Ending::Crashed { errors },
+        Err(e) => {
+            // The turn could not go on (its files): the reason is not an event, so add it.
+            errors.push(e.to_string());
+            Ending::Crashed { errors }
+        }
     };
     let left = {
         let st = wt.state();

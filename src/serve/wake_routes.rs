@@ -133,7 +133,7 @@ pub async fn messages(State(hub): State<Hub>, Path(id): Path<String>, Query(q): 
     let rows: Vec<Value> = page
         .into_iter()
         .map(|(folder, m)| {
-            let folder = serde_json::to_value(&folder).unwrap_or(Value::Null);
+            let folder = serde_json::to_value(folder).unwrap_or(Value::Null);
             let cursor = format!("{}|{}", m.name, folder.as_str().unwrap_or(""));
             let mut v = serde_json::to_value(&m).unwrap_or(Value::Null);
             if let Value::Object(o) = &mut v {

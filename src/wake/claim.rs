@@ -73,3 +73,45 @@ pub fn finish_moves(db: &WakeDb, mb: &Mailbox, agent: &str) -> Result<(), WakeEr
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::home::Home;
+    use crate::wake::inbox::{Folder, NewMessage};
+
+    fn setup() -> (tempfile::TempDir, Home, Mailbox) {
+        let d = tempfile::tempdir().unwrap();
+        let home = Home::at(d.path().join("home"));
+        home.ensure().unwrap();
+        let mb = Mailbox::of_workspace(&d.path().join("ws"));
+        std::fs::create_dir_all(mb.inbox_dir()).unwrap();
+        (d, home, mb)
+    }
+
+    #[test]
+    fn a_young_unparsable_file_waits_an_old_one_goes_to_bad_and_the_claim_is_committed_then_archived() {
+        let (_d, home, mb) = setup();
+        let mut db = WakeDb::open(&home).unwrap();
+        std::fs::write(mb.inbox_dir().join("a_young.md"), "---\nfrom: hu").unwrap();
+        let first = claim_next(&mut db, &mb, "w-1").unwrap();
+        assert!(first.claim.is_none() && first.retry_soon && first.bad.is_empty());
+        assert!(mb.inbox_dir().join("a_young.md").exists(), "a young file is left to finish");
+
+        let old = mb.inbox_dir().join("a_young.md");
+        let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        std::fs::File::options().write(true).open(&old).unwrap().set_modified(past).unwrap();
+        let msg = NewMessage { from: "human".into(), subject: Some("s".into()), body: "b".into(), question: false, meta: Default::default() };
+        let written = mb.write(Folder::Inbox, &msg).unwrap();
+        let second = claim_next(&mut db, &mb, "w-1").unwrap();
+        assert_eq!(second.bad.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["a_young.md"]);
+        assert!(mb.bad_dir().join("a_young.md").exists());
+        let (claim, msgs) = second.claim.unwrap();
+        assert_eq!((claim.from.as_str(), claim.conv.as_str(), claim.files.clone()), ("human", "direct:human", vec![written.name.clone()]));
+        assert_eq!(msgs.len(), 1);
+        assert!(mb.archive_dir().join(&written.name).exists() && !mb.inbox_dir().join(&written.name).exists());
+        let open = db.obligation_unresolved(Some("w-1")).unwrap();
+        assert_eq!((open.len(), open[0].message_ids.clone()), (1, vec![written.name]));
+        assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none(), "nothing is claimed twice");
+    }
+}
