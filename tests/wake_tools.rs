@@ -163,3 +163,25 @@ async fn a_wake_past_its_cap_is_cancelled_and_ends_as_a_crash_with_its_todo_retr
         format!("{id}  Tess\nstate: idle (no serve running)\nnext wake: {}\nunanswered: 0\ninbox: 0 pending\n", todos[0].at_local)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_turn_that_failed_before_sending_runs_again_after_the_backoff_and_answers() {
+    let gw = ScriptedGateway::start().await;
+    let (t, id) = waker(&gw);
+    gw.push(Reply::status(500, &[], r#"{"type":"error","error":{"type":"api_error","message":"overloaded"}}"#));
+    gw.push(Reply::sse(anthropic_text("recovered answer")));
+    let s = Serve::start(t.root(), &gw.url(), &["--wake-retries", "1"]).await;
+    let mut events = s.events(&id, None).await;
+    let mb = Mailbox::of_workspace(&t.workspace(&id));
+    mb.write(Folder::Inbox, &note("human", "are you there?")).unwrap();
+    let frames = events.until("done").await;
+    let system: Vec<&str> = frames.iter().filter(|f| f.event == "system").map(|f| f.data["text"].as_str().unwrap()).collect();
+    assert!(system.contains(&"the wake turn failed before it sent anything; running it again in 1 s (1/1)"), "{system:?}");
+    let outcomes: Vec<&str> = frames.iter().filter(|f| f.event == "turn_ended").map(|f| f.data["outcome"].as_str().unwrap()).collect();
+    assert_eq!(outcomes, ["failed", "completed"]);
+    assert_eq!(gw.requests().len(), 2);
+    let sent: Vec<String> = std::fs::read_dir(mb.outbox_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(sent.len(), 1, "one reply, no fallback");
+    assert_eq!(mb.read(&sent[0]).unwrap().body, "recovered answer");
+    assert_eq!(s.stop().await, 0);
+}
