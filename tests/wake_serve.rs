@@ -7,30 +7,19 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::Value;
 
 use cicy::wake::at::{at_of_unix, At};
 use cicy::wake::db::WakeDb;
-use cicy::wake::inbox::{self, Mailbox, MessageFile, NewMessage};
+use cicy::wake::inbox::{self, Mailbox, MessageFile};
 
 use common::fixture::TestHome;
 use common::gateway::{anthropic_text, Reply, ScriptedGateway};
 use common::history::wire_messages;
 use common::serve::{types, Frame, Serve};
-
-fn waker(gw: &ScriptedGateway) -> (TestHome, String) {
-    let t = TestHome::new(&gw.url(), 0);
-    t.write_role("waker", "[core, wake]", 20);
-    let id = t.create("waker", None);
-    (t, id)
-}
-
-fn note(from: &str, body: &str) -> NewMessage {
-    NewMessage { from: from.into(), subject: Some("note".into()), body: body.into(), question: false, meta: BTreeMap::new() }
-}
+use common::wake::{note, waker};
 
 fn mailbox(t: &TestHome, id: &str) -> Mailbox {
     Mailbox::of_workspace(&t.workspace(id))

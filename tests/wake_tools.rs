@@ -6,27 +6,14 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use cicy::wake::at::at_of_unix;
 use cicy::wake::db::WakeDb;
-use cicy::wake::inbox::{Folder, Mailbox, NewMessage};
+use cicy::wake::inbox::{Folder, Mailbox};
 use cicy::wake::todo::TodoStatus;
 
-use common::fixture::TestHome;
 use common::gateway::{anthropic_text, anthropic_tool_uses, Reply, ScriptedGateway};
 use common::serve::{Frame, Serve};
-
-fn waker(gw: &ScriptedGateway) -> (TestHome, String) {
-    let t = TestHome::new(&gw.url(), 0);
-    t.write_role("waker", "[core, wake]", 20);
-    let id = t.create("waker", None);
-    (t, id)
-}
-
-fn note(from: &str, body: &str) -> NewMessage {
-    NewMessage { from: from.into(), subject: Some("note".into()), body: body.into(), question: false, meta: BTreeMap::new() }
-}
+use common::wake::{note, waker};
 
 fn results(frames: &[Frame]) -> Vec<(String, String, bool)> {
     frames

@@ -13,3 +13,4 @@ pub mod proxy;
 pub mod referee;
 pub mod serve;
 pub mod wait;
+pub mod wake;
