@@ -421,3 +421,7 @@ fn upsert_member(tx: &Transaction<'_>, conv: &str, principal: &str, visibility: 
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "conversation_tests.rs"]
+mod tests;

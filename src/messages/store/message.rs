@@ -374,3 +374,7 @@ impl MessageStore {
         Ok(m)
     }
 }
+
+#[cfg(test)]
+#[path = "message_tests.rs"]
+mod tests;

@@ -454,3 +454,7 @@ fn task_of(path: &Path, (mut t, status): RawTask) -> Result<Task, StoreError> {
     })?;
     Ok(t)
 }
+
+#[cfg(test)]
+#[path = "task_tests.rs"]
+mod tests;
