@@ -31,6 +31,24 @@ fn a_direct_conversation_is_one_per_pair_in_either_order() {
 }
 
 #[test]
+fn two_connections_asking_for_the_same_pair_at_once_get_one_conversation() {
+    let (dir, _store) = store_with(&["Ada", "Bob"]);
+    let askers: Vec<_> = [("w-1", "w-2"), ("w-2", "w-1")]
+        .into_iter()
+        .map(|(a, b)| {
+            let home = crate::home::Home::at(dir.path());
+            std::thread::spawn(move || {
+                let mut s = MessageStore::open(&home).unwrap();
+                (0..20).map(|_| s.direct(a, b).unwrap().id).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = askers.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    all.dedup();
+    assert_eq!(all.len(), 1, "{all:?}");
+}
+
+#[test]
 fn a_group_has_its_requester_and_resolves_by_name_for_members_only() {
     let (_dir, mut store) = store_with(&["Ada", "Bob", "Cy"]);
     let g = store.create_group("w-1", " ops ", "the ops room", &["w-2", "w-1", "human:ann"]).unwrap();

@@ -229,7 +229,7 @@ impl MessageStore {
     /// A page of `conv`'s messages: the newest `limit` (1 to [`MESSAGE_PAGE_MAX`]) older than
     /// the cursor `before` (none: the newest), returned oldest first, with the cursor of the
     /// next older page. Messages posted meanwhile never shift a later page: cursors are
-    /// positions in `seq`.
+    /// positions in `seq`. An unknown conversation has no messages.
     ///
     /// Errors: [`StoreError::BadLimit`], [`StoreError::BadCursor`], [`StoreError::Sql`].
     pub fn messages(&self, conv: &str, before: Option<&str>, limit: u32) -> Result<Page, StoreError> {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
-pub use conversation::{ConvKind, Conversation, Member, Visibility};
+pub use conversation::{ConvKind, Conversation, Member, Visibility, DIRECT_NAME};
 pub use message::{Delivery, DeliveryState, Message, NewMessage, Page, MESSAGE_PAGE_MAX};
 pub use task::{Created, NewTask, Task, TaskError, TaskErrorCode, TaskRef, TaskStatus, TaskUpdate};
 
@@ -118,11 +118,6 @@ pub fn is_principal(p: &str) -> bool {
         return !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
     }
     p.strip_prefix("human:").is_some_and(|name| !name.is_empty() && !name.chars().any(char::is_control))
-}
-
-/// Whether a principal is an agent (`w-<n>`): only agents get deliveries and roster entries.
-pub fn is_agent(p: &str) -> bool {
-    p.starts_with("w-")
 }
 
 fn check_principal(p: &str) -> Result<(), StoreError> {

@@ -360,21 +360,25 @@ impl MessageStore {
     /// The update itself, after the requester was checked.
     fn change(&mut self, u: &TaskUpdate<'_>, assignee: Option<&str>) -> Result<Task, TaskError> {
         let task = self.find_task(u.conv_id, u.task)?;
-        let reason = match (u.status, given(u.blocked_reason)) {
-            (_, Some(r)) => Some(r.to_string()),
-            (Some(s), None) if s != TaskStatus::Blocked => None,
-            (_, None) => task.blocked_reason.clone(),
-        };
+        // One statement, so a concurrent update cannot slip between reading the row and
+        // writing it back: absent fields keep the row's current values.
         self.conn
             .execute(
-                "UPDATE task SET status = ?2, blocked_reason = ?3, context_label = ?4, assignee = ?5, updated_at = ?6
+                "UPDATE task SET
+                    status = COALESCE(?2, status),
+                    blocked_reason = CASE WHEN ?3 IS NOT NULL THEN ?3
+                                          WHEN ?2 IS NOT NULL AND ?2 <> 'blocked' THEN NULL
+                                          ELSE blocked_reason END,
+                    context_label = COALESCE(?4, context_label),
+                    assignee = COALESCE(?5, assignee),
+                    updated_at = ?6
                  WHERE id = ?1",
                 params![
                     task.id,
-                    u.status.unwrap_or(task.status).as_str(),
-                    reason,
-                    given(u.context_label).map(str::to_string).or(task.context_label.clone()),
-                    assignee.map(str::to_string).or(task.assignee.clone()),
+                    u.status.map(TaskStatus::as_str),
+                    given(u.blocked_reason),
+                    given(u.context_label),
+                    assignee,
                     crate::fsutil::now_rfc3339()
                 ],
             )
