@@ -80,7 +80,7 @@ pub enum RegistryError {
 }
 
 /// Schema migrations; index i upgrades `user_version` i → i+1.
-const MIGRATIONS: &[&str] = &[
+pub(crate) const MIGRATIONS: &[&str] = &[
     "CREATE TABLE agent_config (
         id            TEXT PRIMARY KEY,
         n             INTEGER NOT NULL UNIQUE,
@@ -121,6 +121,75 @@ const MIGRATIONS: &[&str] = &[
         resolved_by TEXT CHECK (resolved_by IN ('agent', 'fallback', 'notice'))
     );
     CREATE INDEX obligation_open ON obligation (agent_id, resolved_at);",
+    // DESIGN.md §11: conversations, members, messages, deliveries, tasks and cron jobs
+    // (`crate::messages`). Principals are `w-<n>` or `human:<name>`; like the wake tables, no
+    // foreign key to agent_config, so deleting an agent never fails on its messages.
+    "CREATE TABLE conversation (
+        id          TEXT PRIMARY KEY,
+        kind        TEXT NOT NULL CHECK (kind IN ('direct', 'group')),
+        name        TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        created_by  TEXT NOT NULL,
+        created_at  TEXT NOT NULL
+    );
+    CREATE INDEX conversation_name ON conversation (kind, name);
+    CREATE TABLE member (
+        conv_id    TEXT NOT NULL REFERENCES conversation(id),
+        principal  TEXT NOT NULL CHECK (principal GLOB 'w-[0-9]*' OR principal GLOB 'human:?*'),
+        visibility TEXT NOT NULL DEFAULT 'visible' CHECK (visibility IN ('visible', 'internal')),
+        active     INTEGER NOT NULL DEFAULT 1 CHECK (active IN (0, 1)),
+        PRIMARY KEY (conv_id, principal)
+    );
+    CREATE INDEX member_principal ON member (principal, active);
+    CREATE TABLE message (
+        id           TEXT PRIMARY KEY,
+        conv_id      TEXT NOT NULL REFERENCES conversation(id),
+        thread_root  TEXT REFERENCES message(id),
+        sender       TEXT NOT NULL,
+        content      TEXT NOT NULL,
+        content_type TEXT NOT NULL DEFAULT 'text/plain',
+        metadata     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata) AND json_type(metadata) = 'object'),
+        created_at   TEXT NOT NULL,
+        seq          INTEGER NOT NULL CHECK (seq >= 1),
+        UNIQUE (conv_id, seq)
+    );
+    CREATE INDEX message_thread ON message (thread_root, seq);
+    CREATE TABLE delivery (
+        message_id    TEXT NOT NULL REFERENCES message(id),
+        agent_id      TEXT NOT NULL,
+        state         TEXT NOT NULL CHECK (state IN ('pending', 'claimed', 'answered')),
+        file          TEXT,
+        obligation_id INTEGER,
+        PRIMARY KEY (message_id, agent_id)
+    );
+    CREATE INDEX delivery_state ON delivery (agent_id, state);
+    CREATE TABLE task (
+        id              TEXT PRIMARY KEY,
+        conv_id         TEXT NOT NULL REFERENCES conversation(id),
+        task_key        TEXT NOT NULL,
+        title           TEXT NOT NULL,
+        status          TEXT NOT NULL CHECK (status IN ('todo', 'in_progress', 'blocked', 'done')),
+        assignee        TEXT,
+        created_by      TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        blocked_reason  TEXT,
+        context_label   TEXT,
+        created_at      TEXT NOT NULL,
+        updated_at      TEXT NOT NULL,
+        UNIQUE (conv_id, task_key),
+        UNIQUE (conv_id, idempotency_key)
+    );
+    CREATE INDEX task_assignee ON task (assignee, conv_id, status);
+    CREATE TABLE cron_job (
+        agent_id TEXT NOT NULL,
+        conv_id  TEXT NOT NULL REFERENCES conversation(id),
+        name     TEXT NOT NULL,
+        kind     TEXT NOT NULL CHECK (kind IN ('cron', 'every')),
+        schedule TEXT NOT NULL,
+        message  TEXT NOT NULL,
+        next_run INTEGER NOT NULL,
+        PRIMARY KEY (agent_id, name)
+    );",
 ];
 
 /// How long a connection waits for another process's write transaction before SQLite reports
@@ -467,7 +536,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 2);
+        assert_eq!(v, 3);
     }
 
     #[test]
@@ -492,13 +561,45 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (2); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (3); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 
     #[test]
     fn the_immutable_uri_escapes_what_sqlite_reads_as_uri_syntax() {
         assert_eq!(immutable_uri(Path::new("/a b/x?y#z%.db")), "file:/a b/x%3fy%23z%25.db?immutable=1");
+    }
+
+    #[test]
+    fn a_database_of_schema_version_2_gains_the_message_tables_and_keeps_agents_and_todos() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cicy.db");
+        let old = Connection::open(&db).unwrap();
+        for m in &MIGRATIONS[..2] {
+            old.execute_batch(m).unwrap();
+        }
+        old.execute_batch(
+            "PRAGMA user_version = 2;
+             INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
+             VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');
+             INSERT INTO todo (agent_id, id, text, at_local, at_unix, status, created)
+             VALUES ('w-1', 1, 'plan', '2026-12-01T09:00', 1, 'pending', 't');",
+        )
+        .unwrap();
+        drop(old);
+        let reg = Registry::open(&db).unwrap();
+        assert_eq!(reg.get("w-1").unwrap().title, "Ada");
+        let q = |sql: &str| reg.conn.query_row(sql, [], |r| r.get::<_, String>(0)).unwrap();
+        assert_eq!(q("SELECT text FROM todo WHERE agent_id = 'w-1' AND id = 1"), "plan");
+        assert_eq!(q("SELECT CAST(user_version AS TEXT) FROM pragma_user_version"), "3");
+        for t in ["conversation", "member", "message", "delivery", "task", "cron_job"] {
+            assert_eq!(q(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {t}")), "0", "{t}");
+        }
+        let bad = reg.conn.execute(
+            "INSERT INTO conversation (id, kind, name, created_by, created_at) VALUES ('c', 'channel', 'x', 'w-1', 't')",
+            [],
+        );
+        assert!(bad.unwrap_err().to_string().contains("CHECK constraint failed"));
     }
 
     #[test]

@@ -92,7 +92,27 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!((sync, mode.as_str()), (2, "wal"));
-        assert_eq!(tables, ["agent_config", "obligation", "obligation_open", "todo", "todo_due"]);
+        assert_eq!(
+            tables,
+            [
+                "agent_config",
+                "conversation",
+                "conversation_name",
+                "cron_job",
+                "delivery",
+                "delivery_state",
+                "member",
+                "member_principal",
+                "message",
+                "message_thread",
+                "obligation",
+                "obligation_open",
+                "task",
+                "task_assignee",
+                "todo",
+                "todo_due"
+            ]
+        );
         assert_eq!(db.path(), dir.path().join("cicy.db"));
     }
 
@@ -103,7 +123,8 @@ mod tests {
         let db = WakeDb::open(&home).unwrap();
         db.conn
             .execute_batch(
-                "DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
+                "DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
+                 DROP TABLE conversation; DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
                  INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
                  VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');",
             )
@@ -114,7 +135,7 @@ mod tests {
         assert_eq!(db.todo_add("w-1", "x", &at).unwrap().id, 1);
         let version: i64 = db.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         let title: String = db.conn.query_row("SELECT title FROM agent_config", [], |r| r.get(0)).unwrap();
-        assert_eq!((version, title.as_str()), (2, "Ada"));
+        assert_eq!((version, title.as_str()), (3, "Ada"));
     }
 
     #[test]

@@ -1,0 +1,12 @@
+//! Messages between agents and humans (DESIGN.md §11, from Choruz): conversations (direct and
+//! group), their members, messages with per-conversation `seq` and threads, per-agent
+//! deliveries, board tasks, and the exact envelope texts an agent reads.
+//!
+//! Owns the migration-3 tables of `$CICY_HOME/cicy.db` (`conversation`, `member`, `message`,
+//! `delivery`, `task`, `cron_job`; the schema itself is in `crate::registry`) and the envelope
+//! formats. Must not touch: `agent_config` rows (read only, for display names), the wake tables
+//! (`todo`, `obligation`), files of any workspace, the outbox. It is a synchronous store: async
+//! callers (serve) run it through `spawn_blocking`.
+
+pub mod envelope;
+pub mod store;
