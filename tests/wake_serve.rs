@@ -17,9 +17,8 @@ use cicy::wake::inbox::{self, Mailbox, MessageFile};
 
 use common::fixture::TestHome;
 use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::history::wire_messages;
 use common::serve::{types, Frame, Serve};
-use common::wake::{note, waker};
+use common::wake::{last_user_text, mask_now, note, waker};
 
 fn mailbox(t: &TestHome, id: &str) -> Mailbox {
     Mailbox::of_workspace(&t.workspace(id))
@@ -45,23 +44,6 @@ fn story(frames: &[Frame]) -> Vec<String> {
     types(frames).into_iter().filter(|t| keep.contains(&t.as_str())).collect()
 }
 
-/// The last text block of the last user message of a recorded request (the first user
-/// message also carries the `<role>` block).
-fn last_user_text(r: &common::gateway::RecordedRequest) -> String {
-    let blocks = wire_messages(r).last().unwrap().content.to_blocks();
-    match blocks.last().unwrap() {
-        cicy::conversation::message::ContentBlock::Text { text, .. } => text.clone(),
-        other => panic!("not text: {other:?}"),
-    }
-}
-
-/// `[cicy-wake] … now:<time>` with the time replaced by `NOW`.
-fn mask_now(text: &str) -> String {
-    let (head, rest) = text.split_once(" now:").unwrap();
-    let rest = rest.split_once('\n').map_or(String::new(), |(_, r)| format!("\n{r}"));
-    format!("{head} now:NOW{rest}")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_written_tmp_then_rename_wakes_the_agent_and_its_answer_is_the_reply() {
     let gw = ScriptedGateway::start().await;
@@ -78,7 +60,8 @@ async fn a_message_written_tmp_then_rename_wakes_the_agent_and_its_answer_is_the
 
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 1);
-    let conv = &cicy::wake::message::envelope(&written)["[choruz-incoming] from:@human direct-chat conv:".len()..][..13];
+    // A direct chat without a `conv`: the first 13 hex digits of the SHA-256 of `direct:<from>`.
+    let conv = &format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"direct:human"))[..13];
     assert_eq!(
         mask_now(&last_user_text(&reqs[0])),
         format!("[cicy-wake] reason:inbox wake:1 now:NOW\n\nTodos: none.\n\n[choruz-incoming] from:@human direct-chat conv:{conv} roster:[] | please note this")

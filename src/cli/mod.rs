@@ -4,6 +4,7 @@
 mod chat;
 mod events;
 mod exit;
+mod group;
 mod history;
 mod inbox;
 mod line;
@@ -174,6 +175,11 @@ enum Command {
     /// Write one message file into an agent's inbox (`.cicy/messages/inbox/`); a running serve
     /// wakes the agent.
     Send(inbox::SendArgs),
+    /// Groups of agents and people (DESIGN.md §11): create, post, messages, tasks.
+    Group {
+        #[command(subcommand)]
+        action: group::GroupAction,
+    },
     /// Show an agent's pending inbox messages and its dialog; never claims or moves a file.
     Inbox {
         id: String,
@@ -369,6 +375,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Send(args) => inbox::send(&home, args),
+        Command::Group { action } => group::run(&home, action, &mut std::io::stdout().lock()),
         Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
     }
 }

@@ -4,9 +4,12 @@
 //!
 //! Owns the migration-3 tables of `$CICY_HOME/cicy.db` (`conversation`, `member`, `message`,
 //! `delivery`, `task`, `cron_job`; the schema itself is in `crate::registry`) and the envelope
-//! formats. Must not touch: `agent_config` rows (read only, for display names), the wake tables
-//! (`todo`, `obligation`), files of any workspace, the outbox. It is a synchronous store: async
+//! formats; `route` alone writes files: the inbox copies of a posted message. Must not touch:
+//! `agent_config` rows (read only, for display names and workspaces), the wake tables (`todo`,
+//! `obligation`), the outbox. It is a synchronous store: async
 //! callers (serve) run it through `spawn_blocking`.
 
 pub mod envelope;
+pub mod groups;
+pub mod route;
 pub mod store;

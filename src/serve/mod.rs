@@ -8,6 +8,7 @@
 //! loop or the files of a conversation: actors run jobs that do.
 
 mod actor;
+mod group_routes;
 mod http;
 pub mod instance;
 mod job;
@@ -236,6 +237,12 @@ fn start_waking(
     unstarted: scheduler::Unstarted,
     opts: &ServeOptions,
 ) -> Result<(), ServeError> {
+    // A post whose inbox files a kill cut short: written before the first scan sees the inboxes.
+    match crate::fsutil::blocking(|| crate::messages::route::redeliver(&hub.shared.home)) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(files = n, "wrote the inbox files of messages posted before a crash"),
+        Err(e) => tracing::error!(error = %e, "cannot re-deliver posted messages; they stay pending in cicy.db"),
+    }
     let mut to_recover: Vec<String> = crate::fsutil::blocking(|| -> Result<Vec<String>, crate::wake::db::WakeDbError> {
         let mut ids: Vec<String> = db.obligation_unresolved(None)?.into_iter().map(|o| o.agent_id).collect();
         ids.extend(db.todo_claimed_agents()?);
@@ -287,6 +294,9 @@ fn router(hub: Hub) -> Router {
         .route("/api/agents/{id}/todos/{n}", axum::routing::delete(wake_routes::remove_todo))
         .route("/api/agents/{id}/todos/{n}/done", post(wake_routes::done_todo))
         .route("/api/agents/{id}/messages", get(wake_routes::messages).post(wake_routes::send_message))
+        .route("/api/groups", post(group_routes::create))
+        .route("/api/groups/{name}/messages", get(group_routes::messages).post(group_routes::post))
+        .route("/api/groups/{name}/tasks", get(group_routes::tasks))
         .fallback(http::not_found)
         .layer(axum::middleware::from_fn_with_state(hub.clone(), http::guard))
         .layer(DefaultBodyLimit::max(http::BODY_LIMIT))

@@ -13,6 +13,7 @@ use super::db::WakeDb;
 use super::inbox::{conversation_key, select_claim, Mailbox, MessageFile};
 use super::state::Claim;
 use super::WakeError;
+use crate::messages::route::file_hops;
 
 /// **[chosen]** A file that does not parse while younger than 2 s is probably still being
 /// written by a writer that does not rename; it is looked at again after this long.
@@ -58,6 +59,7 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
         conv,
         thread: first.meta.get("thread").cloned(),
         group: first.meta.get("group").cloned(),
+        hops: taken.iter().map(file_hops).max().unwrap_or(0),
         files: names,
         answered: false,
     };

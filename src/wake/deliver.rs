@@ -11,6 +11,8 @@ use std::path::Path;
 use super::inbox::{self, Mailbox, MessageFile, NewMessage};
 use super::WakeError;
 use crate::home::Home;
+use crate::messages::route;
+use crate::messages::store::MessageStore;
 use crate::registry::Registry;
 
 /// The sender name of every message serve writes itself (fallbacks, notices) *(cryo: a
@@ -36,7 +38,14 @@ pub fn is_agent_id(name: &str) -> bool {
 /// [`deliver`] for what serve writes itself (fallbacks, notices): a recipient that names no
 /// agent of this home (a deleted agent, a forged sender) still gets the outbox copy, so the
 /// wake is never silent for want of an address.
-pub fn deliver_fallback(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+///
+/// In a conversation of the message store, serve's text is posted as `agent`'s and wakes no
+/// agent: it is for the people there (a fallback that woke the other agents of a group would
+/// get their fallbacks in return).
+pub fn deliver_fallback(home: &Home, from_ws: &Path, agent: &str, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+    if let Some(conv) = route::stored_conversation(home, &msg.meta)? {
+        return post_stored(home, from_ws, agent, from, &conv.id, msg, false);
+    }
     match deliver(home, from_ws, from, msg) {
         Err(WakeError::NoRecipient { .. } | WakeError::BadRecipient { .. }) => {
             let mut meta = msg.meta.clone();
@@ -53,7 +62,14 @@ pub fn deliver_fallback(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing)
 /// written.
 ///
 /// Errors: [`WakeError::NoRecipient`], the registry's, and the inbox's I/O errors.
+///
+/// When `msg.meta` names a conversation of the message store (`conv`: a reply in a group or
+/// a stored direct chat), the message is posted there instead, with one more hop than what it
+/// answers, and every other agent member gets it in its inbox (`crate::messages::route`).
 pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+    if let Some(conv) = route::stored_conversation(home, &msg.meta)? {
+        return post_stored(home, from_ws, from, from, &conv.id, msg, true);
+    }
     let to = msg.to.trim();
     if to.is_empty() || to.chars().any(char::is_control) {
         return Err(WakeError::BadRecipient { to: msg.to.clone() });
@@ -77,6 +93,31 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
     }
     let mut meta = msg.meta.clone();
     meta.insert("to".into(), to.to_string());
+    let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
+    Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
+}
+
+/// Posts `msg` in the stored conversation `conv` as `agent` and keeps the outbox copy (from
+/// `from`, with the message's id) that the dialog and the never-silent count read.
+fn post_stored(home: &Home, from_ws: &Path, agent: &str, from: &str, conv: &str, msg: &Outgoing, wake_agents: bool) -> Result<MessageFile, WakeError> {
+    let hops = msg.meta.get(route::META_HOPS).and_then(|h| h.parse::<u32>().ok()).unwrap_or(0);
+    let mut store = MessageStore::open(home).map_err(route::RouteError::from)?;
+    let posted = route::post(
+        home,
+        &mut store,
+        &route::Post {
+            conv_id: conv,
+            sender: agent,
+            content: &msg.text,
+            thread: msg.meta.get(route::META_THREAD).map(String::as_str),
+            hops: hops.saturating_add(1),
+            wake_agents,
+        },
+    )?;
+    let mut meta = msg.meta.clone();
+    meta.insert("to".into(), msg.to.trim().to_string());
+    meta.insert(route::META_MESSAGE.into(), posted.message.id.clone());
+    meta.insert(route::META_HOPS.into(), route::hops_of(&posted.message).to_string());
     let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
     Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
 }

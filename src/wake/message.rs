@@ -1,12 +1,9 @@
-//! The user message that starts a wake turn (DESIGN.md §10 "Wake message") and the envelopes of
-//! the messages it claimed (§11, Choruz B1).
+//! The user message that starts a wake turn (DESIGN.md §10 "Wake message").
 //!
 //! Owns the exact text: the `[cicy-wake]` line, the notices (delayed wake, previous crash), the
-//! due todos, the todo list (cryo's 2048-byte cap) and the envelopes. Pure: it reads nothing.
+//! due todos, the todo list (cryo's 2048-byte cap), then the envelopes of the claimed messages
+//! as `crate::messages::route::prompt_for` wrote them. Pure: it reads nothing.
 
-use sha2::{Digest, Sha256};
-
-use super::inbox::MessageFile;
 use super::todo::{prompt_section, Todo};
 
 /// Why a wake turn runs (DESIGN.md §10).
@@ -55,8 +52,8 @@ pub struct WakeInputs<'a> {
     pub due: &'a [Todo],
     /// Every todo of the agent (pending, claimed, done) for the list.
     pub todos: &'a [Todo],
-    /// The messages of the one conversation this wake claimed, oldest first.
-    pub claimed: &'a [MessageFile],
+    /// The envelopes of the one conversation this wake claimed (§11), or empty.
+    pub envelopes: &'a str,
 }
 
 /// The `DELAYED WAKE` notice when the earliest due todo is more than 5 minutes late *(cryo)*:
@@ -96,83 +93,18 @@ pub fn wake_message(w: &WakeInputs<'_>) -> String {
         }
         None => out.push_str("Todos: too long to show here; call todo {\"action\":\"ls\"} for the full text.\n"),
     }
-    if !w.claimed.is_empty() {
+    if !w.envelopes.is_empty() {
         out.push('\n');
-        out.push_str(&envelopes(w.claimed));
+        out.push_str(w.envelopes);
         out.push('\n');
     }
     out.trim_end().to_string()
 }
 
-/// The Choruz envelope of one message: `[choruz-incoming] from:@<sender> (group:<name> |
-/// direct-chat) conv:<id13>[ thread:<root>] roster:[] | <body>`. The roster and `your_tasks`
-/// come with the conversation tables of §11; until then the roster is `[]`, as Choruz sends
-/// when its lookup fails.
-pub fn envelope(m: &MessageFile) -> String {
-    let place = match m.meta.get("group") {
-        Some(g) => format!("group:{}", clean_name(g)),
-        None => "direct-chat".to_string(),
-    };
-    let thread = m.meta.get("thread").map(|t| format!(" thread:{}", clean_name(t))).unwrap_or_default();
-    format!("[choruz-incoming] from:@{} {place} conv:{}{thread} roster:[] | {}", clean_name(&m.from), conv_id13(m), m.body)
-}
-
-/// One envelope, or for N ≥ 2 the `[choruz-batch]` form with `[i/N]` blocks, oldest first.
-pub fn envelopes(msgs: &[MessageFile]) -> String {
-    match msgs {
-        [one] => envelope(one),
-        _ => {
-            let n = msgs.len();
-            let mut out = format!(
-                "[choruz-batch] You have {n} pending messages waiting for you. Read all of them before you answer: a later \
-                 message replaces an earlier one on the same topic, work already marked complete stays closed, and each open \
-                 topic gets one answer, even when several people asked about it."
-            );
-            for (i, m) in msgs.iter().enumerate() {
-                out.push_str(&format!("\n\n[{}/{n}] {}", i + 1, envelope(m)));
-            }
-            out
-        }
-    }
-}
-
-/// `conv:` of an envelope: the first 13 characters of the message's `conv`, or of the hex
-/// SHA-256 of its conversation key (a direct chat with its sender) *(Choruz: 13 characters,
-/// never an address)*.
-fn conv_id13(m: &MessageFile) -> String {
-    match m.meta.get("conv") {
-        Some(c) => clean_name(c).chars().take(13).collect(),
-        None => {
-            let digest = Sha256::digest(super::inbox::conversation_key(m).as_bytes());
-            digest.iter().map(|b| format!("{b:02x}")).collect::<String>()[..13].to_string()
-        }
-    }
-}
-
-/// A name in envelope metadata: control characters and `|` removed, at most 120 characters
-/// (Choruz does this to roster names; DESIGN.md §11 extends it to senders and groups).
-pub fn clean_name(s: &str) -> String {
-    s.chars().filter(|c| !c.is_control() && *c != '|').take(120).collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
     use crate::wake::todo::TodoStatus;
-
-    fn msg(from: &str, body: &str, meta: &[(&str, &str)]) -> MessageFile {
-        MessageFile {
-            name: format!("{from}.md"),
-            from: from.into(),
-            subject: "s".into(),
-            timestamp: "2026-12-01T09:00:00".into(),
-            question: false,
-            meta: meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
-            body: body.into(),
-        }
-    }
 
     fn todo(id: u32, text: &str, at_unix: i64, status: TodoStatus) -> Todo {
         Todo {
@@ -188,23 +120,6 @@ mod tests {
     }
 
     #[test]
-    fn envelopes_follow_choruz_with_names_cleaned_and_a_batch_for_two() {
-        let group = msg("ann|a\nb", "line 1\nline | 2", &[("group", "ops team"), ("conv", "abcdefghijklmnopq"), ("thread", "r-1")]);
-        assert_eq!(
-            envelope(&group),
-            "[choruz-incoming] from:@annab group:ops team conv:abcdefghijklm thread:r-1 roster:[] | line 1\nline | 2"
-        );
-        let direct = msg("human", "hi", &[]);
-        let e = envelope(&direct);
-        let conv = &e["[choruz-incoming] from:@human direct-chat conv:".len()..][..13];
-        assert!(conv.chars().all(|c| c.is_ascii_hexdigit()), "{e}");
-        assert_eq!(e, format!("[choruz-incoming] from:@human direct-chat conv:{conv} roster:[] | hi"));
-        let batch = envelopes(&[direct.clone(), msg("human", "again", &[])]);
-        assert!(batch.starts_with("[choruz-batch] You have 2 pending messages waiting for you. "));
-        assert!(batch.ends_with(&format!("\n\n[1/2] {e}\n\n[2/2] [choruz-incoming] from:@human direct-chat conv:{conv} roster:[] | again")));
-    }
-
-    #[test]
     fn a_late_todo_says_how_late_in_hours_and_minutes_after_five_minutes_only() {
         let due = [todo(1, "x", 1000, TodoStatus::Claimed)];
         assert_eq!(delayed_notice(&due, 1000 + 300), None);
@@ -217,7 +132,6 @@ mod tests {
     fn the_wake_message_reads_reason_notices_due_todos_list_and_envelope_in_that_order() {
         let due = [todo(2, "ship it", 0, TodoStatus::Claimed)];
         let all = [todo(1, "plan", 10_000, TodoStatus::Pending), todo(2, "ship it", 0, TodoStatus::Claimed)];
-        let m = msg("human", "how is it going?", &[]);
         let text = wake_message(&WakeInputs {
             reason: Reason::Todo,
             n: 7,
@@ -226,14 +140,14 @@ mod tests {
             previous_crash: true,
             due: &due,
             todos: &all,
-            claimed: std::slice::from_ref(&m),
+            envelopes: "[choruz-incoming] from:@human direct-chat conv:0123456789abc roster:[] | how is it going?",
         });
         assert_eq!(
             text,
             format!(
                 "[cicy-wake] reason:todo wake:7 now:2026-12-01T09:30:00\nDELAYED WAKE: scheduled AT2, 10m late\n{PREVIOUS_CRASH_NOTICE}\n\
-                 Due: #2 ship it (at: AT2)\n\nTodos (the whole list; no need to call todo ls):\n1. [ ] plan (at: AT1)\n2. [~] ship it (at: AT2)\n\n{}",
-                envelope(&m)
+                 Due: #2 ship it (at: AT2)\n\nTodos (the whole list; no need to call todo ls):\n1. [ ] plan (at: AT1)\n2. [~] ship it (at: AT2)\n\n\
+                 [choruz-incoming] from:@human direct-chat conv:0123456789abc roster:[] | how is it going?"
             )
         );
     }

@@ -28,6 +28,8 @@ pub enum WakeError {
     Inbox(#[from] inbox::InboxError),
     #[error(transparent)]
     Registry(#[from] crate::registry::RegistryError),
+    #[error(transparent)]
+    Route(#[from] crate::messages::route::RouteError),
     #[error("no agent `{to}` to send to (see `cicy-agent ls`)")]
     NoRecipient { to: String },
     #[error("`{to}` is not a recipient: give `human`, an agent id (w-<n>) or a name without control characters")]

@@ -23,6 +23,7 @@ use super::tools::claim_meta;
 use super::WakeError;
 use crate::fsutil;
 use crate::home::Home;
+use crate::messages::route::{self, file_hops};
 
 /// cryo: the notice for a conversation claimed by a wake that a killed serve never finished.
 pub const INTERRUPTED_NOTICE: &str = "(cicy: the agent was interrupted before replying. Some external actions may have partly happened; check before resending.)";
@@ -116,7 +117,7 @@ pub fn prepare(home: &Home, agent: &str, ws: &Path, trigger: Trigger) -> Result<
         previous_crash,
         due: &due,
         todos: &todos,
-        claimed: &messages,
+        envelopes: &route::prompt_for(home, agent, &messages),
     });
     Ok(Ok(Prepared { reason, n: count.wakes, message, todos: due, claim, messages, retry_soon }))
 }
@@ -165,7 +166,7 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
             }
         };
         let msg = Outgoing { to: c.from.clone(), text: text.clone(), question: false, meta: claim_meta(c) };
-        let file = deliver_fallback(home, ws, from, &msg)?;
+        let file = deliver_fallback(home, ws, agent, from, &msg)?;
         db.obligation_resolve(c.obligation_id, by)?;
         notes.push(WakeNote::MessageOut { from: from.to_string(), to: c.from.clone(), text, file: file.name });
         sent += 1;
@@ -174,7 +175,7 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
         let base = if crashed { "(cicy: agent crashed before sending)" } else { "(cicy: agent hibernated without sending anything)" };
         let text = with_errors(base, ending);
         let msg = Outgoing { to: "human".into(), text: text.clone(), ..Outgoing::default() };
-        let file = deliver_fallback(home, ws, SERVE_SENDER, &msg)?;
+        let file = deliver_fallback(home, ws, agent, SERVE_SENDER, &msg)?;
         notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: "human".into(), text, file: file.name });
     }
     for t in db.todo_finish(agent, todos, !crashed, chrono::Local::now().timestamp())? {
@@ -234,11 +235,12 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
             conv: ob.conv_id.clone(),
             thread: first.meta.get("thread").cloned(),
             group: first.meta.get("group").cloned(),
+            hops: file_hops(&first),
             files: ob.message_ids.clone(),
             answered: false,
         };
         let msg = Outgoing { to: claim.from.clone(), text: INTERRUPTED_NOTICE.into(), question: false, meta: claim_meta(&claim) };
-        let file = deliver_fallback(home, ws, SERVE_SENDER, &msg)?;
+        let file = deliver_fallback(home, ws, agent, SERVE_SENDER, &msg)?;
         db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
         notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: claim.from, text: INTERRUPTED_NOTICE.into(), file: file.name });
     }

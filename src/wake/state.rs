@@ -20,6 +20,8 @@ pub struct Claim {
     pub conv: String,
     pub thread: Option<String>,
     pub group: Option<String>,
+    /// The most hops among the claimed messages (`crate::messages::route::MAX_HOPS`).
+    pub hops: u32,
     /// The claimed inbox file names, oldest first.
     pub files: Vec<String>,
     /// A `reply` (or a `send` to `from`) answered it.

@@ -17,11 +17,11 @@ use super::claim::claim_next;
 use super::db::WakeDb;
 use super::deliver::{deliver, Outgoing};
 use super::inbox::{dialog, DialogFilter, Mailbox};
-use super::message::envelopes;
 use super::obligation::ResolvedBy;
 use super::state::{Claim, WakeNote, WakeTurn};
 use super::todo::todo_line;
 use super::WakeError;
+use crate::messages::route;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
 pub const TODO: &str = "todo";
@@ -267,6 +267,7 @@ pub fn claim_meta(c: &Claim) -> BTreeMap<String, String> {
     if !c.conv.starts_with("direct:") {
         meta.insert("conv".to_string(), c.conv.clone());
     }
+    meta.insert(route::META_HOPS.to_string(), c.hops.to_string());
     meta
 }
 
@@ -314,7 +315,7 @@ fn inbox(w: &WakeTurn, input: &Value) -> Ran {
             }
             new_files = claim.files.clone();
             w.state().claim = Some(claim);
-            received = Some(envelopes(&msgs));
+            received = Some(route::prompt_for(&w.home, &w.agent_id, &msgs));
         }
     }
     if action == Some("receive") {

@@ -50,6 +50,9 @@ pub struct NewMessage<'a> {
     pub metadata: Map<String, Value>,
     /// A message of the conversation to reply in the thread of: its root, or any reply.
     pub thread: Option<&'a str>,
+    /// `false`: no delivery rows (a notice people read in the conversation, which must not wake
+    /// the agents: cicy's fallbacks, and messages past the hop limit).
+    pub deliver: bool,
 }
 
 /// One page of [`MessageStore::messages`].
@@ -135,7 +138,8 @@ impl MessageStore {
     /// Posts a message, in one `BEGIN IMMEDIATE` transaction (Choruz B7 `send`): re-checks
     /// that the sender is an active member, canonicalizes the thread target to its root,
     /// inserts the message with `seq` = max + 1 in its conversation, and a `pending` delivery
-    /// for every other active agent member (visible or internal; humans get none).
+    /// for every other active agent member (visible or internal; humans get none) unless
+    /// [`NewMessage::deliver`] is `false`.
     ///
     /// Errors: [`StoreError::NoConversation`], [`StoreError::NotMember`],
     /// [`StoreError::ThreadNotFound`] (`thread target '<t>' was not found in group '<g>'`),
@@ -202,13 +206,15 @@ impl MessageStore {
             ],
         )
         .map_err(sql)?;
-        tx.execute(
-            "INSERT INTO delivery (message_id, agent_id, state)
-             SELECT ?1, principal, 'pending' FROM member
-             WHERE conv_id = ?2 AND active = 1 AND principal GLOB 'w-[0-9]*' AND principal <> ?3",
-            [&msg.id, &msg.conv_id, &msg.sender],
-        )
-        .map_err(sql)?;
+        if m.deliver {
+            tx.execute(
+                "INSERT INTO delivery (message_id, agent_id, state)
+                 SELECT ?1, principal, 'pending' FROM member
+                 WHERE conv_id = ?2 AND active = 1 AND principal GLOB 'w-[0-9]*' AND principal <> ?3",
+                [&msg.id, &msg.conv_id, &msg.sender],
+            )
+            .map_err(sql)?;
+        }
         tx.commit().map_err(sql)?;
         Ok(msg)
     }
@@ -342,6 +348,48 @@ impl MessageStore {
                 Ok(Delivery { message_id: message_id.to_string(), agent_id, state, file, obligation_id })
             })
             .collect()
+    }
+
+    /// Records the inbox file that carries `message_id` to `agent`.
+    ///
+    /// Errors: [`StoreError::NoDelivery`], [`StoreError::Sql`].
+    pub fn set_delivery_file(&mut self, message_id: &str, agent: &str, file: &str) -> Result<(), StoreError> {
+        let n = self
+            .conn
+            .execute("UPDATE delivery SET file = ?3 WHERE message_id = ?1 AND agent_id = ?2", [message_id, agent, file])
+            .map_err(|e| self.sql_err(e))?;
+        if n == 0 {
+            return Err(StoreError::NoDelivery { message_id: message_id.to_string(), agent: agent.to_string() });
+        }
+        Ok(())
+    }
+
+    /// Pending deliveries that have no inbox file yet, oldest message first: a crash between a
+    /// post's commit and its files leaves them (`crate::messages::route::redeliver`).
+    ///
+    /// Errors: [`StoreError::BadRow`], [`StoreError::Sql`].
+    pub fn unfiled(&self) -> Result<Vec<Delivery>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT d.message_id, d.agent_id, d.obligation_id FROM delivery d JOIN message m ON m.id = d.message_id
+                 WHERE d.state = 'pending' AND d.file IS NULL ORDER BY m.created_at, m.conv_id, m.seq, d.agent_id",
+            )
+            .map_err(|e| self.sql_err(e))?;
+        let rows: Vec<(String, String, Option<i64>)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.sql_err(e))?;
+        Ok(rows
+            .into_iter()
+            .map(|(message_id, agent_id, obligation_id)| Delivery {
+                message_id,
+                agent_id,
+                state: DeliveryState::Pending,
+                file: None,
+                obligation_id,
+            })
+            .collect())
     }
 
     /// `agent`'s pending messages across conversations, oldest first (`created_at`, then

@@ -6,7 +6,7 @@ use crate::messages::store::testutil::store_with;
 use crate::messages::store::Visibility;
 
 fn text<'a>(conv: &'a str, sender: &'a str, content: &'a str) -> NewMessage<'a> {
-    NewMessage { conv_id: conv, sender, content, content_type: None, metadata: Map::new(), thread: None }
+    NewMessage { conv_id: conv, sender, content, content_type: None, metadata: Map::new(), thread: None, deliver: true }
 }
 
 fn seqs(msgs: &[Message]) -> Vec<i64> {

@@ -1,0 +1,65 @@
+//! What a person does with a group (DESIGN.md §11 "CLI and serve routes"): create it, post in
+//! it, read its messages a page at a time, list its tasks. The CLI and serve's routes both call
+//! these, so the two answer alike.
+//!
+//! Owns the person's principal (`human:<name>`) and the membership check a person's reading
+//! goes through. Must not touch the wake: a post reaches the agents as inbox files
+//! (`super::route`), which wake them like any other.
+
+use super::route::{self, Post, Posted, RouteError};
+use super::store::{Conversation, MessageStore, Page, StoreError, Task};
+use crate::home::Home;
+
+/// The principal of the person called `name` (`human:<name>`; a name that already has the
+/// prefix or is an agent id is kept as given).
+pub fn principal(name: &str) -> String {
+    let name = name.trim();
+    if name.starts_with("human:") || crate::wake::deliver::is_agent_id(name) {
+        name.to_string()
+    } else {
+        format!("human:{name}")
+    }
+}
+
+/// Creates the group `name` with `members` (agent ids or person names) and `requester`.
+///
+/// Errors: the store's (bad name, a member's clash of names, a bad principal).
+pub fn create(home: &Home, requester: &str, name: &str, description: &str, members: &[String]) -> Result<Conversation, StoreError> {
+    let members: Vec<String> = members.iter().map(|m| principal(m)).collect();
+    let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+    MessageStore::open(home)?.create_group(&principal(requester), name, description, &refs)
+}
+
+/// Posts `text` from `from` in the group `group` (a member of it), in the thread of `thread`
+/// when given; every agent member gets it in its inbox.
+///
+/// Errors: the store's (Choruz's texts for an unknown or ambiguous group and an unknown
+/// thread target), a file's.
+pub fn post(home: &Home, from: &str, group: &str, text: &str, thread: Option<&str>) -> Result<Posted, RouteError> {
+    let from = principal(from);
+    let mut store = MessageStore::open(home)?;
+    let conv = store.resolve_group(&from, group)?;
+    let post = Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true };
+    route::post(home, &mut store, &post)
+}
+
+/// One page of the group's messages as member `from` reads them: up to `limit` (1 to 100)
+/// older than the cursor `before`, oldest first, and the cursor of the page before it.
+///
+/// Errors: the store's (group, cursor, limit).
+pub fn page(home: &Home, from: &str, group: &str, before: Option<&str>, limit: u32) -> Result<(Conversation, Page), StoreError> {
+    let store = MessageStore::open(home)?;
+    let conv = store.resolve_group(&principal(from), group)?;
+    let page = store.messages(&conv.id, before, limit)?;
+    Ok((conv, page))
+}
+
+/// The group's tasks as member `from` sees them.
+///
+/// Errors: the store's.
+pub fn tasks(home: &Home, from: &str, group: &str) -> Result<(Conversation, Vec<Task>), StoreError> {
+    let store = MessageStore::open(home)?;
+    let conv = store.resolve_group(&principal(from), group)?;
+    let tasks = store.tasks(&conv.id)?;
+    Ok((conv, tasks))
+}
