@@ -190,6 +190,24 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         next_run INTEGER NOT NULL,
         PRIMARY KEY (agent_id, name)
     );",
+    // DESIGN.md §11 master/worker: one row per `msg` (`crate::messages::store` call.rs). The
+    // state decides who carries the answer back: a waiting tool takes it; otherwise a 🔔
+    // message does, when `callback` asks for one.
+    "CREATE TABLE msg_call (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        from_p      TEXT NOT NULL,
+        to_agent    TEXT NOT NULL,
+        conv_id     TEXT NOT NULL REFERENCES conversation(id),
+        message_id  TEXT,
+        text        TEXT NOT NULL,
+        callback    INTEGER NOT NULL CHECK (callback IN (0, 1)),
+        state       TEXT NOT NULL CHECK (state IN ('waiting', 'queued', 'done')),
+        reply       TEXT,
+        created_at  TEXT NOT NULL,
+        done_at     TEXT
+    );
+    CREATE INDEX msg_call_to ON msg_call (to_agent, state);
+    CREATE INDEX msg_call_from ON msg_call (from_p, state);",
 ];
 
 /// How long a connection waits for another process's write transaction before SQLite reports
@@ -536,7 +554,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 3);
+        assert_eq!(v, 4);
     }
 
     #[test]
@@ -561,7 +579,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (3); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (4); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 
@@ -591,8 +609,8 @@ mod tests {
         assert_eq!(reg.get("w-1").unwrap().title, "Ada");
         let q = |sql: &str| reg.conn.query_row(sql, [], |r| r.get::<_, String>(0)).unwrap();
         assert_eq!(q("SELECT text FROM todo WHERE agent_id = 'w-1' AND id = 1"), "plan");
-        assert_eq!(q("SELECT CAST(user_version AS TEXT) FROM pragma_user_version"), "3");
-        for t in ["conversation", "member", "message", "delivery", "task", "cron_job"] {
+        assert_eq!(q("SELECT CAST(user_version AS TEXT) FROM pragma_user_version"), MIGRATIONS.len().to_string());
+        for t in ["conversation", "member", "message", "delivery", "task", "cron_job", "msg_call"] {
             assert_eq!(q(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {t}")), "0", "{t}");
         }
         let bad = reg.conn.execute(

@@ -46,6 +46,10 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::wake::tools::REPLY,
     crate::wake::tools::SEND,
     crate::wake::tools::INBOX,
+    crate::messages::tools::MSG,
+    crate::messages::tools::BROADCAST,
+    crate::messages::tools::FORK,
+    crate::messages::tools::AGENTS,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.
@@ -366,7 +370,8 @@ mod tests {
         assert_eq!(a.max_tool_rounds(), 200);
         let c = load_template(&h, "concierge", &tc).unwrap();
         assert!(c.tools.is_empty());
-        assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, with_wake);
+        let coordinating = vec!["agents", "broadcast", "fork", "inbox", "msg", "reply", "send", "shell", "skill", "sleep_until", "todo"];
+        assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, coordinating);
         assert_eq!(list_templates(&h), vec!["assistant", "concierge", "coordinator"]);
     }
 

@@ -2,6 +2,7 @@
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
 mod chat;
+mod coordinate;
 mod events;
 mod exit;
 mod group;
@@ -175,6 +176,26 @@ enum Command {
     /// Write one message file into an agent's inbox (`.cicy/messages/inbox/`); a running serve
     /// wakes the agent.
     Send(inbox::SendArgs),
+    /// Message an agent (DESIGN.md §11 `msg`) and wait for its answer.
+    Msg(coordinate::MsgArgs),
+    /// The `msg` calls from or to an agent.
+    Msgs(coordinate::MsgsArgs),
+    /// Send one text to every worker of a master and wait for each answer.
+    Broadcast {
+        master: String,
+        text: String,
+        /// Milliseconds to wait for each worker (cicy: 300000).
+        #[arg(long)]
+        timeout: Option<u64>,
+    },
+    /// Copy an agent (template, model, AGENTS.md, memory, current conversation); prints the new id.
+    Fork {
+        src: String,
+        #[arg(long)]
+        title: Option<String>,
+        #[arg(long)]
+        master: Option<String>,
+    },
     /// Groups of agents and people (DESIGN.md §11): create, post, messages, tasks.
     Group {
         #[command(subcommand)]
@@ -375,6 +396,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Send(args) => inbox::send(&home, args),
+        Command::Msg(args) => coordinate::msg(&home, args, &mut std::io::stdout().lock()),
+        Command::Msgs(args) => coordinate::msgs(&home, args, &mut std::io::stdout().lock()),
+        Command::Broadcast { master, text, timeout } => coordinate::broadcast(&home, &master, &text, timeout, &mut std::io::stdout().lock()),
+        Command::Fork { src, title, master } => coordinate::fork(&home, &src, title.as_deref(), master.as_deref(), &mut std::io::stdout().lock()),
         Command::Group { action } => group::run(&home, action, &mut std::io::stdout().lock()),
         Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
     }

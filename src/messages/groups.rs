@@ -39,7 +39,7 @@ pub fn post(home: &Home, from: &str, group: &str, text: &str, thread: Option<&st
     let from = principal(from);
     let mut store = MessageStore::open(home)?;
     let conv = store.resolve_group(&from, group)?;
-    let post = Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true };
+    let post = Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true, metadata: serde_json::Map::new() };
     route::post(home, &mut store, &post)
 }
 

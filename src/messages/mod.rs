@@ -9,7 +9,9 @@
 //! `obligation`), the outbox. It is a synchronous store: async
 //! callers (serve) run it through `spawn_blocking`.
 
+pub mod coordinate;
 pub mod envelope;
 pub mod groups;
 pub mod route;
 pub mod store;
+pub mod tools;

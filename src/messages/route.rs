@@ -59,7 +59,13 @@ pub struct Post<'a> {
     pub hops: u32,
     /// `false`: a notice for the people of the conversation; no agent is woken by it.
     pub wake_agents: bool,
+    /// More metadata: the keys of [`CARRIED`] also go into the inbox files' front matter.
+    pub metadata: Map<String, Value>,
 }
+
+/// Metadata keys a message's inbox files carry in their front matter: the `msg` call it
+/// asks (`crate::messages::coordinate`), the call a 🔔 message answers.
+pub const CARRIED: &[&str] = &["msg_call", "callback_of"];
 
 /// A posted message and the inbox files that carry it: `(agent, file name)`.
 #[derive(Debug, Clone)]
@@ -74,7 +80,7 @@ pub struct Posted {
 ///
 /// Errors: the store's (not a member, unknown thread: Choruz's texts), the registry's, a file's.
 pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Posted, RouteError> {
-    let mut metadata = Map::new();
+    let mut metadata = p.metadata.clone();
     metadata.insert(META_HOPS.to_string(), Value::from(p.hops));
     let message = store.post(&NewMessage {
         conv_id: p.conv_id,
@@ -145,6 +151,13 @@ fn hand_out(
     }
     if let Some(root) = &message.thread_root {
         meta.insert(META_THREAD.to_string(), root.clone());
+    }
+    for key in CARRIED {
+        match message.metadata.get(*key) {
+            Some(Value::String(v)) => meta.insert((*key).to_string(), v.clone()),
+            Some(Value::Number(n)) => meta.insert((*key).to_string(), n.to_string()),
+            _ => None,
+        };
     }
     let from = message.sender.strip_prefix("human:").unwrap_or(&message.sender).to_string();
     let file = inbox::NewMessage { from, subject: None, body: message.content.clone(), question: false, meta };

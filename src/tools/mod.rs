@@ -100,7 +100,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         shell::NAME => Some(Arc::new(shell::Shell)),
         skill::NAME => Some(Arc::new(skill::Skill)),
-        other => crate::wake::tools::builtin(other),
+        other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
 

@@ -13,6 +13,8 @@ use super::db::WakeDb;
 use super::inbox::{conversation_key, select_claim, Mailbox, MessageFile};
 use super::state::Claim;
 use super::WakeError;
+use super::obligation::ResolvedBy;
+use crate::messages::coordinate;
 use crate::messages::route::file_hops;
 
 /// **[chosen]** A file that does not parse while younger than 2 s is probably still being
@@ -53,16 +55,22 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
     let names: Vec<String> = taken.iter().map(|m| m.name.clone()).collect();
     let ob = db.obligation_commit(agent, &conv, &names)?;
     mb.archive(&names)?;
-    let claim = Claim {
+    let mut claim = Claim {
         obligation_id: ob.id,
         from: first.from.clone(),
         conv,
         thread: first.meta.get("thread").cloned(),
         group: first.meta.get("group").cloned(),
         hops: taken.iter().map(file_hops).max().unwrap_or(0),
+        msg_calls: msg_calls(&taken),
         files: names,
         answered: false,
     };
+    if taken.iter().all(|m| m.meta.contains_key(coordinate::CALLBACK_OF)) {
+        // A 🔔 callback is never answered back (DESIGN.md §11): nobody waits for a reply.
+        db.obligation_resolve(claim.obligation_id, ResolvedBy::Notice)?;
+        claim.answered = true;
+    }
     out.claim = Some((claim, taken));
     Ok(out)
 }
@@ -116,4 +124,9 @@ mod tests {
         assert_eq!((open.len(), open[0].message_ids.clone()), (1, vec![written.name]));
         assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none(), "nothing is claimed twice");
     }
+}
+
+/// The `msg` calls a claim's messages carry, in order.
+pub fn msg_calls(msgs: &[MessageFile]) -> Vec<i64> {
+    msgs.iter().filter_map(|m| m.meta.get(coordinate::MSG_CALL).and_then(|c| c.parse().ok())).collect()
 }

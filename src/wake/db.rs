@@ -105,6 +105,9 @@ mod tests {
                 "member_principal",
                 "message",
                 "message_thread",
+                "msg_call",
+                "msg_call_from",
+                "msg_call_to",
                 "obligation",
                 "obligation_open",
                 "task",
@@ -123,7 +126,7 @@ mod tests {
         let db = WakeDb::open(&home).unwrap();
         db.conn
             .execute_batch(
-                "DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
+                "DROP TABLE msg_call; DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
                  DROP TABLE conversation; DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
                  INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
                  VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');",
@@ -135,7 +138,7 @@ mod tests {
         assert_eq!(db.todo_add("w-1", "x", &at).unwrap().id, 1);
         let version: i64 = db.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         let title: String = db.conn.query_row("SELECT title FROM agent_config", [], |r| r.get(0)).unwrap();
-        assert_eq!((version, title.as_str()), (3, "Ada"));
+        assert_eq!((version, title.as_str()), (crate::registry::MIGRATIONS.len() as i64, "Ada"));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::Path;
 use super::inbox::{self, Mailbox, MessageFile, NewMessage};
 use super::WakeError;
 use crate::home::Home;
+use crate::messages::coordinate;
 use crate::messages::route;
 use crate::messages::store::MessageStore;
 use crate::registry::Registry;
@@ -101,6 +102,10 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
 /// `from`, with the message's id) that the dialog and the never-silent count read.
 fn post_stored(home: &Home, from_ws: &Path, agent: &str, from: &str, conv: &str, msg: &Outgoing, wake_agents: bool) -> Result<MessageFile, WakeError> {
     let hops = msg.meta.get(route::META_HOPS).and_then(|h| h.parse::<u32>().ok()).unwrap_or(0);
+    let calls: Vec<i64> = msg.meta.get(super::tools::MSG_CALLS).map(|c| c.split(',').filter_map(|id| id.parse().ok()).collect()).unwrap_or_default();
+    // The answer to a `msg` goes back through its call (a waiting tool, or a 🔔), not as a
+    // message the caller would be woken by and answer again.
+    let wake_agents = wake_agents && calls.is_empty();
     let mut store = MessageStore::open(home).map_err(route::RouteError::from)?;
     let posted = route::post(
         home,
@@ -112,8 +117,11 @@ fn post_stored(home: &Home, from_ws: &Path, agent: &str, from: &str, conv: &str,
             thread: msg.meta.get(route::META_THREAD).map(String::as_str),
             hops: hops.saturating_add(1),
             wake_agents,
+            metadata: serde_json::Map::new(),
         },
     )?;
+    drop(store);
+    coordinate::answer(home, agent, &calls, &msg.text, route::hops_of(&posted.message)).map_err(|e| WakeError::Coordinate(Box::new(e)))?;
     let mut meta = msg.meta.clone();
     meta.insert("to".into(), msg.to.trim().to_string());
     meta.insert(route::META_MESSAGE.into(), posted.message.id.clone());

@@ -30,6 +30,9 @@ pub enum WakeError {
     Registry(#[from] crate::registry::RegistryError),
     #[error(transparent)]
     Route(#[from] crate::messages::route::RouteError),
+    /// Boxed: the master/worker errors hold the agent layer's, which holds this one.
+    #[error(transparent)]
+    Coordinate(Box<crate::messages::coordinate::CoordError>),
     #[error("no agent `{to}` to send to (see `cicy-agent ls`)")]
     NoRecipient { to: String },
     #[error("`{to}` is not a recipient: give `human`, an agent id (w-<n>) or a name without control characters")]

@@ -23,6 +23,7 @@ use super::tools::claim_meta;
 use super::WakeError;
 use crate::fsutil;
 use crate::home::Home;
+use crate::messages::coordinate;
 use crate::messages::route::{self, file_hops};
 
 /// cryo: the notice for a conversation claimed by a wake that a killed serve never finished.
@@ -149,10 +150,13 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
     if let Some(c) = left.claim.as_ref().filter(|c| !c.answered) {
         // Choruz: in a direct chat the final answer is the reply when no reply/send ran.
         let answer = match ending {
-            // Not for an agent's message: two agents answering each other's answers would
-            // never stop (the hop guard is §11's).
+            // Not for an agent's plain message: two agents answering each other's answers
+            // would never stop. An agent's `msg` asks for exactly this answer.
             Ending::Completed { final_answer: Some(a) }
-                if c.group.is_none() && left.sent == 0 && !a.trim().is_empty() && !super::deliver::is_agent_id(&c.from) =>
+                if c.group.is_none()
+                    && left.sent == 0
+                    && !a.trim().is_empty()
+                    && (!super::deliver::is_agent_id(&c.from) || !c.msg_calls.is_empty()) =>
             {
                 Some(a.trim().to_string())
             }
@@ -236,6 +240,7 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
             thread: first.meta.get("thread").cloned(),
             group: first.meta.get("group").cloned(),
             hops: file_hops(&first),
+            msg_calls: ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).filter_map(|m| m.meta.get(coordinate::MSG_CALL).and_then(|c| c.parse().ok())).collect(),
             files: ob.message_ids.clone(),
             answered: false,
         };

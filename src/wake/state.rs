@@ -22,6 +22,9 @@ pub struct Claim {
     pub group: Option<String>,
     /// The most hops among the claimed messages (`crate::messages::route::MAX_HOPS`).
     pub hops: u32,
+    /// The `msg` calls among the claimed messages (`crate::messages::coordinate`): the answer
+    /// to this claim answers them.
+    pub msg_calls: Vec<i64>,
     /// The claimed inbox file names, oldest first.
     pub files: Vec<String>,
     /// A `reply` (or a `send` to `from`) answered it.

@@ -255,6 +255,9 @@ fn answer(w: &WakeTurn, claim: &Claim, text: &str, question: bool) -> Result<Str
     Ok(file.name)
 }
 
+/// Front matter of a reply: the `msg` calls it answers (comma-separated ids).
+pub const MSG_CALLS: &str = "msg_calls";
+
 /// The front matter a reply carries so it lands in the claimed conversation and thread.
 pub fn claim_meta(c: &Claim) -> BTreeMap<String, String> {
     let mut meta = BTreeMap::new();
@@ -268,6 +271,10 @@ pub fn claim_meta(c: &Claim) -> BTreeMap<String, String> {
         meta.insert("conv".to_string(), c.conv.clone());
     }
     meta.insert(route::META_HOPS.to_string(), c.hops.to_string());
+    if !c.msg_calls.is_empty() {
+        let ids: Vec<String> = c.msg_calls.iter().map(i64::to_string).collect();
+        meta.insert(MSG_CALLS.to_string(), ids.join(","));
+    }
     meta
 }
 
