@@ -17,6 +17,7 @@ pub mod gateway;
 pub mod home;
 pub mod lock;
 pub mod memory;
+pub mod outbox;
 pub mod prompt;
 pub mod registry;
 pub mod role;
