@@ -98,6 +98,11 @@ impl Outbox {
     fn process(&self, name: &str, path: &Path, stats: &mut DrainStats, handler: &mut impl FnMut(&Claimed) -> Option<String>) {
         let text = match fs::read_to_string(path) {
             Ok(text) if !text.trim().is_empty() => text,
+            // Not UTF-8: garbage like unparsable JSON, kept for the user.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                self.move_to_bad(path, stats);
+                return;
+            }
             // B4: empty, whitespace-only and unreadable files are deleted and nothing runs.
             _ => {
                 stats.dropped += 1;

@@ -62,13 +62,15 @@ fn double_escaped_json_parses_and_garbage_goes_to_bad() {
     let (_d, ob) = outbox();
     put(&ob, "a.json", r#"{\"type\":\"send\",\"content\":\"hi\"}"#);
     put(&ob, "b.json", "not json at all");
+    fs::write(ob.new_dir().join("c.json"), b"{\"type\":\"send\",\"content\":\"\xff\"}").unwrap();
     let mut seen = Vec::new();
     let stats = ob.drain(PROCESSING_STALE_AFTER, echo(&mut seen));
     assert_eq!(seen, ["hi"]);
-    assert_eq!(stats.bad.len(), 1);
+    assert_eq!(stats.bad.len(), 2);
     let bad = listing(&ob.bad_dir());
-    assert_eq!(bad.len(), 1);
+    assert_eq!(bad.len(), 2);
     assert!(bad[0].starts_with("b.json.") && bad[0].ends_with(".processing"), "{bad:?}");
+    assert!(bad[1].starts_with("c.json."), "{bad:?}");
     assert_eq!(stats.bad[0], ob.bad_dir().join(&bad[0]));
     assert_eq!(fs::read_to_string(&stats.bad[0]).unwrap(), "not json at all");
     assert!(listing(&ob.new_dir()).is_empty());

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use rand::distr::{Alphanumeric, SampleString};
 
 use super::{Outbox, OutboxError};
-use crate::fsutil::{sync_dir, write_atomic};
+use crate::fsutil::sync_dir;
 
 /// A `.lock` *directory* (a Choruz `mkdir` lock) older than this is a leftover of a killed
 /// helper and is removed (DESIGN.md §11 [chosen]); a younger one is waited for.
@@ -82,14 +82,22 @@ impl Outbox {
 
     /// Numbers and renames the staged file `staged` (basename `base`) under the lock.
     fn publish(&self, staged: &Path, base: &str) -> Result<PathBuf, OutboxError> {
-        let _lock = self.lock()?;
-        let seq_path = self.seq_path();
-        let seq = read_seq(&seq_path)?;
-        let next = seq.checked_add(1).ok_or_else(|| OutboxError::BadSeq { path: seq_path.clone(), value: seq.to_string() })?;
-        write_atomic(&seq_path, format!("{next:020}\n").as_bytes()).map_err(OutboxError::io(&seq_path))?;
-        let target = self.new_dir().join(format!("cmd-{next:020}-{base}.json"));
-        fs::rename(staged, &target).map_err(OutboxError::io(&target))?;
-        sync_dir(&self.new_dir()).map_err(OutboxError::io(&self.new_dir()))?;
+        let (root, new_dir) = (self.root(), self.new_dir());
+        let target = {
+            let _lock = self.lock()?;
+            let seq_path = self.seq_path();
+            let seq = read_seq(&seq_path)?;
+            let next = seq.checked_add(1).ok_or_else(|| OutboxError::BadSeq { path: seq_path.clone(), value: seq.to_string() })?;
+            write_seq(root, &seq_path, next)?;
+            let target = new_dir.join(format!("cmd-{next:020}-{base}.json"));
+            fs::rename(staged, &target).map_err(OutboxError::io(&target))?;
+            target
+        };
+        // Both renames are made durable after the lock is released (their order is fixed
+        // already), folder by folder: the first fsync commits the journal with both renames in
+        // it on ext4, so the second finds little to do (each costs milliseconds on a busy disk).
+        sync_dir(&new_dir).map_err(OutboxError::io(&new_dir))?;
+        sync_dir(root).map_err(OutboxError::io(root))?;
         Ok(target)
     }
 
@@ -136,6 +144,16 @@ fn stage(tmp_dir: &Path, json: &str) -> Result<(PathBuf, String), OutboxError> {
         }
         return Ok((path, base));
     }
+}
+
+/// Replaces `.seq` with `n` as 20 digits and a newline (Choruz B3 step 5): a temp file in the
+/// outbox, fsynced, renamed over it (DESIGN.md §2; the folder is fsynced by the caller).
+fn write_seq(root: &Path, seq_path: &Path, n: u64) -> Result<(), OutboxError> {
+    let mut tmp = tempfile::Builder::new().prefix(".seq-").tempfile_in(root).map_err(OutboxError::io(root))?;
+    let written = tmp.write_all(format!("{n:020}\n").as_bytes()).and_then(|()| tmp.as_file().sync_data());
+    written.map_err(OutboxError::io(seq_path))?;
+    tmp.persist(seq_path).map_err(|e| OutboxError::Io { path: seq_path.to_path_buf(), source: e.error })?;
+    Ok(())
 }
 
 /// Removes a `.lock` directory once it is [`STALE_LOCK_DIR`] old; until then waits a poll
