@@ -41,7 +41,9 @@ pub enum OutboxCommand {
 /// Where a task command points: `conversation_id` wins over `group` when both are given (B7).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskTarget {
+    /// A conversation id (`conversation_id`).
     Conversation(String),
+    /// A group name, resolved in the agent's workspace (`group`).
     Group(String),
 }
 
@@ -56,6 +58,7 @@ pub struct TaskRef {
 /// or an `ok: false` result envelope (task commands, written to `results/`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Rejection {
+    /// The text the turn answers with, e.g. `Failed to send to group 'ops': …`.
     Reply(String),
     /// Boxed: an envelope is large beside a reply text.
     Task(Box<ResultEnvelope>),

@@ -4,7 +4,8 @@
 //! Owns `<ws>/.cicy/outbox/{tmp,new,results,bad}/`, `.lock` and `.seq`, the shim `<ws>/.cicy/send`
 //! and the environment tool processes get to find them. [`send`] is the producer
 //! (`cicy-agent outbox-send`), [`drain`] the consumer, [`command`] the typed commands and their
-//! validation texts, [`results`] the result envelopes, [`shim`] the shim and the tool env.
+//! validation texts, [`share`] the workspace checks of `share_file`, [`results`] the result
+//! envelopes, [`shim`] the shim and the tool env.
 //!
 //! It must not execute a command (deliver a message, create a task): the caller of
 //! [`Outbox::drain`] does that in its handler. It never touches the inbox (`.cicy/messages/`),
@@ -14,6 +15,7 @@ pub mod command;
 pub mod drain;
 pub mod results;
 pub mod send;
+pub mod share;
 pub mod shim;
 
 use std::path::{Path, PathBuf};
@@ -34,6 +36,7 @@ pub enum OutboxError {
     /// None of `$CICY_OUTBOX_DIR`, the shim's own path, `$CICY_WORKSPACE` names an outbox.
     #[error("outbox-send: no outbox: set CICY_OUTBOX_DIR (absolute) or run it through $CICY_SEND")]
     NoOutbox,
+    /// A file operation failed on `path`.
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -61,6 +64,7 @@ impl Outbox {
         Outbox::at(ws.join(".cicy").join("outbox"))
     }
 
+    /// The outbox folder itself.
     pub fn root(&self) -> &Path {
         &self.root
     }
