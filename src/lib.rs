@@ -18,6 +18,7 @@ pub mod home;
 pub mod lock;
 pub mod memory;
 pub mod messages;
+pub mod outbox;
 pub mod prompt;
 pub mod registry;
 pub mod role;

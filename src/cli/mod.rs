@@ -10,6 +10,7 @@ mod history;
 mod inbox;
 mod line;
 mod memory;
+mod outbox;
 mod print;
 mod remote;
 mod todo;
@@ -210,6 +211,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Queue one command in the outbox for the runtime (DESIGN.md §11); what the shim
+    /// `$CICY_SEND` runs. The outbox is `$CICY_OUTBOX_DIR` (absolute), else beside the shim,
+    /// else `$CICY_WORKSPACE/.cicy/outbox`. Exit 2: not a JSON object with a `type`, nothing
+    /// written; exit 1: `.seq` unreadable or a write failed.
+    #[command(hide = true)]
+    OutboxSend {
+        /// The command, e.g. `{"type":"send","group":"ops","content":"done"}`.
+        #[arg(allow_hyphen_values = true)]
+        json: String,
+    },
     /// Print the active conversation: the window from the last compaction on.
     History {
         id: String,
@@ -229,6 +240,10 @@ fn parse_style(s: &str) -> Result<ApiStyle, String> {
 /// Runs the CLI; errors are printed to stderr with their causes.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The shim's hot path: no logging, home or registry (target < 5 ms per call).
+    if let Command::OutboxSend { json } = &cli.command {
+        return outbox::send(json);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("CICY_LOG"))
         .with_writer(std::io::stderr)
@@ -402,6 +417,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Fork { src, title, master } => coordinate::fork(&home, &src, title.as_deref(), master.as_deref(), &mut std::io::stdout().lock()),
         Command::Group { action } => group::run(&home, action, &mut std::io::stdout().lock()),
         Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
+        Command::OutboxSend { json } => Ok(outbox::send(&json)),
     }
 }
 

@@ -41,6 +41,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Environment variables the tool's processes must not inherit (the gateway API key).
     pub hidden_env: Vec<String>,
+    /// Variables every tool process gets: the outbox's `CICY_SEND`, `CICY_OUTBOX_DIR`, …
+    /// ([`crate::outbox::shim::tool_env`], DESIGN.md §11).
+    pub env: Vec<(&'static str, std::ffi::OsString)>,
     /// Where each running tool's process group is recorded so that the next start of the agent
     /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
     /// nothing.
@@ -59,6 +62,7 @@ impl ToolContext {
             skills_dir: workspace.join("skills"),
             cancel: CancellationToken::new(),
             hidden_env: Vec::new(),
+            env: Vec::new(),
             running_dir: None,
             wake: None,
         }

@@ -49,7 +49,8 @@ pub struct Job<'a> {
     pub command: &'a str,
     /// An existing directory.
     pub cwd: &'a Path,
-    /// Variables set in the child's environment (after [`ToolContext::hidden_env`] is removed).
+    /// Variables set in the child's environment (after [`ToolContext::hidden_env`] is removed
+    /// and [`ToolContext::env`] set; a name in both takes this value).
     pub env: &'a [(&'a str, &'a str)],
     pub timeout: Duration,
     /// What the reaper's note calls the job, e.g. `shell: sleep 600`.
@@ -100,6 +101,7 @@ pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
     let mut child = command
         .arg("-lc")
         .arg(job.command)
+        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .envs(job.env.iter().copied())
         .current_dir(job.cwd)
         .stdin(Stdio::null())
@@ -312,10 +314,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ctx = context(dir.path(), &dir.path().join("r"));
         ctx.hidden_env = vec!["CARGO_PKG_NAME".into()];
+        ctx.env = vec![("CICY_AGENT_ID", "w-7".into()), ("CICY_TEST_VALUE", "overridden by the job".into())];
         let env = [("CICY_TEST_VALUE", "it's $(here)")];
-        let finished = run(&job("printf '%s|%s' \"$CICY_TEST_VALUE\" \"${CARGO_PKG_NAME-unset}\"", dir.path(), &env), &ctx)
-            .await
-            .unwrap();
-        assert_eq!(finished.output.finish("exit code: 0", 1000), "it's $(here)|unset\nexit code: 0");
+        let script = "printf '%s|%s|%s' \"$CICY_TEST_VALUE\" \"${CARGO_PKG_NAME-unset}\" \"$CICY_AGENT_ID\"";
+        let finished = run(&job(script, dir.path(), &env), &ctx).await.unwrap();
+        assert_eq!(finished.output.finish("exit code: 0", 1000), "it's $(here)|unset|w-7\nexit code: 0");
     }
 }

@@ -169,6 +169,8 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken)
         skills_dir: session.home.skills_dir(),
         cancel: cancel.clone(),
         hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
+        // Once per tool batch: the shim is (re)written here when missing or stale.
+        env: crate::fsutil::blocking(|| crate::outbox::shim::prepare(&session.record.workspace, &session.record.id)),
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
         wake: Some(session.wake.clone()),
     }

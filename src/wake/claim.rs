@@ -84,6 +84,11 @@ pub fn finish_moves(db: &WakeDb, mb: &Mailbox, agent: &str) -> Result<(), WakeEr
     Ok(())
 }
 
+/// The `msg` calls a claim's messages carry, in order.
+pub fn msg_calls(msgs: &[MessageFile]) -> Vec<i64> {
+    msgs.iter().filter_map(|m| m.meta.get(coordinate::MSG_CALL).and_then(|c| c.parse().ok())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,9 +129,4 @@ mod tests {
         assert_eq!((open.len(), open[0].message_ids.clone()), (1, vec![written.name]));
         assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none(), "nothing is claimed twice");
     }
-}
-
-/// The `msg` calls a claim's messages carry, in order.
-pub fn msg_calls(msgs: &[MessageFile]) -> Vec<i64> {
-    msgs.iter().filter_map(|m| m.meta.get(coordinate::MSG_CALL).and_then(|c| c.parse().ok())).collect()
 }
