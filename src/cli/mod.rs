@@ -140,8 +140,8 @@ enum Command {
         #[arg(long, default_value_t = cicy::serve::DEFAULT_WARM_LIMIT)]
         warm_limit: usize,
         /// Poll every inbox every 2 s instead of watching it (a filesystem without inotify,
-        /// e.g. some network mounts); also `CICY_WATCH_POLL=1`.
-        #[arg(long, env = "CICY_WATCH_POLL")]
+        /// e.g. some network mounts); also `CICY_WATCH_POLL=1` (or true/yes/on).
+        #[arg(long, env = "CICY_WATCH_POLL", value_parser = clap::builder::BoolishValueParser::new(), num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
         poll_inboxes: bool,
         /// At most this many inboxes get an inotify watch; the others are polled every 2 s
         /// (headroom under the per-user inotify limit other programs share); also

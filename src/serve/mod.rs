@@ -130,38 +130,70 @@ fn inbox_of(ws: &std::path::Path) -> PathBuf {
     crate::wake::inbox::Mailbox::of_workspace(ws).inbox_dir()
 }
 
-/// Asks agent `id`'s actor for a wake; a missing actor (deleted agent) is ignored.
-fn wake_agent(agents: &Agents, id: &str, reason: crate::wake::message::Reason) {
-    let handle = agents.read().ok().and_then(|a| a.get(id).map(|(h, _)| h.clone()));
-    if let Some(h) = handle {
-        h.send(Op::Wake { reason });
-    }
-}
+/// How often serve looks in the registry for agents another process created since it started
+/// (`cicy-agent create` while serve runs) **[chosen]**: the same period as the inbox rescan.
+const ADOPT_EVERY: Duration = Duration::from_secs(30);
 
 impl Hub {
+    /// Agent `id`'s actor. An id serve has no actor for is looked up in the registry first:
+    /// another process may have created it since serve started.
     fn agent(&self, id: &str) -> Option<AgentHandle> {
+        self.known(id).or_else(|| {
+            self.adopt_new();
+            self.known(id)
+        })
+    }
+
+    fn known(&self, id: &str) -> Option<AgentHandle> {
         self.agents.read().ok()?.get(id).map(|(h, _)| h.clone())
     }
 
     fn workspace(&self, id: &str) -> Option<PathBuf> {
+        self.agent(id)?;
         self.agents.read().ok()?.get(id).map(|(_, w)| w.clone())
+    }
+
+    /// Starts an actor (and an inbox watch) for every registry row serve has none for.
+    fn adopt_new(&self) {
+        match crate::fsutil::blocking(|| routes::boot_agents(&self.shared.home)) {
+            Ok(records) => {
+                for r in records {
+                    if self.known(&r.id).is_none() {
+                        tracing::info!(agent = %r.id, "adopting an agent created since serve started");
+                        self.add(r);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the registry for new agents"),
+        }
+    }
+
+    /// Asks agent `id`'s actor for a wake; an id with no agent (a deleted one) is ignored.
+    fn wake(&self, id: &str, reason: crate::wake::message::Reason) {
+        if let Some(h) = self.agent(id) {
+            h.send(Op::Wake { reason });
+        }
     }
 
     fn handles(&self) -> Vec<AgentHandle> {
         self.agents.read().map(|a| a.values().map(|(h, _)| h.clone()).collect()).unwrap_or_default()
     }
 
-    /// Starts the actor of a new agent.
+    /// Starts the actor of a new agent (once: an id that has one already is left alone).
     fn add(&self, record: AgentRecord) {
         let (id, ws) = (record.id.clone(), record.workspace.clone());
-        let handle = actor::spawn(record, self.shared.clone());
+        {
+            let Ok(mut agents) = self.agents.write() else { return };
+            if agents.contains_key(&id) {
+                return;
+            }
+            let handle = actor::spawn(record, self.shared.clone());
+            agents.insert(id.clone(), (handle, ws.clone()));
+        }
         if let Some(w) = self.watch.get() {
             if let Err(e) = w.add(&id, &inbox_of(&ws)) {
                 tracing::error!(agent = %id, error = %e, "cannot watch the new agent's inbox; the 30 s scan covers it");
             }
-        }
-        if let Ok(mut agents) = self.agents.write() {
-            agents.insert(id, (handle, ws));
         }
     }
 }
@@ -255,8 +287,8 @@ fn start_waking(
             h.send(Op::Recover);
         }
     }
-    let agents = hub.agents.clone();
-    let wake: scheduler::WakeFn = Arc::new(move |id, reason| wake_agent(&agents, id, reason));
+    let waker = hub.clone();
+    let wake: scheduler::WakeFn = Arc::new(move |id, reason| waker.wake(id, reason));
     scheduler::start(unstarted, db, wake, hub.shutdown.clone())?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let inboxes = records.iter().map(|r| (r.id.clone(), inbox_of(&r.workspace))).collect();
@@ -265,10 +297,21 @@ fn start_waking(
         tracing::warn!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
     }
     let _ = hub.watch.set(watch);
-    let agents = hub.agents.clone();
+    let waker = hub.clone();
     tokio::spawn(async move {
         while let Some(id) = rx.recv().await {
-            wake_agent(&agents, &id, crate::wake::message::Reason::Inbox);
+            waker.wake(&id, crate::wake::message::Reason::Inbox);
+        }
+    });
+    let adopter = hub.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(ADOPT_EVERY);
+        every.tick().await;
+        loop {
+            tokio::select! {
+                _ = every.tick() => adopter.adopt_new(),
+                () = adopter.shutdown.cancelled() => return,
+            }
         }
     });
     Ok(())

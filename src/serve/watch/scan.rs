@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use notify::event::{CreateKind, ModifyKind, RenameMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RenameMode};
 use notify::{Event, EventKind};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -79,8 +79,9 @@ pub(super) fn handler(signals: UnboundedSender<Signal>) -> impl FnMut(notify::Re
     }
 }
 
-/// Turns one notify report into signals. Create and rename-into (notify 8: `Create(_)`,
-/// `Modify(Name(To|Any|Both))`, and the imprecise `Any`) of a pending file → `File(folder)`;
+/// Turns one notify report into signals. A written file closed, a symlink made, rename-into
+/// (notify 8: `Access(Close(Write))`, `Create(File)` of a symlink, `Modify(Name(To|Any|Both))`),
+/// the poll watcher's `Create(Any)` and the imprecise `Any` of a pending file → `File(folder)`;
 /// `Remove(_)` and `Modify(Name(From))` → `Gone(path)` (the task keeps only watched inboxes);
 /// an error → `Gone` for each path it names, then `Missed`; an event flagged `need_rescan`
 /// (inotify queue overflow) → `Missed`. Everything else (data, metadata, access) is ignored.
@@ -101,8 +102,20 @@ pub(super) fn classify(res: notify::Result<Event>, mut emit: impl FnMut(Signal))
     }
     match event.kind {
         EventKind::Create(CreateKind::Folder) => {}
+        // inotify: a file made by open(2) is complete when its writer closes it, which a
+        // write in several chunks (`(printf a; sleep 1; printf b) > x.md`) does only at the
+        // end; a symlink has no close, so it counts when made.
+        EventKind::Create(CreateKind::File) => {
+            for path in &event.paths {
+                let link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+                if let Some(dir) = path.parent().filter(|_| link && is_pending_path(path)) {
+                    emit(Signal::File(dir.to_path_buf()));
+                }
+            }
+        }
         EventKind::Any
         | EventKind::Create(_)
+        | EventKind::Access(AccessKind::Close(AccessMode::Write))
         | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any | RenameMode::Both)) => {
             for path in &event.paths {
                 if let Some(dir) = path.parent().filter(|_| is_pending_path(path)) {

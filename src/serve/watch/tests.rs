@@ -63,6 +63,24 @@ async fn plain_write_wakes_once() {
 }
 
 #[tokio::test]
+async fn a_file_written_in_chunks_wakes_only_when_its_writer_closes_it() {
+    use std::io::Write;
+    let tmp = TempDir::new().unwrap();
+    let (dirs, _watch, mut rx) = start(&tmp, 2, quiet());
+    let mut f = fs::File::create(dirs[0].join("slow.md")).unwrap();
+    f.write_all(b"---\nfrom: slowpoke\n---\n\npart one").unwrap();
+    f.sync_all().unwrap();
+    // Longer than the debounce: a wake now would claim "part one" alone.
+    fs::write(dirs[1].join("sentinel.md"), "hi\n").unwrap();
+    assert_eq!(next(&mut rx).await, "w-2");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(drain(&mut rx), Vec::<String>::new());
+    f.write_all(b" part two").unwrap();
+    drop(f);
+    assert_eq!(next(&mut rx).await, "w-1");
+}
+
+#[tokio::test]
 async fn temp_hidden_non_md_and_folder_names_do_not_wake() {
     let tmp = TempDir::new().unwrap();
     let (dirs, _watch, mut rx) = start(&tmp, 2, quiet());
@@ -259,7 +277,7 @@ fn limit_errors_are_recognised() {
 }
 
 #[test]
-fn classify_keeps_create_rename_into_and_removal_only() {
+fn classify_keeps_close_write_symlinks_rename_into_and_removal_only() {
     let tmp = TempDir::new().unwrap();
     let dir = tmp.path().to_path_buf();
     fs::write(dir.join("m.md"), "hi\n").unwrap();
@@ -270,7 +288,13 @@ fn classify_keeps_create_rename_into_and_removal_only() {
     };
     use notify::event::{AccessKind, CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode};
     let at = |kind| notify::Event::new(kind).add_path(dir.join("m.md"));
-    assert_eq!(run(at(EventKind::Create(CreateKind::File))), [Signal::File(dir.clone())]);
+    // A regular file counts when its writer closes it; a symlink when it is made.
+    assert_eq!(run(at(EventKind::Create(CreateKind::File))), []);
+    assert_eq!(run(at(EventKind::Access(AccessKind::Close(notify::event::AccessMode::Write)))), [Signal::File(dir.clone())]);
+    assert_eq!(run(at(EventKind::Create(CreateKind::Any))), [Signal::File(dir.clone())]);
+    std::os::unix::fs::symlink(dir.join("m.md"), dir.join("l.md")).unwrap();
+    let link = notify::Event::new(EventKind::Create(CreateKind::File)).add_path(dir.join("l.md"));
+    assert_eq!(run(link), [Signal::File(dir.clone())]);
     assert_eq!(run(at(EventKind::Modify(ModifyKind::Name(RenameMode::To)))), [Signal::File(dir.clone())]);
     assert_eq!(run(at(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), []);
     assert_eq!(run(at(EventKind::Access(AccessKind::Any))), []);

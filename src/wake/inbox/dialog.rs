@@ -41,12 +41,16 @@ impl DialogFilter {
 }
 
 /// Every dialog message: `inbox/archive/`, `outbox/` and `outbox/archive/` (pending inbox files
-/// are not dialog yet), ordered by timestamp, then inbox before outbox, then file name (cryo A9).
+/// are not dialog yet), ordered by timestamp and the name's nanoseconds, then inbox before
+/// outbox, then file name (cryo A9).
 fn history(mb: &Mailbox) -> Result<Vec<(Folder, MessageFile)>, InboxError> {
     let inbox = mb.inbox_dir();
     let listed = mb.list_all()?.into_iter().filter(|(_, _, dir)| *dir != inbox).collect();
     let mut all = mb.load_listed(listed);
-    all.sort_by(|(fa, a), (fb, b)| (&a.timestamp, fa, &a.name).cmp(&(&b.timestamp, fb, &b.name)));
+    all.sort_by(|(fa, a), (fb, b)| {
+        let (ka, kb) = (super::order_key(a), super::order_key(b));
+        (ka.0, ka.1, fa, ka.2).cmp(&(kb.0, kb.1, fb, kb.2))
+    });
     Ok(all)
 }
 

@@ -108,8 +108,8 @@ impl Mailbox {
         format::parse(&rendered.name, &rendered.content, None).map_err(|reason| InboxError::Parse { path, reason })
     }
 
-    /// Pending inbox files sorted by name (dotfiles, names not ending in `.md` and folders are
-    /// ignored), and those that could not be read or parsed. A file gone between listing and
+    /// Pending inbox files, oldest first ([`super::order_key`]; dotfiles, names not ending in
+    /// `.md` and folders are ignored), and those that could not be read or parsed. A file gone between listing and
     /// reading is left out.
     pub fn pending(&self) -> Result<(Vec<MessageFile>, Vec<Unparsed>), InboxError> {
         let dir = self.inbox_dir();
@@ -124,6 +124,7 @@ impl Mailbox {
                 }
             }
         }
+        parsed.sort_by(|a, b| super::order_key(a).cmp(&super::order_key(b)));
         Ok((parsed, unparsed))
     }
 

@@ -106,6 +106,25 @@ pub enum InboxError {
     EmptyBody,
 }
 
+/// The order of messages, oldest first: the front matter's second, then the nanoseconds a
+/// name written by cicy carries (`…_<nanos:032x>_<pid>_<seq>.md`; 0 for a hand-picked name),
+/// then the name. A name alone would sort two messages of one second by their subjects.
+pub fn order_key(m: &MessageFile) -> (&str, u128, &str) {
+    (&m.timestamp, name_nanos(&m.name).unwrap_or(0), &m.name)
+}
+
+/// The nanoseconds field of a name cicy wrote, if `name` is one.
+fn name_nanos(name: &str) -> Option<u128> {
+    let stem = name.strip_suffix(".md")?;
+    let mut parts = stem.rsplitn(4, '_');
+    let (seq, pid, nanos) = (parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    if !(hex(seq, 4) && hex(pid, 8) && hex(nanos, 32)) {
+        return None;
+    }
+    u128::from_str_radix(nanos, 16).ok()
+}
+
 /// Conversation key of a message: meta `conv` if present, else `direct:<from>`.
 pub fn conversation_key(m: &MessageFile) -> String {
     match m.meta.get("conv") {
@@ -115,11 +134,11 @@ pub fn conversation_key(m: &MessageFile) -> String {
 }
 
 /// The messages one claim takes (cryo's newest model, reference A9): the conversation of the
-/// oldest (first by name) pending message; within it, when that message has meta `thread`,
+/// oldest ([`order_key`]) pending message; within it, when that message has meta `thread`,
 /// every pending message of that thread, else every pending message of that conversation
-/// without `thread`. Sorted by name; empty for no pending message.
+/// without `thread`. Oldest first; empty for no pending message.
 pub fn select_claim(pending: &[MessageFile]) -> Vec<MessageFile> {
-    let Some(oldest) = pending.iter().min_by(|a, b| a.name.cmp(&b.name)) else {
+    let Some(oldest) = pending.iter().min_by(|a, b| order_key(a).cmp(&order_key(b))) else {
         return Vec::new();
     };
     let conv = conversation_key(oldest);
@@ -129,7 +148,7 @@ pub fn select_claim(pending: &[MessageFile]) -> Vec<MessageFile> {
         .filter(|m| conversation_key(m) == conv && m.meta.get("thread") == thread)
         .cloned()
         .collect();
-    claim.sort_by(|a, b| a.name.cmp(&b.name));
+    claim.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
     claim
 }
 
@@ -151,6 +170,18 @@ mod tests {
 
     fn names(v: &[MessageFile]) -> Vec<&str> {
         v.iter().map(|m| m.name.as_str()).collect()
+    }
+
+    #[test]
+    fn messages_of_one_second_are_in_the_order_written_not_by_subject() {
+        let name = |slug: &str, nanos: u128| format!("2026-12-01T09-00-00_{slug}_{nanos:032x}_0000abcd_0001.md");
+        let (first, second) = (msg(&name("zzz", 2_000), "ann", &[]), msg(&name("aaa", 3_000), "ann", &[]));
+        let hand = msg("by-hand.md", "bob", &[]);
+        let mut all = vec![second.clone(), hand.clone(), first.clone()];
+        all.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
+        assert_eq!(names(&all), ["by-hand.md", &first.name, &second.name]);
+        assert_eq!(names(&select_claim(&[second.clone(), first.clone()])), [&first.name, &second.name]);
+        assert_eq!(name_nanos("2026-12-01T09-00-00_x_zz_0000abcd_0001.md"), None);
     }
 
     #[test]
