@@ -189,6 +189,28 @@ async fn kill_9_in_a_wake_turn_sends_the_notice_and_reschedules_the_todo_as_atte
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_in_a_wake_for_todos_alone_tells_the_human_and_reschedules() {
+    let gw = ScriptedGateway::start().await;
+    let (t, id) = waker(&gw);
+    let now = chrono::Local::now().timestamp();
+    WakeDb::open(&t.home).unwrap().todo_add(&id, "rotate the logs", &at_of_unix(now - 30)).unwrap();
+    let (held, _gate) = Reply::gated(anthropic_text("never sent"));
+    gw.push(held);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    gw.wait_for_requests(1).await;
+    s.kill9().await;
+
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&id, Some(0)).await;
+    while events.next().await.unwrap().event != "message_out" {}
+    let out = outbox(&t, &id);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!(out[0].meta.get("to").map(String::as_str), Some("human"));
+    assert_eq!(out[0].body, format!("{} (#1 rotate the logs)", cicy::wake::run::TODO_INTERRUPTED_NOTICE));
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_model_gets_the_exact_fallbacks_and_a_crashed_one_quotes_its_errors() {
     let gw = ScriptedGateway::start().await;
     let (t, id) = waker(&gw);

@@ -49,12 +49,17 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
             out.bad.push((u.name, u.error));
         }
     }
+    let pending = unclaimed(db, mb, agent, pending)?;
     let taken = select_claim(&pending);
     let Some(first) = taken.first() else { return Ok(out) };
     let conv = conversation_key(first);
     let names: Vec<String> = taken.iter().map(|m| m.name.clone()).collect();
     let ob = db.obligation_commit(agent, &conv, &names)?;
-    mb.archive(&names)?;
+    if let Err(e) = mb.archive(&names) {
+        // The claim stands (its obligation names the files, so they are never claimed again):
+        // the turn answers them; the move is tried again at each look and at the next start.
+        tracing::error!(agent, error = %e, "claimed inbox files could not be moved to inbox/archive/");
+    }
     let mut claim = Claim {
         obligation_id: ob.id,
         from: first.from.clone(),
@@ -73,6 +78,36 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
     }
     out.claim = Some((claim, taken));
     Ok(out)
+}
+
+/// `pending` without the files an obligation already holds (a claim whose move out of
+/// `inbox/` failed); their move is tried again.
+///
+/// Errors: the database's.
+pub fn unclaimed(db: &WakeDb, mb: &Mailbox, agent: &str, pending: Vec<MessageFile>) -> Result<Vec<MessageFile>, WakeError> {
+    let mut out = Vec::with_capacity(pending.len());
+    for m in pending {
+        if db.obligation_has_file(agent, &m.name)? {
+            if let Err(e) = mb.archive(std::slice::from_ref(&m.name)) {
+                tracing::warn!(agent, file = %m.name, error = %e, "a claimed inbox file still cannot be moved to inbox/archive/");
+            }
+        } else {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `agent`'s inbox holds a message no claim took yet (`sleep_until`'s gate). A file
+/// that does not parse counts, as the agent cannot sleep it away.
+///
+/// Errors: the database's and the inbox's.
+pub fn has_unclaimed(db: &WakeDb, mb: &Mailbox, agent: &str) -> Result<bool, WakeError> {
+    if !mb.has_pending() {
+        return Ok(false);
+    }
+    let (pending, unparsed) = mb.pending()?;
+    Ok(!unparsed.is_empty() || !unclaimed(db, mb, agent, pending)?.is_empty())
 }
 
 /// Completes the moves of every unresolved obligation of `agent` (a crash between the commit
@@ -128,5 +163,22 @@ mod tests {
         let open = db.obligation_unresolved(Some("w-1")).unwrap();
         assert_eq!((open.len(), open[0].message_ids.clone()), (1, vec![written.name]));
         assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none(), "nothing is claimed twice");
+    }
+
+    #[test]
+    fn a_claim_whose_move_failed_stands_and_its_file_is_never_claimed_again() {
+        let (_d, home, mb) = setup();
+        let mut db = WakeDb::open(&home).unwrap();
+        std::fs::write(mb.archive_dir(), "not a folder").unwrap();
+        let msg = NewMessage { from: "human".into(), subject: Some("s".into()), body: "b".into(), question: false, meta: Default::default() };
+        let written = mb.write(Folder::Inbox, &msg).unwrap();
+        let (claim, _) = claim_next(&mut db, &mb, "w-1").unwrap().claim.unwrap();
+        assert_eq!(claim.files, [written.name.clone()]);
+        assert!(mb.inbox_dir().join(&written.name).exists(), "the move failed");
+        assert!(!has_unclaimed(&db, &mb, "w-1").unwrap(), "sleep_until is not refused for a claimed file");
+        assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none());
+        std::fs::remove_file(mb.archive_dir()).unwrap();
+        assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none());
+        assert!(mb.archive_dir().join(&written.name).exists(), "moved at the next look");
     }
 }

@@ -35,7 +35,7 @@ impl Reason {
 pub const DELAY_NOTICE_AFTER_SECS: i64 = 300;
 
 /// The notice read by the agent in the wake after one that crashed.
-pub const PREVIOUS_CRASH_NOTICE: &str = "(cicy: the previous wake ended without finishing: messages it claimed are archived and were answered by cicy, and its due todos were rescheduled with \"(attempt k)\". Check what it may have left half done.)";
+pub const PREVIOUS_CRASH_NOTICE: &str = "(cicy: the previous wake ended without finishing: any messages it claimed are archived and were answered by cicy, and its due todos were rescheduled with \"(attempt k)\". Check what it may have left half done.)";
 
 /// Everything a wake message shows.
 #[derive(Debug, Clone)]

@@ -130,6 +130,21 @@ impl WakeDb {
         self.obligations("WHERE agent_id = ?1 ORDER BY id", params![agent])
     }
 
+    /// Whether `name` is among the files of any obligation of `agent`, resolved or not: such a
+    /// file was claimed once and is never claimed again, even when moving it out of `inbox/`
+    /// failed.
+    ///
+    /// Errors: [`WakeDbError::Sql`].
+    pub fn obligation_has_file(&self, agent: &str, name: &str) -> Result<bool, WakeDbError> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM obligation o, json_each(o.message_ids) j WHERE o.agent_id = ?1 AND j.value = ?2)",
+                params![agent, name],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.sql_err(e))
+    }
+
     /// How many of `agent`'s obligations are unresolved.
     pub fn obligation_count_unresolved(&self, agent: &str) -> Result<u32, WakeDbError> {
         self.conn

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::{claim_next, finish_moves};
+use super::claim::{claim_next, finish_moves, msg_calls};
 use super::db::WakeDb;
 use super::deliver::{deliver_fallback, Outgoing, SERVE_SENDER};
 use super::inbox::{Mailbox, MessageFile};
@@ -23,8 +23,11 @@ use super::tools::claim_meta;
 use super::WakeError;
 use crate::fsutil;
 use crate::home::Home;
-use crate::messages::coordinate;
 use crate::messages::route::{self, file_hops};
+
+/// The message to `human` after a killed wake that had claimed todos and no message; the
+/// todos follow in parentheses **[chosen]**.
+pub const TODO_INTERRUPTED_NOTICE: &str = "(cicy: the agent was interrupted during a wake for its todos, which are rescheduled as \"(attempt k)\". Some of the work may have partly happened.)";
 
 /// cryo: the notice for a conversation claimed by a wake that a killed serve never finished.
 pub const INTERRUPTED_NOTICE: &str = "(cicy: the agent was interrupted before replying. Some external actions may have partly happened; check before resending.)";
@@ -233,14 +236,15 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
             db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
             continue;
         };
+        let claimed: Vec<MessageFile> = ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).collect();
         let claim = Claim {
             obligation_id: ob.id,
             from: first.from.clone(),
             conv: ob.conv_id.clone(),
             thread: first.meta.get("thread").cloned(),
             group: first.meta.get("group").cloned(),
-            hops: file_hops(&first),
-            msg_calls: ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).filter_map(|m| m.meta.get(coordinate::MSG_CALL).and_then(|c| c.parse().ok())).collect(),
+            hops: claimed.iter().map(file_hops).max().unwrap_or(0),
+            msg_calls: msg_calls(&claimed),
             files: ob.message_ids.clone(),
             answered: false,
         };
@@ -249,10 +253,19 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
         db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
         notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: claim.from, text: INTERRUPTED_NOTICE.into(), file: file.name });
     }
-    let claimed: Vec<u32> = db.todo_claimed(agent)?.iter().map(|t| t.id).collect();
+    let claimed_todos = db.todo_claimed(agent)?;
+    let claimed: Vec<u32> = claimed_todos.iter().map(|t| t.id).collect();
     if !claimed.is_empty() || !unresolved.is_empty() {
         for t in db.todo_finish(agent, &claimed, false, chrono::Local::now().timestamp())? {
             notes.push(WakeNote::Todo { action: "retry", id: t.id, line: todo_line(&t) });
+        }
+        if unresolved.is_empty() {
+            // A wake for todos alone had no sender to notify: its people hear of it (never silent).
+            let list: Vec<String> = claimed_todos.iter().map(|t| format!("#{} {}", t.id, t.text)).collect();
+            let text = format!("{TODO_INTERRUPTED_NOTICE} ({})", list.join("; "));
+            let msg = Outgoing { to: "human".into(), text: text.clone(), ..Outgoing::default() };
+            let file = deliver_fallback(home, ws, agent, SERVE_SENDER, &msg)?;
+            notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: "human".into(), text, file: file.name });
         }
         let mut count = read_count(ws)?;
         count.previous_crash = true;

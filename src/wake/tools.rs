@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::at::{parse_at, At};
-use super::claim::claim_next;
+use super::claim::{claim_next, has_unclaimed};
 use super::db::WakeDb;
 use super::deliver::{deliver, Outgoing};
 use super::inbox::{dialog, DialogFilter, Mailbox};
@@ -181,7 +181,7 @@ fn sleep_until(w: &WakeTurn, input: &Value) -> Ran {
     let mut db = WakeDb::open(&w.home)?;
     let complete = input.get("complete").and_then(Value::as_bool).unwrap_or(false);
     let summary = str_field(input, "summary").map(str::trim);
-    if Mailbox::of_workspace(&w.workspace).has_pending() {
+    if has_unclaimed(&db, &Mailbox::of_workspace(&w.workspace), &w.agent_id)? {
         return Ok(ToolOutput::error(
             "error: refused: unread messages are waiting in your inbox. Call inbox {\"action\":\"receive\"}, answer them, then sleep_until again.",
         ));
