@@ -130,6 +130,8 @@ async fn bad_input_is_a_clear_error_and_writes_nothing() {
     assert_eq!((o.code, o.stderr.as_str()), (2, "error: no agent `w-9` (see `cicy-agent ls`)\n"));
     let o = cicy(h.path(), &["send", "w-1", " \n "]).await;
     assert_eq!((o.code, o.stderr.as_str()), (2, "error: the message body is empty\n"));
+    let o = cicy(h.path(), &["send", "w-1", "hi", "--from", " "]).await;
+    assert_eq!((o.code, o.stderr.as_str()), (2, "error: the sender (`from`) is empty\n"));
     let o = cicy(h.path(), &["inbox", "w-9"]).await;
     assert_eq!((o.code, o.stderr.as_str()), (2, "error: no agent `w-9` (see `cicy-agent ls`)\n"));
     let o = cicy(h.path(), &["inbox", "w-1", "--since", "tomorrow"]).await;

@@ -329,3 +329,39 @@ async fn the_wake_tools_refuse_to_sleep_over_unread_mail_and_reply_answers_the_c
     assert_eq!(row["unanswered"], 0);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_created_while_serve_runs_is_adopted_and_wakes_for_its_mail() {
+    let gw = ScriptedGateway::start().await;
+    let (t, _first) = waker(&gw);
+    gw.push(Reply::sse(anthropic_text("hello back")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    // What `cicy-agent create` in another process does while serve runs.
+    let late = t.create("waker", None);
+    mailbox(&t, &late).write(inbox::Folder::Inbox, &note("human", "welcome")).unwrap();
+    let (status, row) = s.get(&format!("/api/agents/{late}")).await;
+    assert_eq!((status, row["id"].as_str()), (200, Some(late.as_str())));
+    let mut events = s.events(&late, Some(0)).await;
+    events.until("done").await;
+    let out = outbox(&t, &late);
+    assert_eq!((out.len(), out[0].body.as_str()), (1, "hello back"));
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_fallback_to_an_agent_sender_is_a_record_and_wakes_nobody() {
+    let gw = ScriptedGateway::start().await;
+    let (t, a) = waker(&gw);
+    let b = t.create("waker", None);
+    gw.push(Reply::sse(common::gateway::anthropic_empty()));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&b, None).await;
+    mailbox(&t, &b).write(inbox::Folder::Inbox, &note(&a, "for bob")).unwrap();
+    events.until("done").await;
+    let out = outbox(&t, &b);
+    assert_eq!(out.len(), 1, "{out:#?}");
+    assert_eq!((out[0].body.as_str(), out[0].meta.get("to").map(String::as_str)), ("(cicy: agent hibernated before replying)", Some(a.as_str())));
+    assert!(mailbox(&t, &a).pending().unwrap().0.is_empty(), "the sender agent is not woken by serve's notice");
+    assert_eq!(gw.requests().len(), 1);
+    assert_eq!(s.stop().await, 0);
+}

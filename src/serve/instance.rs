@@ -62,7 +62,8 @@ impl ServeLock {
     /// Takes `$CICY_HOME/serve.lock` without waiting.
     ///
     /// Errors: [`InstanceError::AlreadyRunning`] with the holder's pid and port from
-    /// `serve.json` (`?` when it has not written it yet); [`InstanceError::Io`].
+    /// `serve.json` (before it is written: the pid in `serve.lock`, port `not bound yet`);
+    /// [`InstanceError::Io`].
     pub fn acquire(home: &Home) -> Result<Self, InstanceError> {
         let path = home.root().join("serve.lock");
         let io = |source| InstanceError::Io { path: path.clone(), source };
@@ -72,6 +73,9 @@ impl ServeLock {
             // SAFETY: flock only reads the descriptor, which `file` keeps open for the call.
             let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if rc == 0 {
+                // The holder's pid in the lock file names it to a serve started in the same
+                // instant, before serve.json exists.
+                (&file).set_len(0).and_then(|()| std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())).map_err(io)?;
                 return Ok(Self { _file: file, info_path: info_path(home) });
             }
             let err = std::io::Error::last_os_error();
@@ -79,9 +83,10 @@ impl ServeLock {
                 Some(libc::EINTR) => continue,
                 Some(libc::EWOULDBLOCK) => {
                     let info = read_info(home);
+                    let locker = || std::fs::read_to_string(&path).ok().map(|p| p.trim().to_string()).filter(|p| !p.is_empty());
                     return Err(InstanceError::AlreadyRunning {
-                        pid: info.as_ref().map_or("?".to_string(), |i| i.pid.to_string()),
-                        port: info.as_ref().map_or("?".to_string(), |i| i.port.to_string()),
+                        pid: info.as_ref().map(|i| i.pid.to_string()).or_else(locker).unwrap_or_else(|| "?".to_string()),
+                        port: info.as_ref().map_or("not bound yet".to_string(), |i| i.port.to_string()),
                     });
                 }
                 _ => return Err(io(err)),
@@ -147,7 +152,7 @@ mod tests {
         let home = Home::at(dir.path());
         let first = ServeLock::acquire(&home).unwrap();
         let err = ServeLock::acquire(&home).unwrap_err();
-        assert_eq!(err.to_string(), "serve already running (pid ?, port ?)");
+        assert_eq!(err.to_string(), format!("serve already running (pid {}, port not bound yet)", std::process::id()));
         let info = ServeInfo { pid: 42, port: 8008, instance_id: "i".into(), started_at: "t".into() };
         first.publish(&info).unwrap();
         assert_eq!(ServeLock::acquire(&home).unwrap_err().to_string(), "serve already running (pid 42, port 8008)");

@@ -8,7 +8,7 @@
 //! re-reads them all, so a change made by another process (`todo --local`) is seen within a
 //! minute. Must not touch todos (the actor's wake claims them) or the inbox.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -59,10 +59,14 @@ pub fn start(queue: Unstarted, db: WakeDb, wake: WakeFn, stop: CancellationToken
     let rx = queue.rx;
     let boot = unix_now();
     let mut plan = Plan::default();
+    let mut overdue = HashSet::new();
     for (at, agent) in initial {
+        if at <= boot {
+            overdue.insert(agent.clone());
+        }
         plan.set(&agent, Some(at));
     }
-    tokio::spawn(run(Arc::new(Mutex::new(db)), plan, boot, wake, rx, stop));
+    tokio::spawn(run(Arc::new(Mutex::new(db)), plan, overdue, wake, rx, stop));
     Ok(())
 }
 
@@ -114,17 +118,19 @@ fn until(at: Option<i64>) -> Duration {
     target.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO).min(SLICE)
 }
 
+/// `overdue`: the agents whose earliest todo was already due when serve started; their first
+/// wake is a `recovery`, any later one (a past `--at` given while serve runs included) `todo`.
 async fn run(
     db: Arc<Mutex<WakeDb>>,
     mut plan: Plan,
-    boot: i64,
+    mut overdue: HashSet<String>,
     wake: WakeFn,
     mut rx: mpsc::UnboundedReceiver<String>,
     stop: CancellationToken,
 ) {
     loop {
-        for (at, agent) in plan.take_due(unix_now()) {
-            wake(&agent, if at < boot { Reason::Recovery } else { Reason::Todo });
+        for (_, agent) in plan.take_due(unix_now()) {
+            wake(&agent, if overdue.remove(&agent) { Reason::Recovery } else { Reason::Todo });
         }
         let first = plan.first_at();
         let slice_ends = first.is_none_or(|at| at - unix_now() >= SLICE.as_secs() as i64);

@@ -134,6 +134,10 @@ pub async fn run(
         });
     }
     let mut errors = recording.errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if cancel.is_cancelled() {
+        // Not the model's fault and no error event of its own: the crash text says why.
+        errors.push("the wake was cancelled: serve was stopping, or the turn was aborted".to_string());
+    }
     let ending = match &outcome {
         Ok(TurnOutcome::Completed) => Ending::Completed { final_answer: final_answer(session) },
         Ok(_) => Ending::Crashed { errors },

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use super::db::WakeDb;
+use super::deliver::SERVE_SENDER;
 use super::inbox::{conversation_key, select_claim, Mailbox, MessageFile};
 use super::state::Claim;
 use super::WakeError;
@@ -71,8 +72,9 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
         files: names,
         answered: false,
     };
-    if taken.iter().all(|m| m.meta.contains_key(coordinate::CALLBACK_OF)) {
-        // A 🔔 callback is never answered back (DESIGN.md §11): nobody waits for a reply.
+    if taken.iter().all(|m| m.meta.contains_key(coordinate::CALLBACK_OF) || m.from == SERVE_SENDER) {
+        // A 🔔 callback is never answered back (DESIGN.md §11), nor a notice of serve's:
+        // nobody waits for a reply.
         db.obligation_resolve(claim.obligation_id, ResolvedBy::Notice)?;
         claim.answered = true;
     }

@@ -38,7 +38,8 @@ pub fn is_agent_id(name: &str) -> bool {
 
 /// [`deliver`] for what serve writes itself (fallbacks, notices): a recipient that names no
 /// agent of this home (a deleted agent, a forged sender) still gets the outbox copy, so the
-/// wake is never silent for want of an address.
+/// wake is never silent for want of an address; serve's own text to an agent is that copy
+/// alone.
 ///
 /// In a conversation of the message store, serve's text is posted as `agent`'s and wakes no
 /// agent: it is for the people there (a fallback that woke the other agents of a group would
@@ -47,15 +48,23 @@ pub fn deliver_fallback(home: &Home, from_ws: &Path, agent: &str, from: &str, ms
     if let Some(conv) = route::stored_conversation(home, &msg.meta)? {
         return post_stored(home, from_ws, agent, from, &conv.id, msg, false);
     }
+    if from == SERVE_SENDER && is_agent_id(msg.to.trim()) {
+        // An agent that sent a plain message gets serve's fallback as a record, not as mail:
+        // waking it would cost a turn to answer a notice (and `msg` calls carry their answers).
+        return outbox_only(from_ws, from, msg);
+    }
     match deliver(home, from_ws, from, msg) {
-        Err(WakeError::NoRecipient { .. } | WakeError::BadRecipient { .. }) => {
-            let mut meta = msg.meta.clone();
-            meta.insert("to".into(), msg.to.trim().chars().filter(|c| !c.is_control()).collect());
-            let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
-            Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
-        }
+        Err(WakeError::NoRecipient { .. } | WakeError::BadRecipient { .. }) => outbox_only(from_ws, from, msg),
         other => other,
     }
+}
+
+/// The outbox copy of `msg` alone: what serve said, for a recipient it does not deliver to.
+fn outbox_only(from_ws: &Path, from: &str, msg: &Outgoing) -> Result<MessageFile, WakeError> {
+    let mut meta = msg.meta.clone();
+    meta.insert("to".into(), msg.to.trim().chars().filter(|c| !c.is_control()).collect());
+    let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
+    Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
 }
 
 /// Writes `msg` from `from` (an agent id or [`SERVE_SENDER`]) whose workspace is `from_ws`;

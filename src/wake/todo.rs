@@ -100,13 +100,15 @@ fn read_raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawTodo> {
 }
 
 impl WakeDb {
-    /// Adds a pending todo for `agent` (trimmed text) due at `at`: id = max + 1 over all of the
+    /// Adds a pending todo for `agent` (text trimmed, line breaks made spaces) due at `at`: id = max + 1 over all of the
     /// agent's todos; a pending todo with the same text and `at_local` is returned instead
     /// (`existed`). The agent is not checked here.
     ///
     /// Errors: [`WakeDbError::BlankText`], [`WakeDbError::Sql`].
     pub fn todo_add(&mut self, agent: &str, text: &str, at: &At) -> Result<Added, WakeDbError> {
-        let text = text.trim();
+        // One line each: `todo ls` and the wake message number todos by line.
+        let one_line = text.replace(['\r', '\n'], " ");
+        let text = one_line.trim();
         if text.is_empty() {
             return Err(WakeDbError::BlankText);
         }

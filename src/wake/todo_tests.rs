@@ -49,6 +49,14 @@ fn ids_are_max_plus_one_per_agent_and_a_pending_duplicate_is_returned() {
 }
 
 #[test]
+fn a_todo_is_one_line() {
+    let (_d, mut db) = open();
+    let added = db.todo_add("w-1", "multi\nline\r\ntext", &at("2026-12-01T09:00", 100)).unwrap();
+    assert_eq!(db.todo_list("w-1", false).unwrap()[0].text, "multi line  text");
+    assert_eq!(added.id, 1);
+}
+
+#[test]
 fn done_and_remove_refuse_an_unknown_or_finished_todo() {
     let (_d, mut db) = open();
     db.todo_add("w-1", "a", &at("2026-12-01T09:00", 100)).unwrap();

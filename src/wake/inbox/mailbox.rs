@@ -90,6 +90,9 @@ impl Mailbox {
         if msg.body.trim().is_empty() {
             return Err(InboxError::EmptyBody);
         }
+        if format::sanitize_header(&msg.from).is_empty() {
+            return Err(InboxError::EmptyFrom);
+        }
         if let Some(key) = msg.meta.keys().find(|k| !is_meta_key(k)) {
             return Err(InboxError::BadMetaKey { key: key.clone() });
         }

@@ -104,6 +104,8 @@ pub enum InboxError {
     BadMetaKey { key: String },
     #[error("the message body is empty")]
     EmptyBody,
+    #[error("the sender (`from`) is empty")]
+    EmptyFrom,
 }
 
 /// The order of messages, oldest first: the front matter's second, then the nanoseconds a
