@@ -74,6 +74,12 @@ async fn every_guard_answers_a_json_error() {
     let r = s.request(reqwest::Method::POST, "/api/cicy/chat").body("{not json").send().await.unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.json::<Value>().await.unwrap()["message"].as_str().unwrap().starts_with("the body is not the JSON this route takes"));
+    // A query string or a path parameter that does not parse is a JSON error too.
+    let (status, err) = s.get(&format!("/api/agents/{id}/todos?all=yes")).await;
+    assert_eq!((status, err["error"].as_str()), (400, Some("bad_request")));
+    assert!(err["message"].as_str().unwrap().contains("all"), "{err}");
+    let (status, err) = s.post(&format!("/api/agents/{id}/todos/abc/done"), json!({})).await;
+    assert_eq!((status, err["error"].as_str()), (400, Some("bad_request")));
     assert!(gw.requests().is_empty(), "no refused request reached the gateway");
     assert_eq!(s.stop().await, 0);
 }

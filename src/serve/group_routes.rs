@@ -5,13 +5,13 @@
 //! the store's errors into HTTP answers. Must not touch the actors: a post reaches the agents
 //! as inbox files, which the inbox watch turns into wakes.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::{ApiError, JsonBody};
+use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::Hub;
 use crate::fsutil;
 use crate::messages::groups;
@@ -65,7 +65,7 @@ pub struct PostBody {
 /// thread_root, delivered: [w-<n>…]}`.
 pub async fn post(
     State(hub): State<Hub>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     JsonBody(body): JsonBody<PostBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let text = body.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("text required"))?;
@@ -88,7 +88,7 @@ pub struct PageQuery {
 
 /// `GET /api/groups/{name}/messages?from=&before=<cursor>&limit=1..100` → `{conv_id, name,
 /// messages (oldest first), before (the older page's cursor, or null)}`.
-pub async fn messages(State(hub): State<Hub>, Path(name): Path<String>, Query(q): Query<PageQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn messages(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<PageQuery>) -> Result<Json<Value>, ApiError> {
     let from = q.from.unwrap_or_else(|| "human".into());
     let (conv, page) = fsutil::blocking(|| groups::page(&hub.shared.home, &from, &name, q.before.as_deref(), q.limit.unwrap_or(50)))
         .map_err(store_error)?;
@@ -101,7 +101,7 @@ pub struct TasksQuery {
 }
 
 /// `GET /api/groups/{name}/tasks?from=` → `{conv_id, name, tasks}`.
-pub async fn tasks(State(hub): State<Hub>, Path(name): Path<String>, Query(q): Query<TasksQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn tasks(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<TasksQuery>) -> Result<Json<Value>, ApiError> {
     let from = q.from.unwrap_or_else(|| "human".into());
     let (conv, tasks) = fsutil::blocking(|| groups::tasks(&hub.shared.home, &from, &name)).map_err(store_error)?;
     Ok(Json(json!({"conv_id": conv.id, "name": conv.name, "tasks": tasks})))

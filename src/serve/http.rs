@@ -3,11 +3,13 @@
 //!
 //! Owns the `Host` check (loopback:port only, the cryo hub's DNS-rebinding guard → 403), the
 //! bearer token on every `/api` route but `GET /api/health` (→ 401), the 1 MiB body limit
-//! (→ 413) and the error shape `{"error": code, "message": text}`. Must not touch agents: the
+//! (→ 413) and the error shape `{"error": code, "message": text}`, also for a bad query
+//! string or path parameter. Must not touch agents: the
 //! routes are `super::routes`.
 
 use axum::body::Body;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -70,6 +72,29 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::bad_request(format!("the body is not the JSON this route takes: {e}")))
+    }
+}
+
+/// A query string whose failure to parse is an [`ApiError`] (400, JSON) rather than axum's
+/// plain-text rejection.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state).await.map(|Query(q)| ApiQuery(q)).map_err(|e| ApiError::bad_request(e.body_text()))
+    }
+}
+
+/// Path parameters whose failure to parse is an [`ApiError`] (400, JSON).
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state).await.map(|Path(p)| ApiPath(p)).map_err(|e| ApiError::bad_request(e.body_text()))
     }
 }
 

@@ -9,7 +9,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::actor::{self, Admit, AgentHandle, Op};
-use super::http::{ApiError, JsonBody};
+use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
@@ -175,7 +175,7 @@ pub struct HistoryQuery {
 /// `GET /api/cicy/history?agent_id=&all=` *(cicy)* → `{agent_id, conv_id, messages}`: the
 /// window the model sees, or with `all=1|true` every message of the active conversation.
 /// Read-only: it heals nothing.
-pub async fn history(State(hub): State<Hub>, Query(q): Query<HistoryQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>) -> Result<Json<Value>, ApiError> {
     let id = q.agent_id.ok_or_else(|| ApiError::bad_request("agent_id required"))?;
     let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
     let all = matches!(q.all.as_deref(), Some("1" | "true" | "yes"));
@@ -201,7 +201,7 @@ pub async fn history(State(hub): State<Hub>, Query(q): Query<HistoryQuery>) -> R
 }
 
 /// `GET /api/memory/templates/agent/{id}` *(cicy)*: the agent's AGENTS.md.
-pub async fn agents_md(State(hub): State<Hub>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn agents_md(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
     let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
     let path = workspace.join("AGENTS.md");
     let (content, exists) = match fsutil::blocking(|| std::fs::read(&path)) {
@@ -221,7 +221,7 @@ pub struct ContentBody {
 /// the next round reads it.
 pub async fn put_agents_md(
     State(hub): State<Hub>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<ContentBody>,
 ) -> Result<Json<Value>, ApiError> {
     let content = body.content.ok_or_else(|| ApiError::bad_request("content required"))?;
@@ -241,7 +241,7 @@ pub async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Statu
 }
 
 /// `GET /api/agents/{id}`.
-pub async fn get_agent(State(hub): State<Hub>, Path(id): Path<String>) -> Result<Json<actor::Status>, ApiError> {
+pub async fn get_agent(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<actor::Status>, ApiError> {
     let handle = agent(&hub, &id)?;
     let mut row = [ask(&handle, |reply| Op::Status { reply }).await?];
     super::wake_routes::fill_status(&hub, &mut row)?;
@@ -299,7 +299,7 @@ fn text_of(body: TextBody) -> Result<(String, bool), ApiError> {
 }
 
 /// `POST /api/agents/{id}/prompt` *(CMDC prompt/2)* → `{queued}`.
-pub async fn prompt(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Json<Value>, ApiError> {
+pub async fn prompt(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Json<Value>, ApiError> {
     let handle = agent(&hub, &id)?;
     let (text, _) = text_of(body)?;
     let queued = ask(&handle, |reply| Op::Prompt { text, reply }).await?;
@@ -307,7 +307,7 @@ pub async fn prompt(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(bod
 }
 
 /// `POST /api/agents/{id}/steer` *(CMDC)* `{text, interrupt?}` → `{status}`; 429 when 3 wait.
-pub async fn steer(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Response, ApiError> {
+pub async fn steer(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Response, ApiError> {
     let handle = agent(&hub, &id)?;
     let (text, interrupt) = text_of(body)?;
     let r = ask(&handle, |reply| Op::Steer { text, interrupt, reply }).await?;
@@ -317,7 +317,7 @@ pub async fn steer(State(hub): State<Hub>, Path(id): Path<String>, JsonBody(body
 
 /// `GET /api/agents/{id}/events`: the agent's events as SSE; `Last-Event-ID: N` replays every
 /// event after N first (or a `gap` for what is no longer kept).
-pub async fn agent_events(State(hub): State<Hub>, Path(id): Path<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+pub async fn agent_events(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
     let handle = agent(&hub, &id)?;
     let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
         None => None,

@@ -8,14 +8,14 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::actor::{Op, Status};
-use super::http::{ApiError, JsonBody};
+use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::routes::agent;
 use super::Hub;
 use crate::fsutil;
@@ -60,7 +60,7 @@ pub struct TodoQuery {
 
 /// `GET /api/agents/{id}/todos[?all=true]` → `{agent_id, todos: [{id, text, at_local, at_unix,
 /// status, attempt, created, done_at, line}]}`.
-pub async fn todos(State(hub): State<Hub>, Path(id): Path<String>, Query(q): Query<TodoQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn todos(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, ApiQuery(q): ApiQuery<TodoQuery>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let list = fsutil::blocking(|| open_db(&hub)?.todo_list(&id, q.all.unwrap_or(false)).map_err(db_error))?;
     Ok(Json(json!({"agent_id": id, "todos": list.iter().map(todo_json).collect::<Vec<_>>()})))
@@ -76,7 +76,7 @@ pub struct AddTodo {
 /// list of accepted forms.
 pub async fn add_todo(
     State(hub): State<Hub>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<AddTodo>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     agent(&hub, &id)?;
@@ -97,7 +97,7 @@ pub async fn add_todo(
 }
 
 /// `POST /api/agents/{id}/todos/{n}/done` → `{todo}`; 404 for no such pending todo.
-pub async fn done_todo(State(hub): State<Hub>, Path((id, n)): Path<(String, u32)>) -> Result<Json<Value>, ApiError> {
+pub async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_done(&id, n).map_err(db_error))?;
     changed(&hub, &id, WakeNote::Todo { action: "done", id: n, line: todo_line(&t) });
@@ -105,7 +105,7 @@ pub async fn done_todo(State(hub): State<Hub>, Path((id, n)): Path<(String, u32)
 }
 
 /// `DELETE /api/agents/{id}/todos/{n}` → `{todo}`; 404 for no such todo.
-pub async fn remove_todo(State(hub): State<Hub>, Path((id, n)): Path<(String, u32)>) -> Result<Json<Value>, ApiError> {
+pub async fn remove_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_remove(&id, n).map_err(db_error))?;
     changed(&hub, &id, WakeNote::Todo { action: "remove", id: n, line: todo_line(&t) });
@@ -121,7 +121,7 @@ pub struct PageQuery {
 /// `GET /api/agents/{id}/messages[?before=<cursor>&limit=1..100]` → `{agent_id, messages:
 /// [{box, cursor, name, from, subject, timestamp, question, meta, body}]}`, oldest first; the
 /// first row's `cursor` pages back *(cryo hub: `"<file name>|<inbox|outbox>"`)*.
-pub async fn messages(State(hub): State<Hub>, Path(id): Path<String>, Query(q): Query<PageQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn messages(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, ApiQuery(q): ApiQuery<PageQuery>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let ws = hub.workspace(&id).ok_or_else(|| ApiError::not_found(id.clone()))?;
     let limit = q.limit.unwrap_or(100);
@@ -159,7 +159,7 @@ pub struct PostMessage {
 /// `{file}`: one file in the agent's inbox, which wakes it (cryo hub's send).
 pub async fn send_message(
     State(hub): State<Hub>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<PostMessage>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     agent(&hub, &id)?;
