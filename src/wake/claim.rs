@@ -175,7 +175,7 @@ mod tests {
         let msg = NewMessage { from: "human".into(), subject: Some("s".into()), body: "b".into(), question: false, meta: Default::default() };
         let written = mb.write(Folder::Inbox, &msg).unwrap();
         let (claim, _) = claim_next(&mut db, &mb, "w-1").unwrap().claim.unwrap();
-        assert_eq!(claim.files, [written.name.clone()]);
+        assert_eq!(claim.files, std::slice::from_ref(&written.name));
         assert!(mb.inbox_dir().join(&written.name).exists(), "the move failed");
         assert!(!has_unclaimed(&db, &mb, "w-1").unwrap(), "sleep_until is not refused for a claimed file");
         assert!(claim_next(&mut db, &mb, "w-1").unwrap().claim.is_none());
