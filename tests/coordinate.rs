@@ -21,7 +21,7 @@ use cicy::messages::store::{CallState, MessageStore};
 use cicy::wake::inbox::{self, Mailbox};
 
 use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, RecordedRequest, Reply, ScriptedGateway};
+use common::gateway::{anthropic_text, anthropic_tool_use, anthropic_tool_uses, RecordedRequest, Reply, ScriptedGateway};
 use common::history::wire_messages;
 use common::serve::Serve;
 use common::wake::{last_user_text, mask_now, note};
@@ -123,6 +123,25 @@ fn roster(ids: &[&str]) -> String {
     Value::from(members).to_string()
 }
 
+/// The outbox files of agent `id` (`outbox/` and `outbox/archive/`), oldest first, as (from,
+/// to, body).
+fn outbox(t: &TestHome, id: &str) -> Vec<(String, String, String)> {
+    let mb = Mailbox::of_workspace(&t.workspace(id));
+    let list = |dir: std::path::PathBuf| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".md")).collect())
+            .unwrap_or_default()
+    };
+    let mut names = list(mb.outbox_dir());
+    names.extend(list(mb.outbox_dir().join("archive")));
+    names.sort();
+    names
+        .iter()
+        .map(|n| mb.read(n).unwrap())
+        .map(|m| (m.from.clone(), m.meta.get("to").cloned().unwrap_or_default(), m.body.clone()))
+        .collect()
+}
+
 fn pending(t: &TestHome, id: &str) -> usize {
     Mailbox::of_workspace(&t.workspace(id)).pending().unwrap().0.len()
 }
@@ -169,5 +188,187 @@ async fn a_msg_waits_for_the_workers_final_answer_which_is_the_tool_result() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(pending(&t, &coord), 0);
     assert_eq!(gw.requests().len(), 3);
+    // The coordinator's final answer is still its reply to ada (a msg is no reply to her).
+    assert_eq!(outbox(&t, &coord), [(coord.clone(), "ada".to_string(), "The worker says 4.".to_string())]);
+    assert_eq!(outbox(&t, &worker), [(worker.clone(), coord.clone(), "4".to_string())], "the record of its answer");
+    assert_eq!(s.stop().await, 0);
+}
+
+/// The first call of the home, once it is `done`.
+async fn done_call(t: &TestHome, id: i64) -> cicy::messages::store::MsgCall {
+    let home = t.home.clone();
+    eventually(&format!("msg {id} done"), move || {
+        MessageStore::open(&home).unwrap().call(id).unwrap().is_some_and(|c| c.state == CallState::Done)
+    })
+    .await;
+    MessageStore::open(&t.home).unwrap().call(id).unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_msg_that_times_out_is_queued_and_its_answer_comes_as_one_bell_that_needs_no_reply() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&coord));
+    let sc = Scripts::on(&gw);
+    sc.push(&coord, tool("toolu_m", "msg", json!({"to": worker, "text": "slow question", "timeout_secs": 1})));
+    sc.push(&coord, text("I'll wait for the bell."));
+    let (slow, gate) = Reply::gated(anthropic_text("slow answer"));
+    sc.push(&worker, slow);
+    sc.push(&coord, text("Got it."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "ask slowly")).unwrap();
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 2);
+    assert_eq!(
+        tool_results(&mine[1]),
+        [("toolu_m".to_string(), "msg 1 queued: no answer within 1 s; the answer will come as a 🔔 message".to_string())]
+    );
+    assert_eq!(MessageStore::open(&t.home).unwrap().call(1).unwrap().unwrap().state, CallState::Queued);
+
+    gate.add_permits(1);
+    events.until("done").await;
+    let call = done_call(&t, 1).await;
+    assert_eq!(call.reply.as_deref(), Some("slow answer"));
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 3, "the 🔔 woke the coordinator once");
+    assert!(last_user_text(&mine[2]).ends_with(&format!("| 🔔 [{worker}] msg 1 → done\nslow answer")), "{}", last_user_text(&mine[2]));
+    // The 🔔 claim needs no reply: nothing goes back to the worker, nothing wakes it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((pending(&t, &worker), pending(&t, &coord)), (0, 0));
+    assert_eq!(requests_of(&gw, &worker).len(), 1);
+    // Its answer to ada is its final answer; the 🔔 turn sent nothing and needs no fallback.
+    assert_eq!(outbox(&t, &coord), [(coord.clone(), "ada".to_string(), "I'll wait for the bell.".to_string())]);
+    let mut store = MessageStore::open(&t.home).unwrap();
+    let conv = store.direct(&coord, &worker).unwrap();
+    let msgs = store.messages(&conv.id, None, 10).unwrap().messages;
+    let said: Vec<(String, String)> = msgs.iter().map(|m| (m.sender.clone(), m.content.clone())).collect();
+    assert_eq!(
+        said,
+        [
+            (coord.clone(), "slow question".to_string()),
+            (worker.clone(), "slow answer".to_string()),
+            (worker.clone(), format!("🔔 [{worker}] msg 1 → done\nslow answer")),
+        ]
+    );
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_false_is_queued_at_once_and_callback_false_brings_no_bell() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let quick = create(&t, "waker", Some(&coord));
+    let slow = create(&t, "waker", Some(&coord));
+    let sc = Scripts::on(&gw);
+    sc.push(
+        &coord,
+        Reply::sse(anthropic_tool_uses(&[
+            ("toolu_a", "msg", &json!({"to": quick, "text": "no wait", "wait": false}).to_string()),
+            ("toolu_b", "msg", &json!({"to": slow, "text": "no bell", "timeout_secs": 1, "callback": false}).to_string()),
+        ])),
+    );
+    sc.push(&coord, text("Sent both."));
+    sc.push(&coord, text("Noted the bell."));
+    sc.push(&quick, text("quick answer"));
+    let (held, gate) = Reply::gated(anthropic_text("late answer"));
+    sc.push(&slow, held);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "fan out")).unwrap();
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(
+        tool_results(&mine[1]),
+        [
+            ("toolu_a".to_string(), "msg 1 queued".to_string()),
+            ("toolu_b".to_string(), "msg 2 queued: no answer within 1 s".to_string()),
+        ]
+    );
+    // The quick worker's answer to a call nobody waited for comes as a 🔔.
+    assert_eq!(done_call(&t, 1).await.reply.as_deref(), Some("quick answer"));
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 3);
+    assert!(last_user_text(&mine[2]).ends_with(&format!("| 🔔 [{quick}] msg 1 → done\nquick answer")), "{}", last_user_text(&mine[2]));
+    // The slow one's answer asked for no callback: stored, and nobody is woken.
+    gate.add_permits(1);
+    assert_eq!(done_call(&t, 2).await.reply.as_deref(), Some("late answer"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(requests_of(&gw, &coord).len(), 3);
+    assert_eq!(pending(&t, &coord), 0);
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_msg_to_a_worker_in_a_long_turn_is_answered_after_that_turn() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&coord));
+    let sc = Scripts::on(&gw);
+    let (long, gate) = Reply::gated(anthropic_text("long job done"));
+    sc.push(&worker, long);
+    sc.push(&worker, text("answer after the job"));
+    sc.push(&coord, tool("toolu_m", "msg", json!({"to": worker, "text": "are you free?", "timeout_secs": 20})));
+    sc.push(&coord, text("It answered."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut worker_events = s.events(&worker, None).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&worker)).write(inbox::Folder::Inbox, &note("bob", "a long job")).unwrap();
+    gw.wait_for_requests(1).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "ask the busy one")).unwrap();
+    let w2 = t.workspace(&worker);
+    eventually("the msg waits in the busy worker's inbox", move || {
+        Mailbox::of_workspace(&w2).pending().unwrap().0.len() == 1
+    })
+    .await;
+    assert_eq!(MessageStore::open(&t.home).unwrap().call(1).unwrap().unwrap().state, CallState::Waiting);
+    gate.add_permits(1);
+    worker_events.until("done").await;
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 2);
+    assert_eq!(tool_results(&mine[1]), [("toolu_m".to_string(), format!("[{worker}] answer after the job"))]);
+    let theirs = requests_of(&gw, &worker);
+    assert_eq!(theirs.len(), 2);
+    assert!(last_user_text(&theirs[1]).ends_with("| are you free?"), "{}", last_user_text(&theirs[1]));
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broadcast_to_three_workers_gives_one_line_each_in_id_order_and_timeout_for_the_slow_one() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let workers: Vec<String> = (0..3).map(|_| create(&t, "waker", Some(&coord))).collect();
+    // Not a worker of this coordinator: left out.
+    let other = create(&t, "waker", None);
+    let sc = Scripts::on(&gw);
+    sc.push(&coord, tool("toolu_b", "broadcast", json!({"text": "status?", "timeout_ms": 1500})));
+    sc.push(&coord, text("Collected."));
+    sc.push(&workers[0], text("first ok"));
+    let (held, gate) = Reply::gated(anthropic_text("too late"));
+    sc.push(&workers[1], held);
+    sc.push(&workers[2], text("third ok"));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "ask everyone")).unwrap();
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 2);
+    assert_eq!(
+        tool_results(&mine[1]),
+        [("toolu_b".to_string(), format!("{}: first ok\n{}: timeout\n{}: third ok", workers[0], workers[1], workers[2]))]
+    );
+    // The late answer is stored but brings no 🔔 (a broadcast asks for none).
+    gate.add_permits(1);
+    assert_eq!(done_call(&t, 2).await.reply.as_deref(), Some("too late"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((requests_of(&gw, &coord).len(), pending(&t, &coord)), (2, 0));
+    assert!(requests_of(&gw, &other).is_empty());
     assert_eq!(s.stop().await, 0);
 }
