@@ -372,3 +372,76 @@ async fn a_broadcast_to_three_workers_gives_one_line_each_in_id_order_and_timeou
     assert!(requests_of(&gw, &other).is_empty());
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test]
+async fn fork_copies_the_template_agents_md_memory_and_conversation_under_a_new_id() {
+    let t = TestHome::new("http://127.0.0.1:9", 0);
+    t.write_role("coord", "[core, wake, coordinate]", 20);
+    let master = create(&t, "coord", None);
+    let src = create(&t, "coord", Some(&master));
+    let ws = t.workspace(&src);
+    std::fs::write(ws.join("AGENTS.md"), "# Role\n\nbytes \u{00e9}\r\nexact\n").unwrap();
+    let mem = ws.join(".cicy/memory");
+    std::fs::create_dir_all(mem.join("_archive")).unwrap();
+    std::fs::write(mem.join("notes.md"), "remember this\n").unwrap();
+    std::fs::write(mem.join("_archive/old.md"), "old note\n").unwrap();
+    std::fs::write(mem.join("backoff.json"), "{}").unwrap();
+    let seeded = common::history::seed(&t, &src, common::history::tool_turns(2));
+    let before = t.current_json(&src);
+
+    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--title", "Copy"], None).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "w-3\n"), "{}", out.stderr);
+    let reg = cicy::registry::Registry::open(&t.home.db_path()).unwrap();
+    let (a, b) = (reg.get(&src).unwrap(), reg.get("w-3").unwrap());
+    assert_eq!(
+        (b.title.as_str(), b.role_template.as_str(), b.role.as_str(), b.master_id.as_deref(), b.default_model.clone()),
+        ("Copy", "coord", "worker", Some(master.as_str()), a.default_model.clone())
+    );
+    let copy = t.workspace("w-3");
+    assert_eq!(std::fs::read(copy.join("AGENTS.md")).unwrap(), std::fs::read(ws.join("AGENTS.md")).unwrap());
+    assert_eq!(std::fs::read_to_string(copy.join(".cicy/memory/notes.md")).unwrap(), "remember this\n");
+    assert_eq!(std::fs::read_to_string(copy.join(".cicy/memory/_archive/old.md")).unwrap(), "old note\n");
+    assert!(!copy.join(".cicy/memory/backoff.json").exists(), "the backoff state stays behind");
+    let forked = t.current_json("w-3");
+    assert_ne!(forked["conversation_id"], before["conversation_id"]);
+    assert_eq!((forked["agent_id"].as_str(), forked["max_history_id"].as_u64()), (Some("w-3"), Some(8)));
+    assert_eq!(forked["messages"], before["messages"]);
+    assert_eq!(forked["messages"].as_array().unwrap().len(), seeded.len());
+    // The source is read, not touched.
+    assert_eq!(t.current_json(&src), before);
+
+    // The tool's default master is the source's; `--master` names another.
+    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--master", &src], None).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "w-4\n"), "{}", out.stderr);
+    let d = reg.get("w-4").unwrap();
+    assert_eq!((d.title.as_str(), d.master_id.as_deref()), ("Tess (fork)", Some(src.as_str())));
+    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", "w-99"], None).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_forking_itself_mid_turn_leaves_its_turn_alone() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let sc = Scripts::on(&gw);
+    sc.push(&coord, tool("toolu_f", "fork", json!({"title": "Twin"})));
+    sc.push(&coord, text("Forked."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "make a twin")).unwrap();
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(tool_results(&mine[1]), [("toolu_f".to_string(), format!("Forked {coord} as w-2 (Twin)."))]);
+    let reply = t.reply_json(&coord);
+    assert_eq!(reply["status"], "completed", "{reply}");
+    let cur = t.current_json(&coord);
+    let texts: Vec<String> = cur["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_string()).collect();
+    assert_eq!(texts, ["user", "assistant", "user", "assistant"]);
+    // The twin has what was written of the conversation when it was made: the wake message.
+    let twin = t.current_json("w-2");
+    assert_ne!(twin["conversation_id"], cur["conversation_id"]);
+    assert_eq!(twin["messages"], json!([cur["messages"][0]]));
+    assert_eq!(outbox(&t, &coord), [(coord.clone(), "ada".to_string(), "Forked.".to_string())]);
+    assert_eq!(s.stop().await, 0);
+}

@@ -18,6 +18,7 @@ use super::route::{self, Post, RouteError};
 use super::store::{Answered, CallState, MessageStore, StoreError};
 use crate::agent::{self, AgentError, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
+use crate::conversation::invariants;
 use crate::fsutil;
 use crate::home::Home;
 use crate::registry::{AgentRecord, Registry, RegistryError};
@@ -213,17 +214,36 @@ pub fn fork(home: &Home, src: &str, title: Option<&str>, master: Option<&str>) -
     }
     copy_memory(&from.workspace.join(".cicy").join("memory"), &rec.workspace.join(".cicy").join("memory"))?;
     let model = from.default_model.clone().unwrap_or_default();
-    let restored = HistoryStore::new(&from.workspace)
-        .restore(&from.id, &model)
-        .map_err(|e| CoordError::History { path: from.workspace.clone(), message: e.to_string() })?;
-    let mut current = CurrentFile::new(&rec.id, &restored.current.model);
-    current.messages = restored.current.messages;
-    current.max_history_id = restored.current.max_history_id;
-    current.prompts = restored.current.prompts;
+    let mut current = CurrentFile::new(&rec.id, &model);
+    // Read, never `restore`d: the source may be in a turn (an agent forking itself), which a
+    // restore would take for an interrupted one and mark cancelled under the running turn.
+    if let Some(src_current) = read_current(&from.workspace)? {
+        current.model = src_current.model;
+        current.messages = src_current.messages;
+        current.max_history_id = src_current.max_history_id;
+        current.prompts = src_current.prompts;
+        // A copy taken mid-turn may end in a tool call without its result.
+        invariants::heal(&mut current.messages);
+        current.number_unnumbered();
+    }
     HistoryStore::new(&rec.workspace)
         .start(&current)
         .map_err(|e| CoordError::History { path: rec.workspace.clone(), message: e.to_string() })?;
     Ok(rec)
+}
+
+/// The active conversation's `current.json` in workspace `ws`, read only; `None` when the
+/// agent has none yet.
+fn read_current(ws: &std::path::Path) -> Result<Option<CurrentFile>, CoordError> {
+    let store = HistoryStore::new(ws);
+    let Some(conv) = store.active_conversation() else { return Ok(None) };
+    let path = store.conversation_dir(&conv).join("current.json");
+    let bad = |message: String| CoordError::History { path: path.clone(), message };
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| bad(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(bad(e.to_string())),
+    }
 }
 
 /// Copies the memory files (`*.md`, `_archive/`, `.pending.jsonl`) of one agent to another;
