@@ -445,3 +445,133 @@ async fn an_agent_forking_itself_mid_turn_leaves_its_turn_alone() {
     assert_eq!(outbox(&t, &coord), [(coord.clone(), "ada".to_string(), "Forked.".to_string())]);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_msg_command_waits_for_the_answer_no_wait_queues_and_msgs_lists_the_calls() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let worker = create(&t, "waker", None);
+    let sc = Scripts::on(&gw);
+    sc.push(&worker, text("hello ada"));
+    sc.push(&worker, text("later answer"));
+    let (held, gate) = Reply::gated(anthropic_text("too slow"));
+    sc.push(&worker, held);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let cli = |args: Vec<String>| {
+        let root = t.root().to_path_buf();
+        let url = gw.url();
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            common::cli::cicy(&root, &url, &args, None).await
+        }
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let out = cli(args(&["msg", &worker, "hi", "--from", "ada"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "hello ada\n"), "{}", out.stderr);
+    assert!(last_user_text(&requests_of(&gw, &worker)[0]).ends_with("| hi"));
+
+    let out = cli(args(&["msg", &worker, "when you can", "--from", "ada", "--no-wait"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "msg 2 queued\n"), "{}", out.stderr);
+    done_call(&t, 2).await;
+
+    let out = cli(args(&["msg", &worker, "quick!", "--from", "ada", "--timeout", "1", "--no-callback"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (1, "msg 3 queued: no answer within 1 s\n"), "{}", out.stderr);
+    gate.add_permits(1);
+    done_call(&t, 3).await;
+
+    let out = cli(args(&["msgs", &worker])).await;
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (
+            0,
+            format!(
+                "#3 human:ada → {worker} [done] quick!\n    ↳ too slow\n#2 human:ada → {worker} [done] when you can\n    ↳ later answer\n\
+                 #1 human:ada → {worker} [done] hi\n    ↳ hello ada\n"
+            )
+            .as_str()
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = cli(args(&["msgs", "ada", "--open"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "No msgs.\n"));
+    let out = cli(args(&["msgs", &worker, "--json"])).await;
+    let calls: Value = serde_json::from_str(&out.stdout).unwrap();
+    let ids: Vec<(i64, bool, &str)> = calls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_i64().unwrap(), c["callback"].as_bool().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(ids, [(3, false, "done"), (2, true, "done"), (1, true, "done")]);
+    let out = cli(args(&["msg", "w-99", "hi"])).await;
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("no agent `w-99` to message"), "{}", out.stderr);
+    assert_eq!(s.stop().await, 0);
+}
+
+/// The issue's scenario: a person posts a task in a group; the coordinator splits it between
+/// its two workers with `msg` and answers in the group with both answers.
+///
+/// The group holds the person and the coordinator only; the workers are the coordinator's
+/// (`master`) and hear of the task through `msg`. Decided so because every agent member of a
+/// group is woken by every post and must answer it (never silent): workers in the group would
+/// each be woken by the task and by the coordinator's answer, and post in the group themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_posted_in_a_group_is_split_between_two_workers_and_answered_in_the_group() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let (a, b) = (create(&t, "waker", Some(&coord)), create(&t, "waker", Some(&coord)));
+    let sc = Scripts::on(&gw);
+    sc.push(
+        &coord,
+        Reply::sse(anthropic_tool_uses(&[
+            ("toolu_a", "msg", &json!({"to": a, "text": "count the red boxes"}).to_string()),
+            ("toolu_b", "msg", &json!({"to": b, "text": "count the blue boxes"}).to_string()),
+        ])),
+    );
+    sc.push(&a, text("3 red"));
+    sc.push(&b, text("5 blue"));
+    sc.push(&coord, tool("toolu_r", "reply", json!({"text": "Counted: 3 red and 5 blue."})));
+    sc.push(&coord, text("Answered in the group."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let (status, created) = s.post("/api/groups", json!({"name": "boxes", "members": [coord], "from": "ada"})).await;
+    assert_eq!(status, 201, "{created}");
+    let mut events = s.events(&coord, None).await;
+    let (status, posted) = s.post("/api/groups/boxes/messages", json!({"text": "How many red and blue boxes?", "from": "ada"})).await;
+    assert_eq!((status, posted["delivered"].clone()), (201, json!([coord])), "{posted}");
+    events.until("done").await;
+
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 3);
+    assert_eq!(
+        tool_results(&mine[1]),
+        [("toolu_a".to_string(), format!("[{a}] 3 red")), ("toolu_b".to_string(), format!("[{b}] 5 blue"))]
+    );
+    assert!(last_user_text(&requests_of(&gw, &a)[0]).ends_with("| count the red boxes"));
+    assert!(last_user_text(&requests_of(&gw, &b)[0]).ends_with("| count the blue boxes"));
+    let (status, page) = s.get("/api/groups/boxes/messages?from=ada").await;
+    assert_eq!(status, 200);
+    let said: Vec<(String, String, u64)> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["sender"].as_str().unwrap().to_string(), m["content"].as_str().unwrap().to_string(), m["metadata"]["hops"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        said,
+        [
+            ("human:ada".to_string(), "How many red and blue boxes?".to_string(), 0),
+            (coord.clone(), "Counted: 3 red and 5 blue.".to_string(), 1),
+        ]
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(gw.requests().len(), 5, "nobody is woken again");
+    assert_eq!((pending(&t, &coord), pending(&t, &a), pending(&t, &b)), (0, 0, 0));
+    let calls = MessageStore::open(&t.home).unwrap().calls_of(&coord, 10).unwrap();
+    let states: Vec<(i64, &str, CallState)> = calls.iter().map(|c| (c.id, c.to.as_str(), c.state)).collect();
+    assert_eq!(states, [(2, b.as_str(), CallState::Done), (1, a.as_str(), CallState::Done)]);
+    assert_eq!(s.stop().await, 0);
+}
