@@ -575,3 +575,39 @@ async fn a_task_posted_in_a_group_is_split_between_two_workers_and_answered_in_t
     assert_eq!(states, [(2, b.as_str(), CallState::Done), (1, a.as_str(), CallState::Done)]);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_msging_each_other_stop_after_eight_hops() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let (a, b) = (create(&t, "coord", None), create(&t, "coord", None));
+    let sc = Scripts::on(&gw);
+    // Turn k (0-based) answers hop k and msgs the other agent: hop k + 1.
+    for k in 0..9 {
+        let (me, other) = if k % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let input = json!({"to": other, "text": format!("ping {}", k + 1), "wait": false, "callback": false});
+        sc.push(me, tool(&format!("toolu_{k}"), "msg", input));
+        sc.push(me, text(&format!("pong {k}")));
+    }
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    Mailbox::of_workspace(&t.workspace(&a)).write(inbox::Folder::Inbox, &note("ada", "start")).unwrap();
+    gw.wait_for_requests(18).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Hops 1 to 8 were delivered and answered; the ninth msg is refused, not left waiting.
+    let results: Vec<Vec<(String, String)>> = requests_of(&gw, &a).iter().map(tool_results).filter(|r| !r.is_empty()).collect();
+    let expected: Vec<Vec<(String, String)>> = [0, 2, 4, 6]
+        .iter()
+        .map(|k| vec![(format!("toolu_{k}"), format!("msg {} queued", k + 1))])
+        .chain([vec![(
+            "toolu_8".to_string(),
+            "error: not sent: it would be hop 9, past the limit of 8 (agents answering each other stop there)".to_string(),
+        )]])
+        .collect();
+    assert_eq!(results, expected);
+    let calls = MessageStore::open(&t.home).unwrap().calls_of(&a, 20).unwrap();
+    let answers: Vec<(i64, CallState, Option<String>)> = calls.iter().map(|c| (c.id, c.state, c.reply.clone())).collect();
+    let done: Vec<(i64, CallState, Option<String>)> = (1..=8).rev().map(|i| (i, CallState::Done, Some(format!("pong {i}")))).collect();
+    assert_eq!(answers, done);
+    assert_eq!(gw.requests().len(), 18, "no wake after the eighth hop");
+    assert_eq!(s.stop().await, 0);
+}

@@ -55,6 +55,8 @@ pub enum CoordError {
     ToSelf(String),
     #[error("the text is empty")]
     EmptyText,
+    #[error("not sent: it would be hop {0}, past the limit of {max} (agents answering each other stop there)", max = route::MAX_HOPS)]
+    TooManyHops(u32),
 }
 
 /// How a wait for an answer ended.
@@ -71,12 +73,16 @@ pub enum Waited {
 /// returns its id. `wait` records that a caller waits for the answer; `hops` is the new
 /// message's hop count (`super::route::MAX_HOPS`).
 ///
-/// Errors: [`CoordError::NoAgent`], [`CoordError::ToSelf`], [`CoordError::EmptyText`], the
-/// store's and the files'.
+/// Errors: [`CoordError::NoAgent`], [`CoordError::ToSelf`], [`CoordError::EmptyText`],
+/// [`CoordError::TooManyHops`], the store's and the files'.
 pub fn send(home: &Home, from: &str, to: &str, text: &str, wait: bool, callback: bool, hops: u32) -> Result<i64, CoordError> {
     let to = to.trim();
     if text.trim().is_empty() {
         return Err(CoordError::EmptyText);
+    }
+    // A message past the limit is delivered to no agent: its call would never be answered.
+    if hops > route::MAX_HOPS {
+        return Err(CoordError::TooManyHops(hops));
     }
     if to == from {
         return Err(CoordError::ToSelf(to.to_string()));
