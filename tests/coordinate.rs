@@ -611,3 +611,35 @@ async fn two_agents_msging_each_other_stop_after_eight_hops() {
     assert_eq!(gw.requests().len(), 18, "no wake after the eighth hop");
     assert_eq!(s.stop().await, 0);
 }
+
+#[test]
+fn a_bell_carries_at_most_2000_characters_and_reaches_its_caller_even_past_the_hop_limit() {
+    use cicy::messages::coordinate;
+    let t = TestHome::new("http://127.0.0.1:9", 0);
+    t.write_role("coord", "[core, wake, coordinate]", 20);
+    let (a, b) = (create(&t, "coord", None), create(&t, "coord", None));
+    let first = coordinate::send(&t.home, &a, &b, "last hop", false, true, 8).unwrap();
+    // The answer to a msg at hop 8 is hop 9: its 🔔 still wakes the caller.
+    coordinate::answer(&t.home, &b, &[first], "fine", 9).unwrap();
+    let long = coordinate::send(&t.home, &a, &b, "tell me everything", false, true, 1).unwrap();
+    let answer = format!("{}é tail", "x".repeat(1999));
+    coordinate::answer(&t.home, &b, &[long], &answer, 2).unwrap();
+    // Nobody waits and no callback was asked: stored only.
+    let quiet = coordinate::send(&t.home, &a, &b, "no bell", false, false, 1).unwrap();
+    coordinate::answer(&t.home, &b, &[quiet], "shh", 2).unwrap();
+    let bells = Mailbox::of_workspace(&t.workspace(&a)).pending().unwrap().0;
+    let got: Vec<(String, String, Option<String>)> =
+        bells.iter().map(|m| (m.from.clone(), m.body.clone(), m.meta.get("callback_of").cloned())).collect();
+    assert_eq!(
+        got,
+        [
+            (b.clone(), format!("🔔 [{b}] msg {first} → done\nfine"), Some(first.to_string())),
+            (b.clone(), format!("🔔 [{b}] msg {long} → done\n{}é\n…", "x".repeat(1999)), Some(long.to_string())),
+        ]
+    );
+    assert_eq!(bells[0].meta.get("hops").map(String::as_str), Some("8"));
+    let err = coordinate::send(&t.home, &a, &b, "one too many", true, true, 9).unwrap_err();
+    assert_eq!(err.to_string(), "not sent: it would be hop 9, past the limit of 8 (agents answering each other stop there)");
+    let calls = MessageStore::open(&t.home).unwrap().calls_of(&a, 10).unwrap();
+    assert_eq!(calls.len(), 3, "a refused msg leaves no call");
+}

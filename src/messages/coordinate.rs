@@ -148,6 +148,9 @@ pub fn answer(home: &Home, agent: &str, ids: &[i64], reply: &str, hops: u32) -> 
         let text = format!("🔔 [{agent}] msg {} → done\n{cut}{more}", call.id);
         let mut metadata = Map::new();
         metadata.insert(CALLBACK_OF.to_string(), Value::from(call.id));
+        // Capped so it is delivered even when the answer is past the limit (a msg at hop 8):
+        // a 🔔 is never answered, so it cannot start a loop, and its caller waits for it.
+        let hops = hops.min(route::MAX_HOPS);
         let post = Post { conv_id: &call.conv_id, sender: agent, content: &text, thread: None, hops, wake_agents: true, metadata };
         route::post(home, &mut store, &post)?;
     }
