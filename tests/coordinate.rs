@@ -450,12 +450,15 @@ async fn an_agent_forking_itself_mid_turn_leaves_its_turn_alone() {
 async fn the_msg_command_waits_for_the_answer_no_wait_queues_and_msgs_lists_the_calls() {
     let gw = ScriptedGateway::start().await;
     let t = home(&gw);
-    let worker = create(&t, "waker", None);
+    // The master only lends its id to `broadcast`: it never runs a turn here.
+    let master = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&master));
     let sc = Scripts::on(&gw);
     sc.push(&worker, text("hello ada"));
     sc.push(&worker, text("later answer"));
     let (held, gate) = Reply::gated(anthropic_text("too slow"));
     sc.push(&worker, held);
+    sc.push(&worker, text("all good"));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let cli = |args: Vec<String>| {
         let root = t.root().to_path_buf();
@@ -505,6 +508,10 @@ async fn the_msg_command_waits_for_the_answer_no_wait_queues_and_msgs_lists_the_
         .map(|c| (c["id"].as_i64().unwrap(), c["callback"].as_bool().unwrap(), c["state"].as_str().unwrap()))
         .collect();
     assert_eq!(ids, [(3, false, "done"), (2, true, "done"), (1, true, "done")]);
+    let out = cli(args(&["broadcast", &master, "status?", "--timeout", "5000"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, format!("{worker}: all good\n").as_str()), "{}", out.stderr);
+    let out = cli(args(&["broadcast", &worker, "anyone?"])).await;
+    assert_eq!((out.code, out.stdout.as_str()), (0, "No workers.\n"));
     let out = cli(args(&["msg", "w-99", "hi"])).await;
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("no agent `w-99` to message"), "{}", out.stderr);
