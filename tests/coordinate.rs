@@ -123,8 +123,8 @@ fn roster(ids: &[&str]) -> String {
     Value::from(members).to_string()
 }
 
-/// The outbox files of agent `id` (`outbox/` and `outbox/archive/`), oldest first, as (from,
-/// to, body).
+/// The outbox files of agent `id` (`outbox/` and `outbox/archive/`) in file-name order, as
+/// (from, to, body).
 fn outbox(t: &TestHome, id: &str) -> Vec<(String, String, String)> {
     let mb = Mailbox::of_workspace(&t.workspace(id));
     let list = |dir: std::path::PathBuf| -> Vec<String> {
@@ -312,7 +312,9 @@ async fn a_msg_to_a_worker_in_a_long_turn_is_answered_after_that_turn() {
     let sc = Scripts::on(&gw);
     let (long, gate) = Reply::gated(anthropic_text("long job done"));
     sc.push(&worker, long);
-    sc.push(&worker, text("answer after the job"));
+    // This time the worker answers with its `reply` tool, and its final answer is no second one.
+    sc.push(&worker, tool("toolu_r", "reply", json!({"text": "answer after the job"})));
+    sc.push(&worker, text("replied"));
     sc.push(&coord, tool("toolu_m", "msg", json!({"to": worker, "text": "are you free?", "timeout_secs": 20})));
     sc.push(&coord, text("It answered."));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
@@ -333,9 +335,15 @@ async fn a_msg_to_a_worker_in_a_long_turn_is_answered_after_that_turn() {
     let mine = requests_of(&gw, &coord);
     assert_eq!(mine.len(), 2);
     assert_eq!(tool_results(&mine[1]), [("toolu_m".to_string(), format!("[{worker}] answer after the job"))]);
+    worker_events.until("done").await;
     let theirs = requests_of(&gw, &worker);
-    assert_eq!(theirs.len(), 2);
+    assert_eq!(theirs.len(), 3);
     assert!(last_user_text(&theirs[1]).ends_with("| are you free?"), "{}", last_user_text(&theirs[1]));
+    // Both written within the same second: file names do not order them.
+    let mut out = outbox(&t, &worker);
+    out.sort();
+    assert_eq!(out, [(worker.clone(), "bob".to_string(), "long job done".to_string()), (worker.clone(), coord.clone(), "answer after the job".to_string())]);
+    assert_eq!(pending(&t, &coord), 0);
     assert_eq!(s.stop().await, 0);
 }
 
@@ -649,4 +657,35 @@ fn a_bell_carries_at_most_2000_characters_and_reaches_its_caller_even_past_the_h
     assert_eq!(err.to_string(), "not sent: it would be hop 9, past the limit of 8 (agents answering each other stop there)");
     let calls = MessageStore::open(&t.home).unwrap().calls_of(&a, 10).unwrap();
     assert_eq!(calls.len(), 3, "a refused msg leaves no call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_releases_the_call_to_its_bell() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&coord));
+    let sc = Scripts::on(&gw);
+    sc.push(&coord, tool("toolu_m", "msg", json!({"to": worker, "text": "take your time"})));
+    let (held, gate) = Reply::gated(anthropic_text("took my time"));
+    sc.push(&worker, held);
+    sc.push(&coord, text("Bell read."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "ask and wait")).unwrap();
+    let home = t.home.clone();
+    eventually("the worker's turn started", || requests_of(&gw, &worker).len() == 1).await;
+    let (status, body) = s.post("/api/cicy/cancel", json!({"agent_id": coord})).await;
+    assert_eq!((status, body["canceled"].clone()), (200, json!(true)), "{body}");
+    events.until("done").await;
+    eventually("the call is released", move || MessageStore::open(&home).unwrap().call(1).unwrap().unwrap().state == CallState::Queued).await;
+    gate.add_permits(1);
+    assert_eq!(done_call(&t, 1).await.reply.as_deref(), Some("took my time"));
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(mine.len(), 2, "the cancelled turn made one request, the 🔔 wake one");
+    assert!(last_user_text(&mine[1]).ends_with(&format!("| 🔔 [{worker}] msg 1 → done\ntook my time")), "{}", last_user_text(&mine[1]));
+    // ada hears of the cancelled turn (a cancel ends a wake like a crash); the 🔔 wake says nothing.
+    assert_eq!(outbox(&t, &coord), [("cicy".to_string(), "ada".to_string(), "(cicy: agent crashed before replying)".to_string())]);
+    assert_eq!(s.stop().await, 0);
 }
