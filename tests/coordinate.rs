@@ -689,3 +689,39 @@ async fn a_cancelled_wait_releases_the_call_to_its_bell() {
     assert_eq!(outbox(&t, &coord), [("cicy".to_string(), "ada".to_string(), "(cicy: agent crashed before replying)".to_string())]);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_lists_who_can_be_messaged_and_a_bad_msg_is_an_error_at_once() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&coord));
+    let stranger = create(&t, "waker", None);
+    let sc = Scripts::on(&gw);
+    sc.push(
+        &coord,
+        Reply::sse(anthropic_tool_uses(&[
+            ("toolu_a", "agents", "{}"),
+            ("toolu_s", "msg", &json!({"to": coord, "text": "me?"}).to_string()),
+            ("toolu_u", "msg", &json!({"to": "w-99", "text": "anyone?"}).to_string()),
+            ("toolu_e", "msg", &json!({"to": worker, "text": "  "}).to_string()),
+        ])),
+    );
+    sc.push(&coord, text("Listed."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&coord, None).await;
+    Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "who is there?")).unwrap();
+    events.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(
+        tool_results(&mine[1]),
+        [
+            ("toolu_a".to_string(), format!("{worker}  Tess  template:waker  master:{coord}  (your worker)\n{stranger}  Tess  template:waker  master:-")),
+            ("toolu_s".to_string(), format!("error: an agent cannot msg itself ({coord})")),
+            ("toolu_u".to_string(), "error: no agent `w-99` to message (see `cicy-agent ls`)".to_string()),
+            ("toolu_e".to_string(), "error: `to` and `text` are required for msg".to_string()),
+        ]
+    );
+    assert!(MessageStore::open(&t.home).unwrap().calls_of(&coord, 10).unwrap().is_empty());
+    assert_eq!(s.stop().await, 0);
+}
