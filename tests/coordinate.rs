@@ -725,3 +725,24 @@ async fn agents_lists_who_can_be_messaged_and_a_bad_msg_is_an_error_at_once() {
     assert!(MessageStore::open(&t.home).unwrap().calls_of(&coord, 10).unwrap().is_empty());
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_msg_from_a_chat_turn_waits_for_the_answer_too() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let coord = create(&t, "coord", None);
+    let worker = create(&t, "waker", Some(&coord));
+    let sc = Scripts::on(&gw);
+    sc.push(&coord, tool("toolu_m", "msg", json!({"to": worker, "text": "from the chat"})));
+    sc.push(&worker, text("chat answer"));
+    sc.push(&coord, text("Relayed."));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    s.chat(&coord, "ask the worker").await.until("done").await;
+    let mine = requests_of(&gw, &coord);
+    assert_eq!(tool_results(&mine[1]), [("toolu_m".to_string(), format!("[{worker}] chat answer"))]);
+    let call = MessageStore::open(&t.home).unwrap().call(1).unwrap().unwrap();
+    assert_eq!((call.state, call.reply.as_deref()), (CallState::Done, Some("chat answer")));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!((gw.requests().len(), pending(&t, &coord)), (3, 0));
+    assert_eq!(s.stop().await, 0);
+}
