@@ -194,7 +194,7 @@ async fn a_msg_waits_for_the_workers_final_answer_which_is_the_tool_result() {
     assert_eq!(s.stop().await, 0);
 }
 
-/// The first call of the home, once it is `done`.
+/// Call `id`, once it is `done` (within 10 s).
 async fn done_call(t: &TestHome, id: i64) -> cicy::messages::store::MsgCall {
     let home = t.home.clone();
     eventually(&format!("msg {id} done"), move || {
