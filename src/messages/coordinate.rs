@@ -18,6 +18,7 @@ use super::route::{self, Post, RouteError};
 use super::store::{Answered, CallState, MessageStore, StoreError};
 use crate::agent::{self, AgentError, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
+use crate::conversation::invariants;
 use crate::fsutil;
 use crate::home::Home;
 use crate::registry::{AgentRecord, Registry, RegistryError};
@@ -54,6 +55,8 @@ pub enum CoordError {
     ToSelf(String),
     #[error("the text is empty")]
     EmptyText,
+    #[error("not sent: it would be hop {0}, past the limit of {max} (agents answering each other stop there)", max = route::MAX_HOPS)]
+    TooManyHops(u32),
 }
 
 /// How a wait for an answer ended.
@@ -70,12 +73,16 @@ pub enum Waited {
 /// returns its id. `wait` records that a caller waits for the answer; `hops` is the new
 /// message's hop count (`super::route::MAX_HOPS`).
 ///
-/// Errors: [`CoordError::NoAgent`], [`CoordError::ToSelf`], [`CoordError::EmptyText`], the
-/// store's and the files'.
+/// Errors: [`CoordError::NoAgent`], [`CoordError::ToSelf`], [`CoordError::EmptyText`],
+/// [`CoordError::TooManyHops`], the store's and the files'.
 pub fn send(home: &Home, from: &str, to: &str, text: &str, wait: bool, callback: bool, hops: u32) -> Result<i64, CoordError> {
     let to = to.trim();
     if text.trim().is_empty() {
         return Err(CoordError::EmptyText);
+    }
+    // A message past the limit is delivered to no agent: its call would never be answered.
+    if hops > route::MAX_HOPS {
+        return Err(CoordError::TooManyHops(hops));
     }
     if to == from {
         return Err(CoordError::ToSelf(to.to_string()));
@@ -141,6 +148,9 @@ pub fn answer(home: &Home, agent: &str, ids: &[i64], reply: &str, hops: u32) -> 
         let text = format!("🔔 [{agent}] msg {} → done\n{cut}{more}", call.id);
         let mut metadata = Map::new();
         metadata.insert(CALLBACK_OF.to_string(), Value::from(call.id));
+        // Capped so it is delivered even when the answer is past the limit (a msg at hop 8):
+        // a 🔔 is never answered, so it cannot start a loop, and its caller waits for it.
+        let hops = hops.min(route::MAX_HOPS);
         let post = Post { conv_id: &call.conv_id, sender: agent, content: &text, thread: None, hops, wake_agents: true, metadata };
         route::post(home, &mut store, &post)?;
     }
@@ -213,17 +223,36 @@ pub fn fork(home: &Home, src: &str, title: Option<&str>, master: Option<&str>) -
     }
     copy_memory(&from.workspace.join(".cicy").join("memory"), &rec.workspace.join(".cicy").join("memory"))?;
     let model = from.default_model.clone().unwrap_or_default();
-    let restored = HistoryStore::new(&from.workspace)
-        .restore(&from.id, &model)
-        .map_err(|e| CoordError::History { path: from.workspace.clone(), message: e.to_string() })?;
-    let mut current = CurrentFile::new(&rec.id, &restored.current.model);
-    current.messages = restored.current.messages;
-    current.max_history_id = restored.current.max_history_id;
-    current.prompts = restored.current.prompts;
+    let mut current = CurrentFile::new(&rec.id, &model);
+    // Read, never `restore`d: the source may be in a turn (an agent forking itself), which a
+    // restore would take for an interrupted one and mark cancelled under the running turn.
+    if let Some(src_current) = read_current(&from.workspace)? {
+        current.model = src_current.model;
+        current.messages = src_current.messages;
+        current.max_history_id = src_current.max_history_id;
+        current.prompts = src_current.prompts;
+        // A copy taken mid-turn may end in a tool call without its result.
+        invariants::heal(&mut current.messages);
+        current.number_unnumbered();
+    }
     HistoryStore::new(&rec.workspace)
         .start(&current)
         .map_err(|e| CoordError::History { path: rec.workspace.clone(), message: e.to_string() })?;
     Ok(rec)
+}
+
+/// The active conversation's `current.json` in workspace `ws`, read only; `None` when the
+/// agent has none yet.
+fn read_current(ws: &std::path::Path) -> Result<Option<CurrentFile>, CoordError> {
+    let store = HistoryStore::new(ws);
+    let Some(conv) = store.active_conversation() else { return Ok(None) };
+    let path = store.conversation_dir(&conv).join("current.json");
+    let bad = |message: String| CoordError::History { path: path.clone(), message };
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| bad(e.to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(bad(e.to_string())),
+    }
 }
 
 /// Copies the memory files (`*.md`, `_archive/`, `.pending.jsonl`) of one agent to another;

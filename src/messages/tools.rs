@@ -114,8 +114,9 @@ async fn msg(w: &WakeTurn, input: &Value, ctx: &ToolContext) -> Ran {
     let wait = input.get("wait").and_then(Value::as_bool).unwrap_or(true);
     let callback = input.get("callback").and_then(Value::as_bool).unwrap_or(true);
     let timeout = input.get("timeout_secs").and_then(Value::as_u64).map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+    // Not counted in `sent` (the turn's replies and sends): a msg to a worker does not answer
+    // the person whose message this turn claimed, whose reply is still the final answer.
     let id = fsutil::blocking(|| coordinate::send(&w.home, &w.agent_id, to, text, wait, callback, next_hops(w)))?;
-    w.state().sent += 1;
     if !wait {
         return Ok(ToolOutput::ok(format!("msg {id} queued")));
     }
@@ -135,8 +136,8 @@ async fn broadcast(w: &WakeTurn, input: &Value, ctx: &ToolContext) -> Ran {
         return Ok(ToolOutput::error("error: `text` is required for broadcast"));
     };
     let timeout = input.get("timeout_ms").and_then(Value::as_u64).map_or(BROADCAST_TIMEOUT, Duration::from_millis);
+    // Not counted in `sent`, like `msg`.
     let lines = coordinate::broadcast(&w.home, &w.agent_id, text, timeout, &ctx.cancel, next_hops(w)).await?;
-    w.state().sent += 1;
     Ok(ToolOutput::ok(lines))
 }
 

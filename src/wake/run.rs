@@ -178,7 +178,10 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
         notes.push(WakeNote::MessageOut { from: from.to_string(), to: c.from.clone(), text, file: file.name });
         sent += 1;
     }
-    if sent == 0 {
+    // A claim answered with nothing sent is one of 🔔 callbacks only (`claim_next`): the agent
+    // was told an answer it asked for, and nobody waits to hear back (DESIGN.md §11).
+    let told = left.claim.as_ref().is_some_and(|c| c.answered);
+    if sent == 0 && !told {
         let base = if crashed { "(cicy: agent crashed before sending)" } else { "(cicy: agent hibernated without sending anything)" };
         let text = with_errors(base, ending);
         let msg = Outgoing { to: "human".into(), text: text.clone(), ..Outgoing::default() };

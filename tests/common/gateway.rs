@@ -96,12 +96,17 @@ impl RecordedRequest {
 /// Makes the reply to the `n`-th main request (0-based, aux requests not counted).
 pub type Generator = Arc<dyn Fn(usize) -> Reply + Send + Sync>;
 
+/// Picks the reply to a main request by looking at it (e.g. which agent it is for), or `None`
+/// to leave it to the queue and the fallback.
+pub type RequestRouter = Arc<dyn Fn(&RecordedRequest) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct Script {
     replies: VecDeque<Reply>,
     requests: Vec<RecordedRequest>,
     aux: Option<Reply>,
     fallback: Option<Generator>,
+    router: Option<RequestRouter>,
     main_served: usize,
     /// `<method> <path> (request n): <rule broken, where>` for each request the referee refused.
     violations: Vec<String>,
@@ -147,6 +152,12 @@ impl ScriptedGateway {
     /// Answers main requests with `f(n)` whenever the queue is empty.
     pub fn fallback(&self, f: impl Fn(usize) -> Reply + Send + Sync + 'static) {
         self.script.lock().expect("script lock").fallback = Some(Arc::new(f));
+    }
+
+    /// Answers each main request with `f(request)` when it gives a reply, before the queue: for
+    /// agents whose requests come concurrently, in no fixed order.
+    pub fn route(&self, f: impl Fn(&RecordedRequest) -> Option<Reply> + Send + Sync + 'static) {
+        self.script.lock().expect("script lock").router = Some(Arc::new(f));
     }
 
     /// Every request received so far.
@@ -232,8 +243,8 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
             _ => {
                 let n = s.main_served;
                 s.main_served += 1;
-                let queued = s.replies.pop_front();
-                queued.or_else(|| s.fallback.as_ref().map(|f| f(n)))
+                let routed = s.router.clone().and_then(|f| s.requests.last().and_then(|r| f(r)));
+                routed.or_else(|| s.replies.pop_front()).or_else(|| s.fallback.as_ref().map(|f| f(n)))
             }
         }
     };
