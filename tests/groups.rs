@@ -9,6 +9,7 @@ mod common;
 
 use serde_json::{json, Value};
 
+use cicy::conversation::message::ContentBlock;
 use cicy::messages::groups;
 use cicy::messages::store::{MessageStore, NewMessage};
 use cicy::wake::inbox::Mailbox;
@@ -16,6 +17,7 @@ use cicy::wake::inbox::Mailbox;
 use common::cli::cicy;
 use common::fixture::TestHome;
 use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use common::history::wire_messages;
 use common::serve::Serve;
 use common::wake::{last_user_text, mask_now, waker};
 
@@ -71,11 +73,13 @@ async fn two_agents_answering_each_other_in_a_group_stop_after_eight_hops() {
     let gw = ScriptedGateway::start().await;
     let (t, a) = waker(&gw);
     let b = t.create("waker", None);
-    // 9 wakes (hops 0 to 8 delivered), each a reply and a closing text.
-    for i in 1..=9 {
-        gw.push(reply_call(&format!("pong {i}")));
-        gw.push(Reply::sse(anthropic_text("ok")));
-    }
+    // Each wake: a reply, then a closing text once the tool result is back. Decided per request:
+    // one agent's closing request and the other's wake may be in flight at once.
+    gw.route(|r| {
+        let last = wire_messages(r).last().unwrap().content.to_blocks();
+        let answered = last.iter().any(|b| matches!(b, ContentBlock::ToolResult { .. }));
+        Some(if answered { Reply::sse(anthropic_text("ok")) } else { reply_call("pong") })
+    });
     groups::create(&t.home, &a, "pair", "", std::slice::from_ref(&b)).unwrap();
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     groups::post(&t.home, &a, "pair", "ping", None).unwrap();

@@ -269,6 +269,13 @@ fn start_waking(
     unstarted: scheduler::Unstarted,
     opts: &ServeOptions,
 ) -> Result<(), ServeError> {
+    // The tools that waited for `msg` answers died with the serve before: their answers go back
+    // as 🔔 messages instead.
+    match crate::fsutil::blocking(|| crate::messages::store::MessageStore::open(&hub.shared.home)?.calls_release_waiting()) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(calls = n, "msg calls whose waiting tool died with the last serve will call back"),
+        Err(e) => tracing::error!(error = %e, "cannot release the msg calls of the last serve"),
+    }
     // A post whose inbox files a kill cut short: written before the first scan sees the inboxes.
     match crate::fsutil::blocking(|| crate::messages::route::redeliver(&hub.shared.home)) {
         Ok(0) => {}

@@ -144,6 +144,14 @@ impl MessageStore {
         self.call(id)
     }
 
+    /// At serve's start: every `waiting` call becomes `queued`, as the tools that waited died
+    /// with the serve before (their answers come back as 🔔 messages). Returns how many.
+    ///
+    /// Errors: [`StoreError::Sql`].
+    pub fn calls_release_waiting(&mut self) -> Result<usize, StoreError> {
+        self.conn.execute("UPDATE msg_call SET state = 'queued' WHERE state = 'waiting'", []).map_err(|e| self.sql_err(e))
+    }
+
     /// The answer `reply` to call `id`, in one transaction: `waiting` → [`Answered::ToWaiter`],
     /// `queued` → [`Answered::Queued`], `done` → [`Answered::Already`]; `None` for no such call.
     ///
@@ -219,5 +227,8 @@ mod tests {
         assert_eq!(store.call_answer(999, "z").unwrap(), None);
         let ids: Vec<i64> = store.calls_of("w-2", 10).unwrap().iter().map(|c| c.id).collect();
         assert_eq!(ids, [late, released, waited]);
+        let orphan = store.call_create("w-1", "w-2", &conv, "still there?", true, true).unwrap();
+        assert_eq!(store.calls_release_waiting().unwrap(), 1);
+        assert!(matches!(store.call_answer(orphan, "yes").unwrap(), Some(Answered::Queued(_))));
     }
 }
