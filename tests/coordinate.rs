@@ -686,7 +686,8 @@ async fn a_cancelled_wait_releases_the_call_to_its_bell() {
     assert_eq!(mine.len(), 2, "the cancelled turn made one request, the 🔔 wake one");
     assert!(last_user_text(&mine[1]).ends_with(&format!("| 🔔 [{worker}] msg 1 → done\ntook my time")), "{}", last_user_text(&mine[1]));
     // ada hears of the cancelled turn (a cancel ends a wake like a crash); the 🔔 wake says nothing.
-    assert_eq!(outbox(&t, &coord), [("cicy".to_string(), "ada".to_string(), "(cicy: agent crashed before replying)".to_string())]);
+    let crashed = "(cicy: agent crashed before replying)\n\n````\nthe wake was cancelled: serve was stopping, or the turn was aborted\n````";
+    assert_eq!(outbox(&t, &coord), [("cicy".to_string(), "ada".to_string(), crashed.to_string())]);
     assert_eq!(s.stop().await, 0);
 }
 
