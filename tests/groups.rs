@@ -61,6 +61,10 @@ async fn a_persons_post_wakes_the_agent_with_the_roster_and_its_reply_lands_in_t
     assert_eq!(senders_and_hops(msgs), [("human:ada".to_string(), 0), (id.clone(), 1)]);
     assert_eq!(msgs[1]["content"], "on it");
     assert_eq!(page["before"], Value::Null);
+    let store = MessageStore::open(&t.home).unwrap();
+    let d = store.deliveries(posted["id"].as_str().unwrap()).unwrap();
+    assert_eq!((d.len(), d[0].state), (1, cicy::messages::store::DeliveryState::Answered), "claimed, then answered with the reply");
+    assert!(d[0].obligation_id.is_some());
     // The agent's own reply wakes nobody: it is the only agent of the group.
     assert!(Mailbox::of_workspace(&t.workspace(&id)).pending().unwrap().0.is_empty());
     let (status, err) = s.get("/api/groups/nope/messages").await;

@@ -80,6 +80,9 @@ pub struct Posted {
 ///
 /// Errors: the store's (not a member, unknown thread: Choruz's texts), the registry's, a file's.
 pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Posted, RouteError> {
+    if p.content.trim().is_empty() {
+        return Err(RouteError::Inbox(InboxError::EmptyBody));
+    }
     let mut metadata = p.metadata.clone();
     metadata.insert(META_HOPS.to_string(), Value::from(p.hops));
     let message = store.post(&NewMessage {
@@ -98,35 +101,47 @@ pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Poste
         if d.state != DeliveryState::Pending || d.file.is_some() {
             continue;
         }
-        if let Some(name) = hand_out(&reg, store, &conv, &message, &d.agent_id)? {
-            files.push((d.agent_id, name));
+        // The message is stored: one member's unwritable inbox must not fail the post for the
+        // others. Its delivery stays pending without a file, for `redeliver`.
+        match hand_out(&reg, store, &conv, &message, &d.agent_id) {
+            Ok(Some(name)) => files.push((d.agent_id, name)),
+            Ok(None) => {}
+            Err(e) => tracing::error!(agent = %d.agent_id, message = %message.id, error = %e, "cannot write the inbox file; serve writes it later"),
         }
     }
     Ok(Posted { message, files })
 }
 
-/// Writes the inbox files of pending deliveries that have none (a crash after a post's commit),
-/// unless the agent's inbox already holds the message (the crash came after the file). Returns
-/// how many were written. Serve runs it at start, before the first scan of the inboxes.
+/// Writes the inbox files of pending deliveries that have none (a crash after a post's commit,
+/// an inbox that could not be written), unless the agent's inbox already holds the message
+/// (the crash came after the file). Returns how many were written; one delivery's failure is
+/// logged and the others go on. Serve runs it at start, before the first scan of the inboxes,
+/// and every 30 s.
 ///
-/// Errors: the store's, the registry's, a file's.
+/// Errors: the store's and the registry's (opening them, listing the deliveries).
 pub fn redeliver(home: &Home) -> Result<usize, RouteError> {
     let mut store = MessageStore::open(home)?;
     let reg = Registry::open(&home.db_path())?;
     let mut written = 0;
     for d in store.unfiled()? {
-        let message = store.message(&d.message_id)?;
-        let Ok(rec) = reg.get(&d.agent_id) else { continue };
-        if let Some(name) = already_filed(&Mailbox::of_workspace(&rec.workspace), &message.id)? {
-            store.set_delivery_file(&message.id, &d.agent_id, &name)?;
-            continue;
-        }
-        let conv = store.conversation(&message.conv_id)?;
-        if hand_out(&reg, &mut store, &conv, &message, &d.agent_id)?.is_some() {
-            written += 1;
+        match redeliver_one(&reg, &mut store, &d.message_id, &d.agent_id) {
+            Ok(true) => written += 1,
+            Ok(false) => {}
+            Err(e) => tracing::error!(agent = %d.agent_id, message = %d.message_id, error = %e, "cannot write the inbox file of a posted message"),
         }
     }
     Ok(written)
+}
+
+fn redeliver_one(reg: &Registry, store: &mut MessageStore, message_id: &str, agent: &str) -> Result<bool, RouteError> {
+    let message = store.message(message_id)?;
+    let Ok(rec) = reg.get(agent) else { return Ok(false) };
+    if let Some(name) = already_filed(&Mailbox::of_workspace(&rec.workspace), &message.id)? {
+        store.set_delivery_file(&message.id, agent, &name)?;
+        return Ok(false);
+    }
+    let conv = store.conversation(&message.conv_id)?;
+    Ok(hand_out(reg, store, &conv, &message, agent)?.is_some())
 }
 
 /// The inbox file of `message` for `agent` (none for an agent no longer in the registry).

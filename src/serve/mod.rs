@@ -316,7 +316,13 @@ fn start_waking(
         every.tick().await;
         loop {
             tokio::select! {
-                _ = every.tick() => adopter.adopt_new(),
+                _ = every.tick() => {
+                    adopter.adopt_new();
+                    let home = adopter.shared.home.clone();
+                    if let Err(e) = crate::fsutil::blocking(|| crate::messages::route::redeliver(&home)) {
+                        tracing::warn!(error = %e, "cannot re-deliver posted messages");
+                    }
+                }
                 () = adopter.shutdown.cancelled() => return,
             }
         }

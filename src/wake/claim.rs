@@ -16,7 +16,8 @@ use super::state::Claim;
 use super::WakeError;
 use super::obligation::ResolvedBy;
 use crate::messages::coordinate;
-use crate::messages::route::file_hops;
+use crate::messages::route::{self, file_hops};
+use crate::messages::store::{DeliveryState, MessageStore};
 
 /// **[chosen]** A file that does not parse while younger than 2 s is probably still being
 /// written by a writer that does not rename; it is looked at again after this long.
@@ -56,6 +57,7 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
     let conv = conversation_key(first);
     let names: Vec<String> = taken.iter().map(|m| m.name.clone()).collect();
     let ob = db.obligation_commit(agent, &conv, &names)?;
+    mark_claimed(db, agent, &taken, ob.id);
     if let Err(e) = mb.archive(&names) {
         // The claim stands (its obligation names the files, so they are never claimed again):
         // the turn answers them; the move is tried again at each look and at the next start.
@@ -80,6 +82,23 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
     }
     out.claim = Some((claim, taken));
     Ok(out)
+}
+
+/// Marks the stored deliveries of `msgs` claimed by obligation `ob` (files written by
+/// `crate::messages::route` carry their `message_id`). The obligation is what guarantees the
+/// answer, so a failure here is logged, not fatal.
+fn mark_claimed(db: &WakeDb, agent: &str, msgs: &[MessageFile], ob: i64) {
+    let ids: Vec<&str> = msgs.iter().filter_map(|m| m.meta.get(route::META_MESSAGE).map(String::as_str)).collect();
+    if ids.is_empty() {
+        return;
+    }
+    let marked = crate::registry::Registry::open(db.path())
+        .map_err(Into::into)
+        .and_then(MessageStore::from_registry)
+        .and_then(|mut s| s.mark_deliveries(agent, &ids, DeliveryState::Claimed, Some(ob)));
+    if let Err(e) = marked {
+        tracing::warn!(agent, error = %e, "cannot mark the claimed deliveries");
+    }
 }
 
 /// `pending` without the files an obligation already holds (a claim whose move out of

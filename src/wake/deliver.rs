@@ -94,15 +94,24 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
     } else {
         None
     };
-    if let Some(ws) = recipient_ws {
+    // An agent's message to an agent is one hop more than what its turn answers (the caller
+    // put those hops in `meta`); past the limit it is recorded but wakes nobody (§11).
+    let hops = msg.meta.get(route::META_HOPS).and_then(|h| h.parse::<u32>().ok()).unwrap_or(0).saturating_add(1);
+    let wakes = hops <= route::MAX_HOPS;
+    if let Some(ws) = recipient_ws.filter(|_| wakes) {
         let mut meta = msg.meta.clone();
         meta.remove("to");
         meta.remove("conv");
+        meta.insert(route::META_HOPS.into(), hops.to_string());
         let incoming = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
         Mailbox::of_workspace(&ws).write(inbox::Folder::Inbox, &incoming)?;
     }
     let mut meta = msg.meta.clone();
     meta.insert("to".into(), to.to_string());
+    meta.insert(route::META_HOPS.into(), hops.to_string());
+    if !wakes {
+        meta.insert("undelivered".into(), format!("more than {} hops", route::MAX_HOPS));
+    }
     let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
     Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
 }

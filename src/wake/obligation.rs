@@ -108,7 +108,14 @@ impl WakeDb {
             .optional()
             .map_err(|e| self.sql_err(e))?;
         match exists {
-            Some(_) => Ok(()),
+            Some(_) => {
+                // The stored deliveries this claim took are answered with it (§11 `delivery`;
+                // `crate::wake::claim` recorded the obligation on them when it claimed).
+                self.conn
+                    .execute("UPDATE delivery SET state = 'answered' WHERE obligation_id = ?1", params![id])
+                    .map_err(|e| self.sql_err(e))?;
+                Ok(())
+            }
             None => Err(WakeDbError::NoSuchObligation { path: self.path().to_path_buf(), id }),
         }
     }

@@ -292,6 +292,9 @@ fn send(w: &WakeTurn, input: &Value) -> Ran {
     if let Some(t) = str_field(input, "thread") {
         meta.insert("thread".to_string(), t.trim().to_string());
     }
+    // The hops of what this turn answers; `deliver` adds this message's own.
+    let hops = w.state().claim.as_ref().map_or(0, |c| c.hops);
+    meta.insert(route::META_HOPS.to_string(), hops.to_string());
     let msg = Outgoing { to: to.trim().to_string(), text: text.to_string(), question, meta };
     let file = deliver(&w.home, &w.workspace, &w.agent_id, &msg)?;
     w.state().sent += 1;
