@@ -90,7 +90,9 @@ async fn two_agents_answering_each_other_in_a_group_stop_after_eight_hops() {
     gw.wait_for_requests(18).await;
     let mut last = Vec::new();
     for _ in 0..100 {
-        let (_, page) = s.get(&format!("/api/groups/pair/messages?from={a}")).await;
+        // The routes read as a person; the group has only the two agents.
+        let (_, page) = groups::page(&t.home, &a, "pair", None, 100).unwrap();
+        let page = serde_json::to_value(page).unwrap();
         last = senders_and_hops(page["messages"].as_array().unwrap());
         if last.len() == 10 {
             break;
@@ -179,4 +181,12 @@ async fn the_group_commands_create_post_page_and_list_tasks() {
     assert!(out.stderr.contains("group 'nope' was not found in this workspace, or this agent is not a member"), "{}", out.stderr);
     let out = run(vec!["group", "post", "ops", "x", "--from", "bob"]).await;
     assert_eq!(out.code, 2, "bob is not a member");
+    let out = run(vec!["group", "post", "ops", "  ", "--from", "ada"]).await;
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: the message body is empty\n"));
+    let out = run(vec!["group", "post", "ops", "x", "--from", "w-1"]).await;
+    assert_eq!(out.code, 2, "a person posts here, not an agent: {}", out.stderr);
+    let out = run(vec!["group", "create", "gone", "--members", "w-99", "--from", "ada"]).await;
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: no agent `w-99` (see `cicy-agent ls`)\n"));
+    let out = run(vec!["group", "messages", "ops", "--from", "ada"]).await;
+    assert_eq!(out.stdout.lines().count(), 3, "the refused posts stored nothing: {}", out.stdout);
 }

@@ -60,7 +60,7 @@ pub struct MsgsArgs {
 
 /// `msg`: exit 0 with the answer, 1 when the wait timed out (the call stays queued).
 pub fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
-    let from = principal(&a.from);
+    let from = principal(&a.from)?;
     let id = coordinate::send(home, &from, &a.to, &a.text, !a.no_wait, !a.no_callback, 0)?;
     if a.no_wait {
         writeln!(out, "msg {id} queued")?;
@@ -92,9 +92,9 @@ pub fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
 /// `msgs`: one line per call, `#<id> <from> → <to> [<state>] <text>` and the answer below it.
 pub fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> {
     let store = MessageStore::open(home)?;
-    let want_from = a.from.as_deref().map(principal);
+    let want_from = a.from.as_deref().map(principal).transpose()?;
     let calls: Vec<_> = store
-        .calls_of(&principal(&a.id), 1000)?
+        .calls_of(&principal(&a.id)?, 1000)?
         .into_iter()
         .filter(|c| want_from.as_deref().is_none_or(|f| c.from == f))
         .filter(|c| a.to.as_deref().is_none_or(|t| c.to == t))

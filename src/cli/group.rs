@@ -62,6 +62,11 @@ pub enum GroupAction {
 
 /// Runs one `group` action.
 pub fn run(home: &Home, action: GroupAction, out: &mut impl Write) -> Result<ExitCode> {
+    // A person runs these: `--from` names a person, never an agent.
+    let from = match &action {
+        GroupAction::Create { from, .. } | GroupAction::Post { from, .. } | GroupAction::Messages { from, .. } | GroupAction::Tasks { from, .. } => from,
+    };
+    groups::person(from)?;
     match action {
         GroupAction::Create { name, members, description, from } => {
             let conv = groups::create(home, &from, &name, &description, &members)?;

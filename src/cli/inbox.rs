@@ -67,6 +67,9 @@ impl DialogArgs {
 
 /// `cicy-agent send`: prints `Sent to <id>: <file name>`.
 pub fn send(home: &Home, args: SendArgs) -> Result<ExitCode> {
+    if args.from.trim() == cicy::wake::deliver::SERVE_SENDER {
+        anyhow::bail!("`--from cicy` is the runtime's own name (its notices are never answered); choose another sender");
+    }
     let agent = super::open_registry(home)?.get(&args.id)?;
     // Writing would create the folders: a moved or deleted workspace must not be recreated empty.
     if !agent.workspace.is_dir() {

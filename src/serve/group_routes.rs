@@ -35,6 +35,13 @@ fn route_error(e: RouteError) -> ApiError {
     }
 }
 
+/// The person a request acts as: `from`, or `human` when it is absent or blank.
+fn person_or_default(from: Option<String>) -> Result<String, ApiError> {
+    let from = from.filter(|f| !f.trim().is_empty()).unwrap_or_else(|| "human".into());
+    groups::person(&from).map_err(store_error)?;
+    Ok(from)
+}
+
 #[derive(Deserialize)]
 pub struct CreateGroup {
     name: Option<String>,
@@ -48,7 +55,7 @@ pub struct CreateGroup {
 pub async fn create(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateGroup>) -> Result<(StatusCode, Json<Value>), ApiError> {
     let name = body.name.ok_or_else(|| ApiError::bad_request("name and members required"))?;
     let members = body.members.ok_or_else(|| ApiError::bad_request("name and members required"))?;
-    let from = body.from.unwrap_or_else(|| "human".into());
+    let from = person_or_default(body.from)?;
     let description = body.description.unwrap_or_default();
     let conv = fsutil::blocking(|| groups::create(&hub.shared.home, &from, &name, &description, &members)).map_err(store_error)?;
     Ok((StatusCode::CREATED, Json(json!({"id": conv.id, "name": conv.name}))))
@@ -69,7 +76,7 @@ pub async fn post(
     JsonBody(body): JsonBody<PostBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let text = body.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("text required"))?;
-    let from = body.from.unwrap_or_else(|| "human".into());
+    let from = person_or_default(body.from)?;
     let thread = body.thread.filter(|t| !t.trim().is_empty());
     let posted = fsutil::blocking(|| groups::post(&hub.shared.home, &from, &name, &text, thread.as_deref())).map_err(route_error)?;
     let delivered: Vec<&str> = posted.files.iter().map(|(a, _)| a.as_str()).collect();
@@ -89,7 +96,7 @@ pub struct PageQuery {
 /// `GET /api/groups/{name}/messages?from=&before=<cursor>&limit=1..100` → `{conv_id, name,
 /// messages (oldest first), before (the older page's cursor, or null)}`.
 pub async fn messages(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<PageQuery>) -> Result<Json<Value>, ApiError> {
-    let from = q.from.unwrap_or_else(|| "human".into());
+    let from = person_or_default(q.from)?;
     let (conv, page) = fsutil::blocking(|| groups::page(&hub.shared.home, &from, &name, q.before.as_deref(), q.limit.unwrap_or(50)))
         .map_err(store_error)?;
     Ok(Json(json!({"conv_id": conv.id, "name": conv.name, "messages": page.messages, "before": page.before})))
@@ -102,7 +109,7 @@ pub struct TasksQuery {
 
 /// `GET /api/groups/{name}/tasks?from=` → `{conv_id, name, tasks}`.
 pub async fn tasks(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<TasksQuery>) -> Result<Json<Value>, ApiError> {
-    let from = q.from.unwrap_or_else(|| "human".into());
+    let from = person_or_default(q.from)?;
     let (conv, tasks) = fsutil::blocking(|| groups::tasks(&hub.shared.home, &from, &name)).map_err(store_error)?;
     Ok(Json(json!({"conv_id": conv.id, "name": conv.name, "tasks": tasks})))
 }

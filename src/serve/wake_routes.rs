@@ -165,6 +165,9 @@ pub async fn send_message(
     agent(&hub, &id)?;
     let ws = hub.workspace(&id).ok_or_else(|| ApiError::not_found(id.clone()))?;
     let text = body.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("text required"))?;
+    if body.from.as_deref().map(str::trim) == Some(crate::wake::deliver::SERVE_SENDER) {
+        return Err(ApiError::bad_request("`from: cicy` is the runtime's own name (its notices are never answered); choose another sender"));
+    }
     let mut meta = BTreeMap::new();
     if let Some(t) = body.thread.filter(|t| !t.trim().is_empty()) {
         meta.insert("thread".to_string(), t);

@@ -46,6 +46,8 @@ pub enum StoreError {
     BadRow { path: PathBuf, table: &'static str, key: String, detail: String },
     #[error("`{value}` is not a principal: give an agent id (w-<n>) or human:<name>")]
     BadPrincipal { value: String },
+    #[error("`{value}` cannot be a person's name here: {why}")]
+    BadPerson { value: String, why: &'static str },
     #[error("conversation {id} does not exist")]
     NoConversation { id: String },
     #[error("{principal} is not an active member of conversation {conv}")]
