@@ -190,3 +190,21 @@ async fn the_group_commands_create_post_page_and_list_tasks() {
     let out = run(vec!["group", "messages", "ops", "--from", "ada"]).await;
     assert_eq!(out.stdout.lines().count(), 3, "the refused posts stored nothing: {}", out.stdout);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_less_agents_final_answer_is_its_reply_in_a_group() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("concierge", None);
+    gw.push(Reply::sse(anthropic_text("Welcome, ada.")));
+    groups::create(&t.home, "ada", "lobby", "", std::slice::from_ref(&id)).unwrap();
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&id, None).await;
+    groups::post(&t.home, "ada", "lobby", "hello", None).unwrap();
+    events.until("done").await;
+    let (_, page) = s.get("/api/groups/lobby/messages?from=ada").await;
+    let msgs = page["messages"].as_array().unwrap();
+    assert_eq!(senders_and_hops(msgs), [("human:ada".to_string(), 0), (id.clone(), 1)]);
+    assert_eq!(msgs[1]["content"], "Welcome, ada.");
+    assert_eq!(s.stop().await, 0);
+}

@@ -149,7 +149,9 @@ pub async fn run(
     };
     let left = {
         let st = wt.state();
-        Left { claim: st.claim.clone(), sent: st.sent }
+        let tools = &session.current.tools;
+        let tool_less = !tools.iter().any(|t| t == crate::wake::tools::REPLY || t == crate::wake::tools::SEND);
+        Left { claim: st.claim.clone(), sent: st.sent, tool_less }
     };
     session.wake = Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()));
     let todo_ids: Vec<u32> = p.todos.iter().map(|t| t.id).collect();

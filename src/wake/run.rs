@@ -141,6 +141,9 @@ pub enum Ending {
 pub struct Left {
     pub claim: Option<Claim>,
     pub sent: u32,
+    /// The agent had no tool to answer with (`reply`, `send`: a pure-chat role such as the
+    /// packaged `concierge`): its final answer is its reply in a group too **[chosen]**.
+    pub tool_less: bool,
 }
 
 /// Ends a wake: the direct-chat answer as the reply, the fallbacks, the claimed todos, the
@@ -156,7 +159,7 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
             // Not for an agent's plain message: two agents answering each other's answers
             // would never stop. An agent's `msg` asks for exactly this answer.
             Ending::Completed { final_answer: Some(a) }
-                if c.group.is_none()
+                if (c.group.is_none() || left.tool_less)
                     && left.sent == 0
                     && !a.trim().is_empty()
                     && (!super::deliver::is_agent_id(&c.from) || !c.msg_calls.is_empty()) =>
