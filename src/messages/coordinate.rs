@@ -217,7 +217,10 @@ pub fn fork(home: &Home, src: &str, title: Option<&str>, master: Option<&str>) -
     let io = |path: &std::path::Path, e: std::io::Error| CoordError::History { path: path.to_path_buf(), message: e.to_string() };
     let agents_md = from.workspace.join("AGENTS.md");
     match std::fs::read(&agents_md) {
-        Ok(bytes) => fsutil::write_atomic(&rec.workspace.join("AGENTS.md"), &bytes).map_err(|e| io(&agents_md, e))?,
+        Ok(bytes) => {
+            let text = own_identity(&String::from_utf8_lossy(&bytes), &from, &rec);
+            fsutil::write_atomic(&rec.workspace.join("AGENTS.md"), text.as_bytes()).map_err(|e| io(&agents_md, e))?
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(&agents_md, e)),
     }
@@ -255,6 +258,25 @@ fn read_current(ws: &std::path::Path) -> Result<Option<CurrentFile>, CoordError>
     }
 }
 
+/// `src`'s AGENTS.md for the fork `dst`: its workspace path and its id (as a whole word) name
+/// the fork's, so the copy does not tell the fork it is the original **[chosen]**; the rest,
+/// the identity a person wrote, is kept as written.
+fn own_identity(text: &str, src: &AgentRecord, dst: &AgentRecord) -> String {
+    let text = text.replace(&*src.workspace.to_string_lossy(), &dst.workspace.to_string_lossy());
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find(&src.id) {
+        let before = rest[..at].chars().next_back();
+        let after = rest[at + src.id.len()..].chars().next();
+        let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_');
+        out.push_str(&rest[..at]);
+        out.push_str(if word(before) || word(after) { &src.id } else { &dst.id });
+        rest = &rest[at + src.id.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Copies the memory files (`*.md`, `_archive/`, `.pending.jsonl`) of one agent to another;
 /// the locks and the backoff state stay behind.
 fn copy_memory(from: &std::path::Path, to: &std::path::Path) -> Result<(), CoordError> {
@@ -278,4 +300,35 @@ fn copy_memory(from: &std::path::Path, to: &std::path::Path) -> Result<(), Coord
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, ws: &str) -> AgentRecord {
+        AgentRecord {
+            id: id.into(),
+            title: "T".into(),
+            workspace: ws.into(),
+            agent_type: "cicy".into(),
+            role: "worker".into(),
+            role_template: "assistant".into(),
+            default_model: None,
+            master_id: None,
+            config: Default::default(),
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_forks_agents_md_names_its_own_id_and_workspace() {
+        let (src, dst) = (record("w-2", "/h/workers/w-2"), record("w-5", "/h/workers/w-5"));
+        let text = "You are Ann (agent w-2).\nYour workspace is /h/workers/w-2.\nAsk w-20 or xw-2, not w-2!";
+        assert_eq!(
+            own_identity(text, &src, &dst),
+            "You are Ann (agent w-5).\nYour workspace is /h/workers/w-5.\nAsk w-20 or xw-2, not w-5!"
+        );
+    }
 }
