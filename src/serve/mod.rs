@@ -8,6 +8,7 @@
 //! loop or the files of a conversation: actors run jobs that do.
 
 mod actor;
+mod drain;
 mod group_routes;
 mod http;
 pub mod instance;
@@ -192,7 +193,15 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         token: token.into(),
         instance_id: uuid::Uuid::new_v4().to_string().into(),
         agents: Arc::default(),
-        shared: Shared { home: home.clone(), http, global, session_idle: opts.session_idle, scheduler, wake_limits: opts.wake },
+        shared: Shared {
+            home: home.clone(),
+            http,
+            global,
+            session_idle: opts.session_idle,
+            scheduler,
+            wake_limits: opts.wake,
+            cron: Arc::default(),
+        },
         shutdown: CancellationToken::new(),
         watch: Arc::default(),
     };
@@ -265,6 +274,17 @@ fn start_waking(
         tracing::warn!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
     }
     let _ = hub.watch.set(watch);
+    let (listed, drained) = (hub.agents.clone(), hub.agents.clone());
+    drain::start_idle_poll(
+        move || listed.read().map(|a| a.iter().map(|(id, (_, ws))| (id.clone(), ws.clone())).collect()).unwrap_or_default(),
+        move |id| {
+            if let Some((h, _)) = drained.read().ok().and_then(|a| a.get(id).cloned()) {
+                h.send(Op::Drain);
+            }
+        },
+        hub.shutdown.clone(),
+    );
+    drain::start_cron(hub.shared.home.clone(), hub.shared.cron.clone(), hub.shutdown.clone());
     let agents = hub.agents.clone();
     tokio::spawn(async move {
         while let Some(id) = rx.recv().await {

@@ -1,0 +1,135 @@
+//! Where serve drains the agents' Maildir outboxes and fires their cron jobs (DESIGN.md §11
+//! "Consumer", `set_cron`).
+//!
+//! Owns the three drain points: after every tool batch of a turn (the [`AfterBatch`] hook a
+//! job puts on the turn's [`WakeTurn`], so the turn loop knows nothing of the outbox), while
+//! no turn runs (one task for all agents that looks every [`IDLE_POLL`] at the `new/` folders
+//! and asks the actor of each non-empty one for an [`Op::Drain`](super::actor::Op::Drain)),
+//! and the reporting of a drain on the agent's stream. Also the one cron task: it sleeps until
+//! the earliest `next_run` of all jobs and writes each due job's `[choruz-cron]` message into
+//! its agent's inbox, which wakes the agent like any message. Must not touch the commands
+//! themselves (`crate::messages::commands`) or the turn loop.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{Emitter, EventKind};
+use crate::home::Home;
+use crate::messages::commands::{self, Drained};
+use crate::messages::envelope;
+use crate::messages::store::MessageStore;
+use crate::outbox::{Outbox, PROCESSING_STALE_AFTER};
+use crate::registry::Registry;
+use crate::wake::deliver::SERVE_SENDER;
+use crate::wake::inbox::{Folder, Mailbox, NewMessage};
+use crate::wake::state::{AfterBatch, WakeTurn};
+
+/// How often the outboxes of agents without a running turn are looked at (DESIGN.md §11
+/// "every 2 s").
+pub const IDLE_POLL: Duration = Duration::from_secs(2);
+
+/// The cron task never sleeps longer than this, so a job another process stored is seen.
+const CRON_SLICE: Duration = Duration::from_secs(60);
+
+/// Drains `w`'s outbox and reports it on `events`; a stored cron job wakes the cron task.
+pub fn drain_and_report(w: &WakeTurn, events: &Emitter, cron: &Notify) {
+    let drained = commands::drain(w, PROCESSING_STALE_AFTER);
+    report(&drained, events);
+    if drained.cron_changed {
+        cron.notify_one();
+    }
+}
+
+/// The hook a job's turns run after each tool batch.
+pub fn after_batch(events: Emitter, cron: Arc<Notify>) -> AfterBatch {
+    Arc::new(move |w: &WakeTurn| drain_and_report(w, &events, &cron))
+}
+
+/// A `system` event for each file moved to `bad/`, and one with the joined reply when it was
+/// not the reply of a claim.
+fn report(d: &Drained, events: &Emitter) {
+    for bad in &d.stats.bad {
+        let name = bad.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        events.emit(EventKind::System { text: format!("outbox: {name} is not a JSON command; moved to .cicy/outbox/bad/") });
+    }
+    if !d.replied && !d.stats.reply.is_empty() {
+        events.emit(EventKind::System { text: d.stats.reply.clone() });
+    }
+}
+
+/// Whether `ws`'s outbox has anything in `new/`.
+fn has_commands(ws: &std::path::Path) -> bool {
+    std::fs::read_dir(Outbox::of_workspace(ws).new_dir()).is_ok_and(|mut d| d.next().is_some())
+}
+
+/// Starts the idle poll: every [`IDLE_POLL`], `drain(id)` for each agent of `agents()` whose
+/// `new/` is not empty (the actor drains it unless a turn runs, which drains it itself).
+pub fn start_idle_poll(agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static, drain: impl Fn(&str) + Send + 'static, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(IDLE_POLL) => {}
+                () = stop.cancelled() => return,
+            }
+            let list = agents();
+            let busy = tokio::task::spawn_blocking(move || list.into_iter().filter(|(_, ws)| has_commands(ws)).map(|(id, _)| id).collect::<Vec<_>>()).await;
+            for id in busy.unwrap_or_default() {
+                drain(&id);
+            }
+        }
+    });
+}
+
+/// Starts the cron task; `changed` is notified when a job is stored.
+pub fn start_cron(home: Home, changed: Arc<Notify>, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            let h = home.clone();
+            let next = tokio::task::spawn_blocking(move || fire_due(&h)).await.ok().flatten();
+            let now = chrono::Utc::now().timestamp();
+            // At least 200 ms: a job that could not be moved on must not spin the task.
+            let wait = next.map_or(CRON_SLICE, |at| Duration::from_secs(u64::try_from(at - now).unwrap_or(0)).clamp(Duration::from_millis(200), CRON_SLICE));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = changed.notified() => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    });
+}
+
+/// Writes the message of every due job into its agent's inbox (from `cicy`, body
+/// `[choruz-cron] job:<name> schedule:<value> | <message>`, Choruz B1) and moves the job to its
+/// next run; returns the earliest next run. Errors are logged: a job that cannot be written
+/// now is tried again at the next pass.
+fn fire_due(home: &Home) -> Option<i64> {
+    let now = chrono::Utc::now().timestamp();
+    let mut store = MessageStore::open(home).map_err(|e| tracing::error!(error = %e, "cron: cannot open cicy.db")).ok()?;
+    let reg = Registry::open(&home.db_path()).map_err(|e| tracing::error!(error = %e, "cron: cannot open the registry")).ok()?;
+    for job in store.cron_due(now).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "cron: cannot read the due jobs");
+        Vec::new()
+    }) {
+        let Ok(rec) = reg.get(&job.agent_id) else {
+            // A deleted agent's job: moved on, so it is not due again at once.
+            let _ = store.cron_advance(&job, now);
+            continue;
+        };
+        let mut meta = BTreeMap::new();
+        meta.insert("cron".to_string(), job.name.clone());
+        let msg = NewMessage { from: SERVE_SENDER.to_string(), subject: Some(format!("cron {}", job.name)), body: envelope::cron(&job.name, &job.schedule, &job.message), question: false, meta };
+        if let Err(e) = Mailbox::of_workspace(&rec.workspace).write(Folder::Inbox, &msg) {
+            tracing::error!(agent = %job.agent_id, job = %job.name, error = %e, "cron: cannot write the message");
+            continue;
+        }
+        if let Err(e) = store.cron_advance(&job, now) {
+            tracing::error!(agent = %job.agent_id, job = %job.name, error = %e, "cron: cannot schedule the next run");
+        }
+    }
+    store.cron_next_at().ok().flatten()
+}
