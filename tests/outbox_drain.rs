@@ -87,3 +87,23 @@ async fn a_cron_job_set_through_the_outbox_fires_a_choruz_cron_wake() {
     assert!(text.ends_with(" roster:[] | [choruz-cron] job:tick schedule:1s | check the queue"), "{text}");
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_send_without_group_answers_the_claimed_conversation_once() {
+    let gw = ScriptedGateway::start().await;
+    let (t, id) = waker(&gw);
+    gw.push(shell(r#""$CICY_SEND" '{"type":"send","content":"answered by the script"}'"#));
+    gw.push(Reply::sse(anthropic_text("final words")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&id, None).await;
+    Mailbox::of_workspace(&t.workspace(&id)).write(Folder::Inbox, &note("human", "status?")).unwrap();
+    events.until("done").await;
+    let mb = Mailbox::of_workspace(&t.workspace(&id));
+    let mut names: Vec<String> = mb.outbox_dir().read_dir().unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.ends_with(".md")).collect();
+    names.sort();
+    let out: Vec<_> = names.iter().map(|n| mb.read(n).unwrap()).collect();
+    assert_eq!(out.len(), 1, "the script's send is the reply; the final answer is not sent again: {out:?}");
+    assert_eq!((out[0].body.as_str(), out[0].meta.get("to").map(String::as_str)), ("answered by the script", Some("human")));
+    assert_eq!(cicy::wake::db::WakeDb::open(&t.home).unwrap().obligation_count_unresolved(&id).unwrap(), 0);
+    assert_eq!(s.stop().await, 0);
+}
