@@ -107,3 +107,25 @@ async fn a_shell_send_without_group_answers_the_claimed_conversation_once() {
     assert_eq!(cicy::wake::db::WakeDb::open(&t.home).unwrap().obligation_count_unresolved(&id).unwrap(), 0);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_agent_runs_in_serve_at_once() {
+    let gw = ScriptedGateway::start().await;
+    let (t, id) = waker(&gw);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&id, None).await;
+    let new = Outbox::of_workspace(&t.workspace(&id)).new_dir();
+    std::fs::create_dir_all(&new).unwrap();
+    std::fs::write(new.join("cmd-00000000000000000001-cmd-dddddd.json"), r#"{"type":"provision_agent","name":"Scout","instructions":"Watch the logs."}"#).unwrap();
+    let f = loop {
+        let f = events.next().await.unwrap();
+        if f.event == "system" {
+            break f;
+        }
+    };
+    assert_eq!(f.data["text"], "Agent 'Scout' created successfully.");
+    let (status, agent) = s.get("/api/agents/w-2").await;
+    assert_eq!((status, agent["title"].as_str(), agent["role"].as_str()), (200, Some("Scout"), Some("worker")), "{agent}");
+    assert!(std::fs::read_to_string(t.workspace("w-2").join("AGENTS.md")).unwrap().ends_with("\nWatch the logs.\n"));
+    assert_eq!(s.stop().await, 0);
+}

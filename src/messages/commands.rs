@@ -22,7 +22,7 @@ use crate::agent::{self, CreateOptions};
 use crate::home::Home;
 use crate::outbox::command::{OutboxCommand, TaskRef, TaskTarget};
 use crate::outbox::{share, Claimed, DrainStats, ErrorCode, Outbox, ResultEnvelope};
-use crate::registry::Registry;
+use crate::registry::{AgentRecord, Registry};
 use crate::wake::deliver::{deliver, is_agent_id, Outgoing};
 use crate::wake::state::{WakeNote, WakeTurn};
 use crate::wake::tools::answer;
@@ -38,6 +38,8 @@ pub struct Drained {
     pub stats: DrainStats,
     /// A `set_cron` stored a job: the cron task must look at its next time again.
     pub cron_changed: bool,
+    /// Agents `provision_agent` created (serve starts their actors).
+    pub provisioned: Vec<AgentRecord>,
     /// The joined reply (`stats.reply`) was sent as the reply of the turn's claim; when false
     /// and the reply is not empty, the caller shows it (serve: a `system` event).
     pub replied: bool,
@@ -48,8 +50,8 @@ pub struct Drained {
 /// texts, shared text files) are sent as its reply (Choruz B4: the reply of the turn).
 pub fn drain(w: &WakeTurn, stale_after: Duration) -> Drained {
     let outbox = Outbox::of_workspace(&w.workspace);
-    let mut cron_changed = false;
-    let stats = outbox.drain(stale_after, |c| run(w, &outbox, c, &mut cron_changed));
+    let mut fx = Effects::default();
+    let stats = outbox.drain(stale_after, |c| run(w, &outbox, c, &mut fx));
     let mut replied = false;
     if !stats.reply.is_empty() {
         let claim = w.state().claim.clone();
@@ -60,11 +62,18 @@ pub fn drain(w: &WakeTurn, stale_after: Duration) -> Drained {
             }
         }
     }
-    Drained { stats, cron_changed, replied }
+    Drained { stats, cron_changed: fx.cron_changed, provisioned: fx.provisioned, replied }
+}
+
+/// What the commands of one drain changed beyond their replies.
+#[derive(Default)]
+struct Effects {
+    cron_changed: bool,
+    provisioned: Vec<AgentRecord>,
 }
 
 /// Runs one command; its reply text, if it has one.
-fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, cron_changed: &mut bool) -> Option<String> {
+fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, fx: &mut Effects) -> Option<String> {
     match &c.command {
         OutboxCommand::Send { content, group: Some(g), thread, broadcast, metadata, .. } => {
             group_send(w, g, content, thread.as_deref(), *broadcast, metadata.clone())
@@ -80,13 +89,16 @@ fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, cron_changed: &mut bool) -> O
             .map(|e| format!("Failed to create group '{name}': {e}")),
         OutboxCommand::SetCron { name, schedule, message } => match set_cron(w, name, schedule, message) {
             Ok(()) => {
-                *cron_changed = true;
+                fx.cron_changed = true;
                 None
             }
             Err(e) => Some(format!("Failed to set cron '{name}': {e}")),
         },
         OutboxCommand::ProvisionAgent { name, instructions, model } => Some(match provision(&w.home, &w.agent_id, name, instructions, model.clone()) {
-            Ok(_) => format!("Agent '{name}' created successfully."),
+            Ok(record) => {
+                fx.provisioned.push(record);
+                format!("Agent '{name}' created successfully.")
+            }
             Err(e) => format!("Failed to create agent '{name}': {e}"),
         }),
         // The drain answers unknown types itself.
@@ -355,7 +367,7 @@ fn set_cron(w: &WakeTurn, name: &str, schedule: &str, message: &str) -> Result<(
 
 /// `provision_agent` (DESIGN.md §3 create **[chosen]** for Choruz's web route): a worker of
 /// the requester's role template titled `name`, `instructions` appended to its AGENTS.md.
-fn provision(home: &Home, requester: &str, name: &str, instructions: &str, model: Option<String>) -> Result<String, CommandError> {
+fn provision(home: &Home, requester: &str, name: &str, instructions: &str, model: Option<String>) -> Result<AgentRecord, CommandError> {
     let template = Registry::open(&home.db_path())?.get(requester)?.role_template;
     let opts = CreateOptions { title: name.to_string(), role_template: template, role: "worker".into(), model, master: None, workspace: None, api_style: None };
     let created = agent::create(home, opts).map_err(Box::new)?;
@@ -369,7 +381,7 @@ fn provision(home: &Home, requester: &str, name: &str, instructions: &str, model
         text.push_str(&format!("\n{}\n", instructions.trim_end()));
         std::fs::write(&path, text).map_err(io)?;
     }
-    Ok(created.record.id)
+    Ok(created.record)
 }
 
 #[cfg(test)]

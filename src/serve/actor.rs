@@ -159,8 +159,8 @@ pub struct Shared {
     pub session_idle: Duration,
     pub scheduler: super::scheduler::Scheduler,
     pub wake_limits: super::wake_job::WakeLimits,
-    /// Notified when a `set_cron` stored a job (`super::drain::start_cron`).
-    pub cron: Arc<tokio::sync::Notify>,
+    /// What a drain changed goes there (`super::drain`).
+    pub drained: super::drain::DrainTargets,
 }
 
 /// Starts the actor of `record`.
@@ -368,7 +368,7 @@ impl Actor {
         let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
         let notify = super::wake_job::notifier(id, tracker.emitter(), self.shared.scheduler.clone());
         let w = crate::wake::state::WakeTurn::in_serve(home, id, ws, notify);
-        fsutil::blocking(|| super::drain::drain_and_report(&w, &tracker.emitter(), &self.shared.cron));
+        fsutil::blocking(|| super::drain::drain_and_report(&w, &tracker.emitter(), &self.shared.drained));
     }
 
     /// DESIGN.md §10: claims what is due and starts the wake turn, or, while a run goes on,
@@ -554,7 +554,7 @@ impl Actor {
             tracker,
             scheduler: self.shared.scheduler.clone(),
             wake_limits: self.shared.wake_limits,
-            cron: self.shared.cron.clone(),
+            drained: self.shared.drained.clone(),
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
         self.job = Some((work, handle));

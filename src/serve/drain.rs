@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Emitter, EventKind};
@@ -24,7 +24,7 @@ use crate::messages::commands::{self, Drained};
 use crate::messages::envelope;
 use crate::messages::store::MessageStore;
 use crate::outbox::{Outbox, PROCESSING_STALE_AFTER};
-use crate::registry::Registry;
+use crate::registry::{AgentRecord, Registry};
 use crate::wake::deliver::SERVE_SENDER;
 use crate::wake::inbox::{Folder, Mailbox, NewMessage};
 use crate::wake::state::{AfterBatch, WakeTurn};
@@ -36,18 +36,31 @@ pub const IDLE_POLL: Duration = Duration::from_secs(2);
 /// The cron task never sleeps longer than this, so a job another process stored is seen.
 const CRON_SLICE: Duration = Duration::from_secs(60);
 
-/// Drains `w`'s outbox and reports it on `events`; a stored cron job wakes the cron task.
-pub fn drain_and_report(w: &WakeTurn, events: &Emitter, cron: &Notify) {
+/// Where serve takes what a drain changed.
+#[derive(Clone)]
+pub struct DrainTargets {
+    /// Notified when a `set_cron` stored a job ([`start_cron`]).
+    pub cron: Arc<Notify>,
+    /// Agents a `provision_agent` created, for serve to start their actors.
+    pub new_agents: mpsc::UnboundedSender<AgentRecord>,
+}
+
+/// Drains `w`'s outbox and reports it on `events`; a stored cron job wakes the cron task, a
+/// provisioned agent goes to serve.
+pub fn drain_and_report(w: &WakeTurn, events: &Emitter, to: &DrainTargets) {
     let drained = commands::drain(w, PROCESSING_STALE_AFTER);
     report(&drained, events);
     if drained.cron_changed {
-        cron.notify_one();
+        to.cron.notify_one();
+    }
+    for record in drained.provisioned {
+        let _ = to.new_agents.send(record);
     }
 }
 
 /// The hook a job's turns run after each tool batch.
-pub fn after_batch(events: Emitter, cron: Arc<Notify>) -> AfterBatch {
-    Arc::new(move |w: &WakeTurn| drain_and_report(w, &events, &cron))
+pub fn after_batch(events: Emitter, to: DrainTargets) -> AfterBatch {
+    Arc::new(move |w: &WakeTurn| drain_and_report(w, &events, &to))
 }
 
 /// A `system` event for each file moved to `bad/`, and one with the joined reply when it was

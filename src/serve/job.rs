@@ -69,13 +69,13 @@ pub(super) struct JobCtx {
     pub tracker: Arc<Tracker>,
     pub scheduler: super::scheduler::Scheduler,
     pub wake_limits: super::wake_job::WakeLimits,
-    pub cron: Arc<tokio::sync::Notify>,
+    pub drained: super::drain::DrainTargets,
 }
 
 impl JobCtx {
     /// The hook every turn of this agent runs after a tool batch: the outbox drain.
     pub fn after_batch(&self) -> crate::wake::state::AfterBatch {
-        super::drain::after_batch(self.tracker.emitter(), self.cron.clone())
+        super::drain::after_batch(self.tracker.emitter(), self.drained.clone())
     }
 }
 

@@ -188,6 +188,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
     let (scheduler, unstarted) = scheduler::channel();
+    let (new_agents, mut provisioned) = tokio::sync::mpsc::unbounded_channel::<AgentRecord>();
     let hub = Hub {
         port,
         token: token.into(),
@@ -200,7 +201,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
             session_idle: opts.session_idle,
             scheduler,
             wake_limits: opts.wake,
-            cron: Arc::default(),
+            drained: drain::DrainTargets { cron: Arc::default(), new_agents },
         },
         shutdown: CancellationToken::new(),
         watch: Arc::default(),
@@ -210,6 +211,13 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         hub.add(record.clone());
     }
     start_waking(&hub, &records, wake_db, unstarted, &opts)?;
+    let adding = hub.clone();
+    tokio::spawn(async move {
+        // An agent a `provision_agent` command created runs at once, as one made through the API.
+        while let Some(record) = provisioned.recv().await {
+            adding.add(record);
+        }
+    });
     let info = ServeInfo {
         pid: std::process::id(),
         port,
@@ -284,7 +292,7 @@ fn start_waking(
         },
         hub.shutdown.clone(),
     );
-    drain::start_cron(hub.shared.home.clone(), hub.shared.cron.clone(), hub.shutdown.clone());
+    drain::start_cron(hub.shared.home.clone(), hub.shared.drained.cron.clone(), hub.shutdown.clone());
     let agents = hub.agents.clone();
     tokio::spawn(async move {
         while let Some(id) = rx.recv().await {
