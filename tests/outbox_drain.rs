@@ -124,7 +124,16 @@ async fn a_provisioned_agent_runs_in_serve_at_once() {
         }
     };
     assert_eq!(f.data["text"], "Agent 'Scout' created successfully.");
-    let (status, agent) = s.get("/api/agents/w-2").await;
+    // serve adds the new agent's actor beside the drain that reported it.
+    let mut got = s.get("/api/agents/w-2").await;
+    for _ in 0..100 {
+        if got.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        got = s.get("/api/agents/w-2").await;
+    }
+    let (status, agent) = got;
     assert_eq!((status, agent["title"].as_str(), agent["role"].as_str()), (200, Some("Scout"), Some("worker")), "{agent}");
     assert!(std::fs::read_to_string(t.workspace("w-2").join("AGENTS.md")).unwrap().ends_with("\nWatch the logs.\n"));
     assert_eq!(s.stop().await, 0);

@@ -1,11 +1,11 @@
 //! Where serve drains the agents' Maildir outboxes and fires their cron jobs (DESIGN.md §11
 //! "Consumer", `set_cron`).
 //!
-//! Owns the three drain points: after every tool batch of a turn (the [`AfterBatch`] hook a
-//! job puts on the turn's [`WakeTurn`], so the turn loop knows nothing of the outbox), while
-//! no turn runs (one task for all agents that looks every [`IDLE_POLL`] at the `new/` folders
-//! and asks the actor of each non-empty one for an [`Op::Drain`](super::actor::Op::Drain)),
-//! and the reporting of a drain on the agent's stream. Also the one cron task: it sleeps until
+//! Owns the drain points: after every tool batch of a turn (the [`AfterBatch`] hook a job puts
+//! on the turn's [`WakeTurn`], so the turn loop knows nothing of the outbox) and while no turn
+//! runs (one task for all agents: a `notify` watch of every `new/` folder, and a look at them
+//! every [`IDLE_POLL`]; each asks the agent's actor for an `Op::Drain`), and the reporting of a
+//! drain on the agent's stream. Also the one cron task: it sleeps until
 //! the earliest `next_run` of all jobs and writes each due job's `[choruz-cron]` message into
 //! its agent's inbox, which wakes the agent like any message. Must not touch the commands
 //! themselves (`crate::messages::commands`) or the turn loop.
@@ -49,13 +49,13 @@ pub struct DrainTargets {
 /// provisioned agent goes to serve.
 pub fn drain_and_report(w: &WakeTurn, events: &Emitter, to: &DrainTargets) {
     let drained = commands::drain(w, PROCESSING_STALE_AFTER);
-    report(&drained, events);
     if drained.cron_changed {
         to.cron.notify_one();
     }
-    for record in drained.provisioned {
-        let _ = to.new_agents.send(record);
+    for record in &drained.provisioned {
+        let _ = to.new_agents.send(record.clone());
     }
+    report(&drained, events);
 }
 
 /// The hook a job's turns run after each tool batch.
@@ -80,22 +80,69 @@ fn has_commands(ws: &std::path::Path) -> bool {
     std::fs::read_dir(Outbox::of_workspace(ws).new_dir()).is_ok_and(|mut d| d.next().is_some())
 }
 
-/// Starts the idle poll: every [`IDLE_POLL`], `drain(id)` for each agent of `agents()` whose
-/// `new/` is not empty (the actor drains it unless a turn runs, which drains it itself).
-pub fn start_idle_poll(agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static, drain: impl Fn(&str) + Send + 'static, stop: CancellationToken) {
+/// Starts the idle drain: ONE `notify` watcher with a watch on the `new/` folder of each agent
+/// of `agents()` at start (made if missing), and every [`IDLE_POLL`] a look at every agent's
+/// `new/` (agents created later, events the watcher missed or could not watch). Each
+/// non-empty or changed `new/` gives `drain(id)`; the actor drains it unless a turn runs,
+/// which drains it itself.
+pub fn start_idle_drain(agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static, drain: impl Fn(&str) + Send + 'static, stop: CancellationToken) {
+    let (tx, mut changed) = mpsc::unbounded_channel::<String>();
+    let watcher = watch_new_dirs(&agents(), tx);
     tokio::spawn(async move {
+        // Held by the task: dropping the watcher ends its watches.
+        let _watcher = watcher;
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(IDLE_POLL) => {}
+            let ids: Vec<String> = tokio::select! {
+                () = tokio::time::sleep(IDLE_POLL) => {
+                    let list = agents();
+                    tokio::task::spawn_blocking(move || list.into_iter().filter(|(_, ws)| has_commands(ws)).map(|(id, _)| id).collect()).await.unwrap_or_default()
+                }
+                Some(id) = changed.recv() => {
+                    // A burst of commands is one drain per agent.
+                    let mut ids = std::collections::BTreeSet::from([id]);
+                    while let Ok(more) = changed.try_recv() {
+                        ids.insert(more);
+                    }
+                    ids.into_iter().collect()
+                }
                 () = stop.cancelled() => return,
-            }
-            let list = agents();
-            let busy = tokio::task::spawn_blocking(move || list.into_iter().filter(|(_, ws)| has_commands(ws)).map(|(id, _)| id).collect::<Vec<_>>()).await;
-            for id in busy.unwrap_or_default() {
+            };
+            for id in ids {
                 drain(&id);
             }
         }
     });
+}
+
+/// The watcher of the agents' `new/` folders: an event in one sends its agent's id. `None`
+/// when inotify cannot be used; the poll covers everything then.
+fn watch_new_dirs(agents: &[(String, PathBuf)], tx: mpsc::UnboundedSender<String>) -> Option<notify::RecommendedWatcher> {
+    use notify::Watcher;
+    let dirs: BTreeMap<PathBuf, String> = agents.iter().map(|(id, ws)| (Outbox::of_workspace(ws).new_dir(), id.clone())).collect();
+    let by_dir = dirs.clone();
+    let handler = move |res: notify::Result<notify::Event>| {
+        let Ok(event) = res else { return };
+        // A command is there once renamed in (the producer) or closed after writing: a
+        // creation alone may be a file still empty, which the drain would drop (Choruz B4).
+        use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
+        if !matches!(event.kind, EventKind::Modify(ModifyKind::Name(_)) | EventKind::Access(AccessKind::Close(AccessMode::Write))) {
+            return;
+        }
+        for path in &event.paths {
+            if let Some(id) = path.parent().and_then(|p| by_dir.get(p)) {
+                let _ = tx.send(id.clone());
+            }
+        }
+    };
+    let mut watcher = notify::recommended_watcher(handler).map_err(|e| tracing::warn!(error = %e, "outbox watch: no watcher; new/ folders are polled every 2 s")).ok()?;
+    crate::fsutil::blocking(|| {
+        for dir in dirs.keys() {
+            if let Err(e) = std::fs::create_dir_all(dir).map_err(notify::Error::io).and_then(|()| watcher.watch(dir, notify::RecursiveMode::NonRecursive)) {
+                tracing::warn!(dir = %dir.display(), error = %e, "outbox watch: polled every 2 s instead");
+            }
+        }
+    });
+    Some(watcher)
 }
 
 /// Starts the cron task; `changed` is notified when a job is stored.

@@ -283,7 +283,7 @@ fn start_waking(
     }
     let _ = hub.watch.set(watch);
     let (listed, drained) = (hub.agents.clone(), hub.agents.clone());
-    drain::start_idle_poll(
+    drain::start_idle_drain(
         move || listed.read().map(|a| a.iter().map(|(id, (_, ws))| (id.clone(), ws.clone())).collect()).unwrap_or_default(),
         move |id| {
             if let Some((h, _)) = drained.read().ok().and_then(|a| a.get(id).cloned()) {
