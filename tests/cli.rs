@@ -37,7 +37,7 @@ async fn create_ls_roles_show() {
     let o = cicy(h.path(), "", &["roles"], None).await;
     assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
-    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
+    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [agents, broadcast, fork, inbox, msg, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     let o = cicy(h.path(), "", &["show", "w-2"], None).await;
     assert!(o.stdout.contains("role_template: concierge\n"), "{}", o.stdout);
     assert!(o.stdout.contains("conversation: (none yet)\n"), "{}", o.stdout);
