@@ -3,10 +3,16 @@
 //! - `cicy-agent outbox-send '<json>'`: wall time of the whole process, median and p90 of 50
 //!   (target < 5 ms), next to the library's `Outbox::send` alone (the process start is the rest),
 //!   in the temp folder and on tmpfs (where the producer's four fsyncs cost nothing);
-//! - draining 10,000 queued commands with a no-op handler: commands per second.
+//! - draining 10,000 queued commands with a no-op handler: commands per second;
+//! - in a real serve with the scripted gateway: a group `send` queued in an idle agent's outbox
+//!   until the other member's `turn_started` (median and p90 of 20; target < 100 ms).
 //!
 //! Run: `cargo bench --bench outbox`. Figures go to stdout; the README quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
+
+#[path = "../tests/common/mod.rs"]
+#[allow(unused_imports)]
+mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -82,6 +88,33 @@ fn drain_ten_thousand() {
     );
 }
 
+const HOPS: usize = 20;
+
+/// A group send from an idle agent's outbox to the other member's `turn_started`.
+async fn send_to_turn_started() {
+    use common::gateway::{anthropic_text, Reply, ScriptedGateway};
+    let gw = ScriptedGateway::start().await;
+    gw.fallback(|_| Reply::sse(anthropic_text("ok")));
+    let t = common::fixture::TestHome::new(&gw.url(), 0);
+    t.write_role("waker", "[core, wake]", 20);
+    let (a, b) = (t.create("waker", None), t.create("waker", None));
+    cicy::messages::groups::create(&t.home, "ada", "ops", "", &[a.clone(), b.clone()]).unwrap();
+    let s = common::serve::Serve::start(t.root(), &gw.url(), &[]).await;
+    let ob = Outbox::of_workspace(&t.workspace(&a));
+    let mut events = s.events(&b, None).await;
+    let mut took = Vec::with_capacity(HOPS);
+    for i in 0..HOPS {
+        let start = Instant::now();
+        ob.send(&format!("{{\"type\":\"send\",\"group\":\"ops\",\"content\":\"ping {i}\"}}")).unwrap();
+        events.until("turn_started").await;
+        took.push(start.elapsed());
+        events.until("done").await;
+    }
+    let (median, p90) = median_p90(took);
+    println!("outbox file in an idle agent -> the group member's turn_started, {HOPS} sends: median {median:.1} ms, p90 {p90:.1} ms");
+    s.stop().await;
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("outbox: bench");
@@ -99,4 +132,5 @@ fn main() {
         process_send(Some(shm), "tmpfs (/dev/shm)");
     }
     drain_ten_thousand();
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(send_to_turn_started());
 }

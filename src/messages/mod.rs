@@ -4,11 +4,14 @@
 //!
 //! Owns the migration-3 tables of `$CICY_HOME/cicy.db` (`conversation`, `member`, `message`,
 //! `delivery`, `task`, `cron_job`; the schema itself is in `crate::registry`) and the envelope
-//! formats; `route` alone writes files: the inbox copies of a posted message. Must not touch:
-//! `agent_config` rows (read only, for display names and workspaces), the wake tables (`todo`,
-//! `obligation`), the outbox. It is a synchronous store: async
+//! formats; `route` alone writes files: the inbox copies of a posted message; `commands` runs
+//! what an agent's outbox holds (its result envelopes and shared files are the only outbox
+//! files it writes). Must not touch: `agent_config` rows (read only, for display names and
+//! workspaces; `commands` creates agents through `crate::agent`), the wake tables (`todo`,
+//! `obligation`; a command's reply resolves its claim through `crate::wake`). It is a synchronous store: async
 //! callers (serve) run it through `spawn_blocking`.
 
+pub mod commands;
 pub mod coordinate;
 pub mod envelope;
 pub mod groups;

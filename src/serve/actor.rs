@@ -65,6 +65,9 @@ pub enum Op {
     Recover,
     /// A todo changed through a route: its event goes on the agent's stream.
     Note { note: crate::wake::state::WakeNote },
+    /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
+    /// runs (a turn drains it after each tool batch; the next poll comes within 2 s).
+    Drain,
 }
 
 /// How a chat was taken.
@@ -156,6 +159,8 @@ pub struct Shared {
     pub session_idle: Duration,
     pub scheduler: super::scheduler::Scheduler,
     pub wake_limits: super::wake_job::WakeLimits,
+    /// What a drain changed goes there (`super::drain`).
+    pub drained: super::drain::DrainTargets,
 }
 
 /// Starts the actor of `record`.
@@ -343,8 +348,27 @@ impl Actor {
                 let kind = super::wake_job::note_event(note);
                 self.emit(kind);
             }
+            Op::Drain => self.drain_outbox(),
             Op::Shutdown { .. } => {}
         }
+    }
+
+    /// Drains the outbox outside a turn: no claim, so a reply is shown as a `system` event.
+    fn drain_outbox(&mut self) {
+        if self.busy() {
+            return;
+        }
+        let tracker = match self.tracker() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(agent = %self.record.id, error = %e, "cannot open the event log; the outbox waits");
+                return;
+            }
+        };
+        let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
+        let notify = super::wake_job::notifier(id, tracker.emitter(), self.shared.scheduler.clone());
+        let w = crate::wake::state::WakeTurn::in_serve(home, id, ws, notify);
+        fsutil::blocking(|| super::drain::drain_and_report(&w, &tracker.emitter(), &self.shared.drained));
     }
 
     /// DESIGN.md §10: claims what is due and starts the wake turn, or, while a run goes on,
@@ -530,6 +554,7 @@ impl Actor {
             tracker,
             scheduler: self.shared.scheduler.clone(),
             wake_limits: self.shared.wake_limits,
+            drained: self.shared.drained.clone(),
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
         self.job = Some((work, handle));

@@ -69,6 +69,14 @@ pub(super) struct JobCtx {
     pub tracker: Arc<Tracker>,
     pub scheduler: super::scheduler::Scheduler,
     pub wake_limits: super::wake_job::WakeLimits,
+    pub drained: super::drain::DrainTargets,
+}
+
+impl JobCtx {
+    /// The hook every turn of this agent runs after a tool batch: the outbox drain.
+    pub fn after_batch(&self) -> crate::wake::state::AfterBatch {
+        super::drain::after_batch(self.tracker.emitter(), self.drained.clone())
+    }
 }
 
 /// Runs `work` holding the turn lock.
@@ -89,12 +97,15 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
     for note in &session.restore_notes {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }
-    session.wake = Arc::new(crate::wake::state::WakeTurn::in_serve(
-        &ctx.home,
-        &ctx.id,
-        &ctx.workspace,
-        super::wake_job::notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone()),
-    ));
+    session.wake = Arc::new(
+        crate::wake::state::WakeTurn::in_serve(
+            &ctx.home,
+            &ctx.id,
+            &ctx.workspace,
+            super::wake_job::notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone()),
+        )
+        .with_after_batch(ctx.after_batch()),
+    );
     let end = match work {
         Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
         Work::Turn(text) => JobEnd::Turn(turn::run_turn_with(&mut session, &text, &events, &cancel, &steering).await),

@@ -8,6 +8,7 @@
 //! loop or the files of a conversation: actors run jobs that do.
 
 mod actor;
+mod drain;
 mod group_routes;
 mod http;
 pub mod instance;
@@ -219,12 +220,21 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
     let (scheduler, unstarted) = scheduler::channel();
+    let (new_agents, mut provisioned) = tokio::sync::mpsc::unbounded_channel::<AgentRecord>();
     let hub = Hub {
         port,
         token: token.into(),
         instance_id: uuid::Uuid::new_v4().to_string().into(),
         agents: Arc::default(),
-        shared: Shared { home: home.clone(), http, global, session_idle: opts.session_idle, scheduler, wake_limits: opts.wake },
+        shared: Shared {
+            home: home.clone(),
+            http,
+            global,
+            session_idle: opts.session_idle,
+            scheduler,
+            wake_limits: opts.wake,
+            drained: drain::DrainTargets { cron: Arc::default(), new_agents },
+        },
         shutdown: CancellationToken::new(),
         watch: Arc::default(),
     };
@@ -233,6 +243,13 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         hub.add(record.clone());
     }
     start_waking(&hub, &records, wake_db, unstarted, &opts)?;
+    let adding = hub.clone();
+    tokio::spawn(async move {
+        // An agent a `provision_agent` command created runs at once, as one made through the API.
+        while let Some(record) = provisioned.recv().await {
+            adding.add(record);
+        }
+    });
     let info = ServeInfo {
         pid: std::process::id(),
         port,
@@ -304,6 +321,17 @@ fn start_waking(
         tracing::warn!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
     }
     let _ = hub.watch.set(watch);
+    let (listed, drained) = (hub.agents.clone(), hub.agents.clone());
+    drain::start_idle_drain(
+        move || listed.read().map(|a| a.iter().map(|(id, (_, ws))| (id.clone(), ws.clone())).collect()).unwrap_or_default(),
+        move |id| {
+            if let Some((h, _)) = drained.read().ok().and_then(|a| a.get(id).cloned()) {
+                h.send(Op::Drain);
+            }
+        },
+        hub.shutdown.clone(),
+    );
+    drain::start_cron(hub.shared.home.clone(), hub.shared.drained.cron.clone(), hub.shutdown.clone());
     let waker = hub.clone();
     tokio::spawn(async move {
         while let Some(id) = rx.recv().await {

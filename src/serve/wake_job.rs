@@ -114,7 +114,7 @@ pub async fn run(
     let recording = Arc::new(Recording { inner: ctx.tracker.emitter(), errors: Mutex::new(Vec::new()) });
     let turn_events = Emitter::from_sink(recording.clone());
     let notify = notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone());
-    let wt = Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()));
+    let wt = Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()).with_after_batch(ctx.after_batch()));
     session.wake = wt.clone();
 
     let wake_cancel = cancel.child_token();
@@ -153,7 +153,7 @@ pub async fn run(
         let tool_less = !tools.iter().any(|t| t == crate::wake::tools::REPLY || t == crate::wake::tools::SEND);
         Left { claim: st.claim.clone(), sent: st.sent, tool_less }
     };
-    session.wake = Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()));
+    session.wake = Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()).with_after_batch(ctx.after_batch()));
     let todo_ids: Vec<u32> = p.todos.iter().map(|t| t.id).collect();
     let (home, id, ws) = (ctx.home.clone(), ctx.id.clone(), ctx.workspace.clone());
     let notes = fsutil::blocking(|| finalize(&home, &id, &ws, &todo_ids, &left, &ending));

@@ -62,6 +62,8 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
         let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
         match tools::run_calls(t, &calls, &plan, &resp).await? {
             Ran::All => {
+                // The runner's hook (serve drains the outbox the batch's commands wrote to).
+                t.session.wake.clone().after_tool_batch().await;
                 if let Some(text) = t.session.wake.take_end() {
                     // `sleep_until` (DESIGN.md §10): the turn ends after the batch that ran it,
                     // with an assistant message so the next turn's user message alternates.

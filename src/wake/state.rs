@@ -2,8 +2,9 @@
 //! conversation claimed for it and whether it was answered, how many visible messages it sent,
 //! and the `sleep_until` that ends it after the current batch of tool calls.
 //!
-//! Owns only this in-memory state and the notes it passes to its runner (serve emits them as
-//! events and reschedules on a todo change). Must not touch: files, the database, the turn loop.
+//! Owns only this in-memory state, the notes it passes to its runner (serve emits them as
+//! events and reschedules on a todo change) and the runner's hook after each tool batch (serve
+//! drains the outbox there). Must not touch: files, the database, the turn loop.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -55,6 +56,10 @@ pub struct WakeState {
 /// Where a turn's [`WakeNote`]s go.
 pub type Notify = Arc<dyn Fn(WakeNote) + Send + Sync>;
 
+/// What runs after every completed batch of tool calls (serve: the outbox drain, DESIGN.md §11
+/// "Consumer"), on a blocking thread, with the turn's wake state.
+pub type AfterBatch = Arc<dyn Fn(&WakeTurn) + Send + Sync>;
+
 /// The wake side of one turn, handed to its tools through `ToolContext::wake`.
 pub struct WakeTurn {
     pub home: Home,
@@ -65,6 +70,7 @@ pub struct WakeTurn {
     pub waking: bool,
     state: Mutex<WakeState>,
     notify: Option<Notify>,
+    after_batch: Option<AfterBatch>,
 }
 
 impl std::fmt::Debug for WakeTurn {
@@ -83,6 +89,7 @@ impl WakeTurn {
             waking: false,
             state: Mutex::new(WakeState::default()),
             notify: None,
+            after_batch: None,
         }
     }
 
@@ -109,6 +116,23 @@ impl WakeTurn {
     pub fn note(&self, note: WakeNote) {
         if let Some(n) = &self.notify {
             n(note);
+        }
+    }
+
+    /// This turn with `f` run after each of its tool batches.
+    pub fn with_after_batch(mut self, f: AfterBatch) -> Self {
+        self.after_batch = Some(f);
+        self
+    }
+
+    /// Runs the [`AfterBatch`] hook, if any, on a blocking thread (the turn loop calls it when
+    /// a batch of tool calls has finished, before it looks at [`WakeTurn::take_end`]). A hook
+    /// that panics is logged; the turn goes on.
+    pub async fn after_tool_batch(self: Arc<Self>) {
+        let Some(f) = self.after_batch.clone() else { return };
+        let agent = self.agent_id.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || f(&self)).await {
+            tracing::error!(agent = %agent, error = %e, "the after-batch hook stopped");
         }
     }
 

@@ -239,8 +239,12 @@ fn reply(w: &WakeTurn, input: &Value) -> Ran {
     Ok(ToolOutput::ok(format!("Replied to {} ({out}).", claim.from)))
 }
 
-/// Sends `text` to the claim's sender in its conversation and resolves its obligation.
-fn answer(w: &WakeTurn, claim: &Claim, text: &str, question: bool) -> Result<String, WakeError> {
+/// Sends `text` to the claim's sender in its conversation and resolves its obligation (again
+/// harmlessly when it was resolved); returns the outbox copy's name. The outbox commands'
+/// replies (`crate::messages::commands`) answer through it too.
+///
+/// Errors: the delivery's and `cicy.db`'s.
+pub fn answer(w: &WakeTurn, claim: &Claim, text: &str, question: bool) -> Result<String, WakeError> {
     let msg = Outgoing { to: claim.from.clone(), text: text.to_string(), question, meta: claim_meta(claim) };
     let file = deliver(&w.home, &w.workspace, &w.agent_id, &msg)?;
     WakeDb::open(&w.home)?.obligation_resolve(claim.obligation_id, ResolvedBy::Agent)?;

@@ -3,13 +3,14 @@
 //! Owns the connection they are read and written through, its errors, and the principal
 //! syntax. The rows' meaning is in `conversation.rs` (conversations, members, group
 //! resolution, roster), `message.rs` (messages, threads, paging, deliveries) and `task.rs`
-//! (board tasks). Must not touch: `agent_config` (read for display names only), the wake
+//! (board tasks), `cron.rs` (cron jobs). Must not touch: `agent_config` (read for display names only), the wake
 //! tables, files.
 //!
 //! The whole of `cicy.db` is one Choruz "workspace": group names resolve across it.
 
 mod call;
 mod conversation;
+mod cron;
 mod message;
 mod task;
 
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 pub use call::{Answered, CallState, MsgCall};
+pub use cron::{next_run, CronJob, CronKind};
 pub use conversation::{ConvKind, Conversation, Member, Visibility, DIRECT_NAME};
 pub use message::{Delivery, DeliveryState, Message, NewMessage, Page, MESSAGE_PAGE_MAX};
 pub use task::{Created, NewTask, Task, TaskError, TaskErrorCode, TaskRef, TaskStatus, TaskUpdate};
@@ -69,6 +71,9 @@ pub enum StoreError {
     /// `group` is the group's name, or for a direct conversation its id.
     #[error("thread target '{thread}' was not found in group '{group}'")]
     ThreadNotFound { thread: String, group: String },
+    /// A `set_cron` schedule that is neither a 5-field cron expression nor a period.
+    #[error("schedule '{schedule}' {reason}")]
+    BadSchedule { schedule: String, reason: String },
     #[error("message {id} does not exist")]
     NoMessage { id: String },
     #[error("message page limit {limit} is out of range: give 1 to {MESSAGE_PAGE_MAX}")]
