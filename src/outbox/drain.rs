@@ -158,11 +158,24 @@ impl Outbox {
     }
 }
 
+/// **[chosen]** How long an empty command file is left alone before it is deleted as empty.
+pub const EMPTY_GRACE: Duration = Duration::from_secs(2);
+
 /// Claims `new/<name>` for this consumer and returns the claimed path, or `None` (counted in
 /// `stats.skipped`) when another consumer holds or took it.
 fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainStats) -> Option<PathBuf> {
     let path = new_dir.join(name);
     let target = if name.ends_with(".json") {
+        // An empty file written in place a moment ago may still be getting its bytes (the
+        // producer renames, a hand-written `echo > x.json` does not): claiming it now would
+        // delete it as empty under the writer. It waits for a later pass.
+        let young_empty = fs::metadata(&path).is_ok_and(|m| {
+            m.len() == 0 && m.modified().is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < EMPTY_GRACE)
+        });
+        if young_empty {
+            stats.skipped += 1;
+            return None;
+        }
         new_dir.join(format!("{name}.{}.processing", new_id()))
     } else {
         let age = fs::metadata(&path).and_then(|m| m.modified()).ok().map(|t| SystemTime::now().duration_since(t).unwrap_or_default());

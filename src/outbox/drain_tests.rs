@@ -79,13 +79,19 @@ fn double_escaped_json_parses_and_garbage_goes_to_bad() {
 #[test]
 fn empty_and_typeless_files_are_deleted_unrun() {
     let (_d, ob) = outbox();
+    let young = put(&ob, "0.json", "");
+    let stats = ob.drain(PROCESSING_STALE_AFTER, |c| panic!("ran {c:?}"));
+    assert_eq!(stats, DrainStats { skipped: 1, ..DrainStats::default() }, "an empty file just written may still be filling");
+    assert!(young.exists());
+    age(&young, 3);
     put(&ob, "a.json", "");
+    age(&ob.new_dir().join("a.json"), 3);
     put(&ob, "b.json", " \n\t");
     put(&ob, "c.json", r#"{"content":"no type"}"#);
     put(&ob, "d.json", r#"{"type":""}"#);
     put(&ob, "e.json", "[1,2]");
     let stats = ob.drain(PROCESSING_STALE_AFTER, |c| panic!("ran {c:?}"));
-    assert_eq!(stats, DrainStats { dropped: 5, ..DrainStats::default() });
+    assert_eq!(stats, DrainStats { dropped: 6, ..DrainStats::default() });
     assert!(listing(&ob.new_dir()).is_empty());
     assert!(!ob.bad_dir().exists());
 }
