@@ -523,6 +523,10 @@ async fn the_msg_command_waits_for_the_answer_no_wait_queues_and_msgs_lists_the_
     let out = cli(args(&["msg", "w-99", "hi"])).await;
     assert_eq!(out.code, 2);
     assert!(out.stderr.contains("no agent `w-99` to message"), "{}", out.stderr);
+    let out = cli(args(&["broadcast", "w-99", "anyone?"])).await;
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: no agent `w-99` (see `cicy-agent ls`)\n"));
+    let out = cli(args(&["msgs", &worker, "--status", "bogus"])).await;
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: --status `bogus` is not a call state: use waiting, queued or done\n"));
     assert_eq!(s.stop().await, 0);
 }
 

@@ -82,15 +82,23 @@ pub fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
             writeln!(out, "{answer}")?;
             Ok(ExitCode::SUCCESS)
         }
-        Waited::TimedOut | Waited::Cancelled => {
+        Waited::TimedOut => {
             writeln!(out, "msg {id} queued: no answer within {} s", a.timeout)?;
             Ok(ExitCode::from(1))
+        }
+        // Ctrl-C, as for `chat`: the call stays queued and calls back unless --no-callback.
+        Waited::Cancelled => {
+            writeln!(out, "msg {id} queued: stopped waiting")?;
+            Ok(ExitCode::from(130))
         }
     }
 }
 
 /// `msgs`: one line per call, `#<id> <from> → <to> [<state>] <text>` and the answer below it.
 pub fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> {
+    if let Some(s) = a.status.as_deref().filter(|s| !matches!(*s, "waiting" | "queued" | "done")) {
+        anyhow::bail!("--status `{s}` is not a call state: use waiting, queued or done");
+    }
     let store = MessageStore::open(home)?;
     let want_from = a.from.as_deref().map(principal).transpose()?;
     let calls: Vec<_> = store
@@ -119,6 +127,7 @@ pub fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> 
 
 /// `broadcast <master> <text> [--timeout ms]`.
 pub fn broadcast(home: &Home, master: &str, text: &str, timeout_ms: Option<u64>, out: &mut impl Write) -> Result<ExitCode> {
+    super::open_registry(home)?.get(master)?;
     let timeout = timeout_ms.map_or(BROADCAST_TIMEOUT, Duration::from_millis);
     let rt = super::chat::runtime()?;
     let lines = rt.block_on(coordinate::broadcast(home, master, text, timeout, &CancellationToken::new(), 1))?;
