@@ -378,10 +378,17 @@ impl Registry {
         self.get(&id)
     }
 
-    /// Hands over the connection (WAL, busy timeout and schema already set) to another owner
-    /// of tables in the same file (`crate::wake::db`).
-    pub(crate) fn into_connection(self) -> Connection {
-        self.conn
+    /// Hands over the connection (WAL, busy timeout and schema already set) and the file's
+    /// path to another owner of tables in the same file (`crate::wake::db`,
+    /// `crate::messages::store`), with `synchronous=FULL`: what they commit (an obligation, a
+    /// posted message) survives a power loss once the commit returns.
+    ///
+    /// Errors: [`RegistryError::Sql`].
+    pub(crate) fn into_durable(self) -> Result<(Connection, PathBuf), RegistryError> {
+        match self.conn.pragma_update(None, "synchronous", "FULL") {
+            Ok(()) => Ok((self.conn, self.path)),
+            Err(source) => Err(RegistryError::Sql { path: self.path, source }),
+        }
     }
 
     /// The database file's path.

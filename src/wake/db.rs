@@ -51,11 +51,9 @@ impl WakeDb {
 
     /// Takes over an open registry's connection (a caller that first checked the agent).
     ///
-    /// Errors: [`WakeDbError::Sql`].
+    /// Errors: [`WakeDbError::Registry`] (setting `synchronous=FULL`).
     pub fn from_registry(reg: Registry) -> Result<Self, WakeDbError> {
-        let path = reg.path().to_path_buf();
-        let conn = reg.into_connection();
-        conn.pragma_update(None, "synchronous", "FULL").map_err(|source| WakeDbError::Sql { path: path.clone(), source })?;
+        let (conn, path) = reg.into_durable()?;
         Ok(Self { conn, path })
     }
 

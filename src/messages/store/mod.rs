@@ -98,11 +98,9 @@ impl MessageStore {
 
     /// Takes over an open registry's connection.
     ///
-    /// Errors: [`StoreError::Sql`].
+    /// Errors: [`StoreError::Registry`] (setting `synchronous=FULL`).
     pub fn from_registry(reg: Registry) -> Result<Self, StoreError> {
-        let path = reg.path().to_path_buf();
-        let conn = reg.into_connection();
-        conn.pragma_update(None, "synchronous", "FULL").map_err(|source| StoreError::Sql { path: path.clone(), source })?;
+        let (conn, path) = reg.into_durable()?;
         Ok(Self { conn, path })
     }
 
