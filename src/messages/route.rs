@@ -193,7 +193,12 @@ pub fn hops_of(message: &Message) -> u32 {
 
 /// The hops of a message file (0 when its front matter has none or a bad value).
 pub fn file_hops(m: &MessageFile) -> u32 {
-    m.meta.get(META_HOPS).and_then(|h| h.parse().ok()).unwrap_or(0)
+    meta_hops(&m.meta)
+}
+
+/// The hops a front matter (or a reply's meta) carries: 0 when none or a bad value.
+pub fn meta_hops(meta: &BTreeMap<String, String>) -> u32 {
+    meta.get(META_HOPS).and_then(|h| h.parse().ok()).unwrap_or(0)
 }
 
 /// What one envelope shows, owned, before it is borrowed as an [`Incoming`].

@@ -63,17 +63,7 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str) -> Result<Claimed,
         // the turn answers them; the move is tried again at each look and at the next start.
         tracing::error!(agent, error = %e, "claimed inbox files could not be moved to inbox/archive/");
     }
-    let mut claim = Claim {
-        obligation_id: ob.id,
-        from: first.from.clone(),
-        conv,
-        thread: first.meta.get("thread").cloned(),
-        group: first.meta.get("group").cloned(),
-        hops: taken.iter().map(file_hops).max().unwrap_or(0),
-        msg_calls: msg_calls(&taken),
-        files: names,
-        answered: false,
-    };
+    let mut claim = claim_of(ob.id, conv, &taken, names);
     if taken.iter().all(|m| m.meta.contains_key(coordinate::CALLBACK_OF) || m.from == SERVE_SENDER) {
         // A 🔔 callback is never answered back (DESIGN.md §11), nor a notice of serve's:
         // nobody waits for a reply.
@@ -138,6 +128,25 @@ pub fn finish_moves(db: &WakeDb, mb: &Mailbox, agent: &str) -> Result<(), WakeEr
         mb.archive(&ob.message_ids)?;
     }
     Ok(())
+}
+
+/// The claim of obligation `obligation_id` on `msgs` (oldest first, not empty) of conversation
+/// `conv`, whose files are `files`: the first message's sender, thread and group, the most hops
+/// and every `msg` call among them, not answered yet.
+pub fn claim_of(obligation_id: i64, conv: String, msgs: &[MessageFile], files: Vec<String>) -> Claim {
+    let first = msgs.first();
+    let meta = |key: &str| first.and_then(|m| m.meta.get(key).cloned());
+    Claim {
+        obligation_id,
+        from: first.map(|m| m.from.clone()).unwrap_or_default(),
+        conv,
+        thread: meta("thread"),
+        group: meta("group"),
+        hops: msgs.iter().map(file_hops).max().unwrap_or(0),
+        msg_calls: msg_calls(msgs),
+        files,
+        answered: false,
+    }
 }
 
 /// The `msg` calls a claim's messages carry, in order.

@@ -96,7 +96,7 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
     };
     // An agent's message to an agent is one hop more than what its turn answers (the caller
     // put those hops in `meta`); past the limit it is recorded but wakes nobody (§11).
-    let hops = msg.meta.get(route::META_HOPS).and_then(|h| h.parse::<u32>().ok()).unwrap_or(0).saturating_add(1);
+    let hops = route::meta_hops(&msg.meta).saturating_add(1);
     let wakes = hops <= route::MAX_HOPS;
     if let Some(ws) = recipient_ws.filter(|_| wakes) {
         let mut meta = msg.meta.clone();
@@ -119,7 +119,7 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
 /// Posts `msg` in the stored conversation `conv` as `agent` and keeps the outbox copy (from
 /// `from`, with the message's id) that the dialog and the never-silent count read.
 fn post_stored(home: &Home, from_ws: &Path, agent: &str, from: &str, conv: &str, msg: &Outgoing, wake_agents: bool) -> Result<MessageFile, WakeError> {
-    let hops = msg.meta.get(route::META_HOPS).and_then(|h| h.parse::<u32>().ok()).unwrap_or(0);
+    let hops = route::meta_hops(&msg.meta);
     let calls: Vec<i64> = msg.meta.get(super::tools::MSG_CALLS).map(|c| c.split(',').filter_map(|id| id.parse().ok()).collect()).unwrap_or_default();
     // The answer to a `msg` goes back through its call (a waiting tool, or a 🔔), not as a
     // message the caller would be woken by and answer again.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::{claim_next, finish_moves, msg_calls};
+use super::claim::{claim_next, claim_of, finish_moves};
 use super::db::WakeDb;
 use super::deliver::{deliver_fallback, Outgoing, SERVE_SENDER};
 use super::inbox::{Mailbox, MessageFile};
@@ -23,7 +23,7 @@ use super::tools::claim_meta;
 use super::WakeError;
 use crate::fsutil;
 use crate::home::Home;
-use crate::messages::route::{self, file_hops};
+use crate::messages::route;
 
 /// The message to `human` after a killed wake that had claimed todos and no message; the
 /// todos follow in parentheses **[chosen]**.
@@ -237,23 +237,13 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
     let mut notes = Vec::new();
     let unresolved = db.obligation_unresolved(Some(agent))?;
     for ob in &unresolved {
-        let first = ob.message_ids.first().and_then(|n| mb.read(n).ok());
-        let Some(first) = first else {
+        let claimed: Vec<MessageFile> = ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).collect();
+        // The claim is known by its first file: without it there is no sender to notify.
+        if claimed.first().map(|m| &m.name) != ob.message_ids.first() {
             db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
             continue;
-        };
-        let claimed: Vec<MessageFile> = ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).collect();
-        let claim = Claim {
-            obligation_id: ob.id,
-            from: first.from.clone(),
-            conv: ob.conv_id.clone(),
-            thread: first.meta.get("thread").cloned(),
-            group: first.meta.get("group").cloned(),
-            hops: claimed.iter().map(file_hops).max().unwrap_or(0),
-            msg_calls: msg_calls(&claimed),
-            files: ob.message_ids.clone(),
-            answered: false,
-        };
+        }
+        let claim = claim_of(ob.id, ob.conv_id.clone(), &claimed, ob.message_ids.clone());
         let msg = Outgoing { to: claim.from.clone(), text: INTERRUPTED_NOTICE.into(), question: false, meta: claim_meta(&claim) };
         let file = deliver_fallback(home, ws, agent, SERVE_SENDER, &msg)?;
         db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
