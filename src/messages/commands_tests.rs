@@ -186,6 +186,14 @@ fn a_binary_share_is_posted_and_copied_to_the_other_agents() {
     assert_eq!(m.content, "📎 logo.png (9 bytes)");
     let ws2 = Registry::open(&home.db_path()).unwrap().get(&ids[1]).unwrap().workspace;
     assert_eq!(fs::read(ws2.join(".cicy/inbox-files").join(&m.id).join("logo.png")).unwrap(), b"\x89PNG\0data");
+    // The recipient reads the local path after the envelope (Choruz B1 attachments).
+    let (inbox, _) = crate::wake::inbox::Mailbox::of_workspace(&ws2).pending().unwrap();
+    let prompt = crate::messages::route::prompt_for(&home, &ids[1], &inbox);
+    let path = ws2.join(".cicy/inbox-files").join(&m.id).join("logo.png");
+    assert!(
+        prompt.ends_with(&format!("| 📎 logo.png (9 bytes)\n[attached files available locally — read them as needed]\n{}", path.display())),
+        "{prompt}"
+    );
 }
 
 #[test]

@@ -211,6 +211,7 @@ struct Parts {
     tasks: Vec<TaskSummary>,
     body: String,
     earlier: Vec<(String, String)>,
+    attachments: Vec<String>,
 }
 
 /// The prompt `agent` reads for the files of one claim, oldest first (Choruz B1: one envelope,
@@ -220,10 +221,17 @@ struct Parts {
 /// with `roster:[]`. A store that cannot be opened degrades every file to that form.
 pub fn prompt_for(home: &Home, agent: &str, files: &[MessageFile]) -> String {
     let store = MessageStore::open(home).ok();
+    let workspace = Registry::open(&home.db_path()).and_then(|r| r.get(agent)).ok().map(|r| r.workspace);
     let claimed: Vec<&str> = files.iter().filter_map(|f| f.meta.get(META_MESSAGE).map(String::as_str)).collect();
     let parts: Vec<Parts> = files
         .iter()
-        .map(|f| store.as_ref().and_then(|s| stored_parts(s, agent, f, &claimed)).unwrap_or_else(|| file_parts(f)))
+        .map(|f| {
+            let mut p = store.as_ref().and_then(|s| stored_parts(s, agent, f, &claimed)).unwrap_or_else(|| file_parts(f));
+            if let (Some(ws), Some(id)) = (&workspace, f.meta.get(META_MESSAGE)) {
+                p.attachments = attachments(ws, id);
+            }
+            p
+        })
         .collect();
     let earlier: Vec<Vec<ThreadItem<'_>>> = parts
         .iter()
@@ -240,7 +248,7 @@ pub fn prompt_for(home: &Home, agent: &str, files: &[MessageFile]) -> String {
             roster: p.roster.as_deref(),
             your_tasks: &p.tasks,
             body: &p.body,
-            attachments: &[],
+            attachments: &p.attachments,
             earlier,
         })
         .collect();
@@ -270,7 +278,19 @@ fn stored_parts(store: &MessageStore, agent: &str, f: &MessageFile, claimed: &[&
         tasks: store.open_tasks_of(agent, &conv.id).unwrap_or_default(),
         body: m.content,
         earlier,
+        attachments: Vec::new(),
     })
+}
+
+/// The local paths of the files shared with message `message_id` into the reader's workspace
+/// (`<ws>/.cicy/inbox-files/<message_id>/`, written by `share_file`), by name; none when the
+/// folder is missing.
+fn attachments(ws: &std::path::Path, message_id: &str) -> Vec<String> {
+    let dir = ws.join(".cicy").join("inbox-files").join(message_id);
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut paths: Vec<String> = entries.filter_map(Result::ok).map(|e| e.path().to_string_lossy().into_owned()).collect();
+    paths.sort();
+    paths
 }
 
 /// A file without a row: `conv:` is its `conv`, or the first hex digits of the SHA-256 of its
@@ -289,6 +309,7 @@ fn file_parts(f: &MessageFile) -> Parts {
         tasks: Vec::new(),
         body: f.body.clone(),
         earlier: Vec::new(),
+        attachments: Vec::new(),
     }
 }
 
