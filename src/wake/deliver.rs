@@ -98,6 +98,7 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
     // put those hops in `meta`); past the limit it is recorded but wakes nobody (§11).
     let hops = route::meta_hops(&msg.meta).saturating_add(1);
     let wakes = hops <= route::MAX_HOPS;
+    let to_agent = recipient_ws.is_some();
     if let Some(ws) = recipient_ws.filter(|_| wakes) {
         let mut meta = msg.meta.clone();
         meta.remove("to");
@@ -109,7 +110,7 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
     let mut meta = msg.meta.clone();
     meta.insert("to".into(), to.to_string());
     meta.insert(route::META_HOPS.into(), hops.to_string());
-    if !wakes {
+    if to_agent && !wakes {
         meta.insert("undelivered".into(), format!("more than {} hops", route::MAX_HOPS));
     }
     let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
