@@ -121,8 +121,17 @@ pub trait EventSink: Send + Sync {
 }
 
 /// Hands events to a sink: numbered here (1, 2, 3, …) for a plain callback, or by the sink.
+/// Cloning is cheap and every clone feeds the same sink and the same numbering, so a tool that
+/// reports progress while it runs (a sub-agent, a question to the user) holds one of its own.
+#[derive(Clone)]
 pub struct Emitter {
-    inner: Inner,
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Emitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Emitter")
+    }
 }
 
 enum Inner {
@@ -133,17 +142,17 @@ enum Inner {
 impl Emitter {
     /// An emitter that numbers events 1, 2, 3, … itself and calls `sink` with each.
     pub fn new(agent_id: &str, sink: impl Fn(&Event) + Send + Sync + 'static) -> Self {
-        Self { inner: Inner::Counting { agent_id: agent_id.to_string(), seq: AtomicU64::new(0), sink: Box::new(sink) } }
+        Self { inner: Arc::new(Inner::Counting { agent_id: agent_id.to_string(), seq: AtomicU64::new(0), sink: Box::new(sink) }) }
     }
 
     /// An emitter whose sink numbers the events (the agent's persistent event log).
     pub fn from_sink(sink: Arc<dyn EventSink>) -> Self {
-        Self { inner: Inner::Sink(sink) }
+        Self { inner: Arc::new(Inner::Sink(sink)) }
     }
 
     /// Sends `kind` on.
     pub fn emit(&self, kind: EventKind) {
-        match &self.inner {
+        match self.inner.as_ref() {
             Inner::Counting { agent_id, seq, sink } => {
                 let seq = seq.fetch_add(1, Ordering::SeqCst) + 1;
                 sink(&Event { seq, agent_id: agent_id.clone(), kind });
@@ -172,7 +181,7 @@ mod tests {
         let o = out.clone();
         let e = Emitter::new("w-1", move |ev| o.lock().unwrap().push(serde_json::to_string(ev).unwrap()));
         e.emit(EventKind::TextDelta { text: "Hi".into() });
-        e.emit(EventKind::TurnEnded { outcome: TurnOutcome::Completed });
+        e.clone().emit(EventKind::TurnEnded { outcome: TurnOutcome::Completed });
         assert_eq!(
             *out.lock().unwrap(),
             vec![

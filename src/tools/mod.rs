@@ -50,6 +50,9 @@ pub struct ToolContext {
     pub running_dir: Option<PathBuf>,
     /// The turn's wake state for the `wake` tools (DESIGN.md §10); `None` offers them nothing.
     pub wake: Option<Arc<crate::wake::state::WakeTurn>>,
+    /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
+    /// `subagent_start`, `ask_user`, DESIGN.md §12); `None` outside a turn.
+    pub events: Option<crate::event::Emitter>,
 }
 
 #[cfg(test)]
@@ -65,6 +68,7 @@ impl ToolContext {
             env: Vec::new(),
             running_dir: None,
             wake: None,
+            events: None,
         }
     }
 }

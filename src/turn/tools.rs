@@ -65,7 +65,7 @@ pub(super) enum Ran {
 /// Gives every call a result, in order, persisting each as it is made. A steer's interrupt
 /// (see `super::steer`) stops the running call and keeps the later ones from starting.
 pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan, resp: &Response) -> Result<Ran, AgentError> {
-    let ctx = tool_context(t.session, t.cancel);
+    let ctx = tool_context(t.session, t.cancel, t.events);
     let steering = t.steering.clone();
     let _batch = steering.begin_batch();
     let mut cancelled = false;
@@ -163,7 +163,7 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
     });
 }
 
-fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken) -> ToolContext {
+fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),
@@ -173,6 +173,7 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken)
         env: crate::fsutil::blocking(|| crate::outbox::shim::prepare(&session.record.workspace, &session.record.id)),
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
         wake: Some(session.wake.clone()),
+        events: Some(events.clone()),
     }
 }
 
