@@ -99,6 +99,40 @@ pub enum EventKind {
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
     TodoChange { action: String, id: u32, line: String },
+    /// A `task` call started a sub-agent (DESIGN.md §12, CMDC `:subagent_start`): `id` names its
+    /// folder `.cicy/history/sub/<id>/`; `subagent_type` is `general-purpose` or a role slug.
+    SubagentStart { id: String, description: String, subagent_type: String },
+    /// The sub-agent `id` ended; `result` is the tool result the parent reads, cut to 600
+    /// characters as `tool_finished`'s.
+    SubagentEnd { id: String, outcome: SubagentOutcome, result: String },
+    /// The `ask_user` tool waits for the user's answer to `question` (DESIGN.md §12, CMDC
+    /// `:ask_user`): answer with `POST /api/agents/<id>/respond {ref, response}` or the chat
+    /// session's next stdin line. `options` is empty for a free-text answer.
+    AskUser {
+        #[serde(rename = "ref")]
+        reference: String,
+        question: String,
+        options: Vec<AskOption>,
+    },
+}
+
+/// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out
+/// (CMDC: 120 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubagentOutcome {
+    Completed,
+    Cancelled,
+    Blocked,
+    Failed,
+    TimedOut,
+}
+
+/// One choice offered by `ask_user` (CMDC `{id, label}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskOption {
+    pub id: String,
+    pub label: String,
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see

@@ -50,6 +50,8 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::messages::tools::BROADCAST,
     crate::messages::tools::FORK,
     crate::messages::tools::AGENTS,
+    crate::tools::task::NAME,
+    crate::tools::ask_user::NAME,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.
@@ -100,6 +102,12 @@ pub struct RoleMeta {
     /// The model's context window in tokens (used by automatic compaction).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// How long a `task` sub-agent may run, in seconds (CMDC: 120).
+    #[serde(default)]
+    pub task_timeout_secs: Option<u64>,
+    /// How long `ask_user` waits for the user's answer, in seconds (CMDC: 300).
+    #[serde(default)]
+    pub ask_user_timeout_secs: Option<u64>,
 }
 
 /// A loaded role template.
