@@ -44,6 +44,7 @@ use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
 use cicy::turn;
 
+use super::answer;
 use super::events::with_events;
 use super::exit::{exit_code, Worst, CANCELLED};
 use super::line::{self, ChatCommand, Line};
@@ -237,6 +238,9 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             return Ok(ExitCode::from(1));
         };
         drop(lock);
+        // A session has a user at stdin: `ask_user` questions are answered there.
+        let questions = Arc::new(cicy::ask::Questions::default());
+        session.questions = Some(questions.clone());
         if session.current.messages.is_empty() {
             if let Some(g) = session.materials()?.template.meta.greeting.filter(|g| !g.trim().is_empty()) {
                 events.emit(EventKind::System { text: g });
@@ -304,7 +308,8 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             };
             session.reload()?;
             notes(&session, events);
-            let code = run_line(&mut session, &line, events, &current).await?;
+            let run = run_line(&mut session, &line, events, &current);
+            let code = answer::answering(run, questions.clone(), &mut stdin, &mut buf, events).await??;
             drop(lock);
             worst.add(code);
             // Piped lines are always ready, so the timer above never fires between them: a
