@@ -129,3 +129,22 @@ async fn serve_takes_the_answer_through_the_respond_route() {
     assert_eq!(status["busy"], false);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_session_through_serve_answers_with_the_next_stdin_line() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(ask("toolu_1")));
+    gw.push(Reply::sse(anthropic_text("You chose blue.")));
+    let (t, id) = planner(&gw, "");
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let o = cicy(t.root(), &gw.url(), &["chat", &id], Some("pick a colour\nblue please\n")).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "You chose blue.\n");
+    assert!(o.stderr.contains("· type your answer on the next line\n"), "{}", o.stderr);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2, "the answer line went to the question, not to the agent as a message");
+    assert_eq!(last_result(&reqs[1]), ("blue please".to_string(), false));
+    let status = s.get(&format!("/api/agents/{id}")).await.1;
+    assert!(status["last_seq"].as_u64().unwrap() > 0, "the serve ran the turn: {status}");
+    assert_eq!(s.stop().await, 0);
+}

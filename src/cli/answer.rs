@@ -56,3 +56,40 @@ pub(super) async fn answering<T>(
         }
     }
 }
+
+/// The lines of stdin for a session through serve (`super::remote`), read one at a time; a read
+/// that another branch of a `select!` cut short keeps its bytes for the next.
+pub(super) struct Lines {
+    reader: tokio::io::BufReader<tokio::io::Stdin>,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    pub(super) fn stdin() -> Self {
+        Self { reader: tokio::io::BufReader::new(tokio::io::stdin()), buf: Vec::new() }
+    }
+
+    /// The next line, trimmed and decoded lossily (one line that is not UTF-8 must not end the
+    /// session), or `None` at EOF.
+    pub(super) async fn next(&mut self) -> std::io::Result<Option<String>> {
+        let n = self.reader.read_until(b'\n', &mut self.buf).await?;
+        if n == 0 && self.buf.is_empty() {
+            return Ok(None);
+        }
+        let line = String::from_utf8_lossy(&self.buf).trim().to_string();
+        self.buf.clear();
+        Ok(Some(line))
+    }
+}
+
+/// The next non-blank line of `lines`, or `None` at EOF or without stdin (never resolves then,
+/// so a `select!` branch on it just waits).
+pub(super) async fn next_answer(lines: Option<&mut Lines>) -> std::io::Result<Option<String>> {
+    let Some(lines) = lines else { return std::future::pending().await };
+    loop {
+        match lines.next().await? {
+            Some(line) if line.is_empty() => continue,
+            other => return Ok(other),
+        }
+    }
+}
