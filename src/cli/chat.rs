@@ -5,7 +5,9 @@
 //! (cancelled) or 1 (failed/blocked/refused). `--file` sends a whole file (or all of stdin) as
 //! one message. Session: one line at a time from stdin, one turn per line, until `/exit` or
 //! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
-//! (`/compat`) is refused, neither sent nor run (see `line`); Ctrl-C
+//! (`/compat`) is refused, neither sent nor run (see `line`); while a turn's `ask_user`
+//! question is open, the next stdin line is its answer (see `answer`), and a one-shot chat has
+//! no user to ask; Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
 //! turn like Ctrl-C and then leave (exit 143, 129). A session's exit code is the worst over
 //! its lines (see `exit::Worst`): 1 if any line was refused or any turn or command failed or was

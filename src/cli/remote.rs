@@ -9,7 +9,9 @@
 //! CLI. Output and exit codes are those of the in-process path: every event goes through the
 //! same printer; `done` and `state` (serve framing, never emitted in-process) are not printed.
 //! Ctrl-C, SIGTERM and SIGHUP while a reply streams ask the serve to cancel and keep reading
-//! until `done`; at a session's prompt they leave at once, as in-process.
+//! until `done`; at a session's prompt they leave at once, as in-process. An `ask_user`
+//! question in a session's stream is answered with the next stdin line through
+//! `POST /api/agents/<id>/respond`; a one-shot chat prints how to answer it through that route.
 //!
 //! Must not touch: the history, the turn lock, the memory buffer: the serve owns them while it
 //! runs.
