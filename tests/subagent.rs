@@ -117,6 +117,9 @@ async fn the_childs_last_text_is_the_parents_tool_result_and_the_child_starts_fr
             EventKind::SubagentEnd { id: subs[0].clone(), outcome: SubagentOutcome::Completed, result: "one two three".into() },
         ]
     );
+    let end = all.iter().position(|k| matches!(k, EventKind::SubagentEnd { .. })).unwrap();
+    let finished = all.iter().position(|k| matches!(k, EventKind::ToolFinished { name, .. } if name == "task")).unwrap();
+    assert_eq!(finished, end + 1, "the task call finishes right after its sub-agent ends");
     assert_eq!(all.iter().filter(|k| matches!(k, EventKind::TurnStarted { .. })).count(), 1, "the child's events stay its own");
 
     // The child's conversation is in its own folder; the parent's history holds only its own turn.
