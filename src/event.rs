@@ -233,6 +233,8 @@ mod tests {
             EventKind::Gap { from: 3, to: 9 },
             EventKind::Done,
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
+            EventKind::SubagentEnd { id: "s".into(), outcome: SubagentOutcome::TimedOut, result: "r".into() },
+            EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: vec![AskOption { id: "a".into(), label: "A".into() }] },
         ] {
             let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
             let line = serde_json::to_string(&ev).unwrap();
@@ -241,6 +243,10 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&EventKind::State { state: AgentState::ExecutingTools }).unwrap(),
             r#"{"type":"state","state":"executing_tools"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: Vec::new() }).unwrap(),
+            r#"{"type":"ask_user","ref":"r1","question":"q?","options":[]}"#
         );
     }
 

@@ -5,7 +5,8 @@
 //! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. The steps of a
 //! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
 //! checks of what fits the context window in `fit`, the texts a caller steers a running turn
-//! with and its interrupt in `steer`. Before each round it lets
+//! with and its interrupt in `steer`, the sub-agents of the `task` tool in `subagent`. Before
+//! each round it lets
 //! `crate::compact` compact the history if it has grown too large. It knows nothing of the
 //! terminal or HTTP; the caller supplies the emitter and the cancel token.
 
