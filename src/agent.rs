@@ -165,6 +165,10 @@ pub struct Session {
     /// What this turn's `wake` tools share with its runner (DESIGN.md §10); serve replaces it
     /// before each turn it runs, the in-process CLI keeps the plain one.
     pub wake: std::sync::Arc<crate::wake::state::WakeTurn>,
+    /// Where `ask_user` puts its questions (DESIGN.md §12): set by whoever has a user to answer
+    /// them (serve, the stdin chat session); `None` (a one-shot chat) refuses the tool with
+    /// `error: no user attached`.
+    pub questions: Option<std::sync::Arc<crate::ask::Questions>>,
 }
 
 impl Session {
@@ -201,6 +205,7 @@ impl Session {
             restore_notes: Vec::new(),
             reaped: Vec::new(),
             wake: std::sync::Arc::new(crate::wake::state::WakeTurn::plain(home, id, &record_ws)),
+            questions: None,
         };
         let materials = session.materials()?;
         let restored = session.store.restore(id, &materials.model)?;
@@ -244,6 +249,25 @@ impl Session {
         let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
         let old = std::mem::replace(&mut self.current, self.store.clear(&self.record.id, &model)?);
         Ok(old.conversation_id)
+    }
+
+    /// A session for a sub-agent of this agent (DESIGN.md §12 `task`): the same home, row,
+    /// configuration, gateway client, wake state and user, with an empty conversation of its own
+    /// in `store` (never this agent's history). Writes nothing and takes no lock: the parent's
+    /// turn holds it.
+    pub fn subagent(&self, store: HistoryStore) -> Session {
+        Session {
+            home: self.home.clone(),
+            record: self.record.clone(),
+            config: self.config.clone(),
+            client: self.client.clone(),
+            store,
+            current: CurrentFile::new(&self.record.id, ""),
+            restore_notes: Vec::new(),
+            reaped: Vec::new(),
+            wake: self.wake.clone(),
+            questions: self.questions.clone(),
+        }
     }
 
     /// This agent's long-term memory folder with the configured flush periods.

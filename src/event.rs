@@ -99,6 +99,40 @@ pub enum EventKind {
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
     TodoChange { action: String, id: u32, line: String },
+    /// A `task` call started a sub-agent (DESIGN.md §12, CMDC `:subagent_start`): `id` names its
+    /// folder `.cicy/history/sub/<id>/`; `subagent_type` is `general-purpose` or a role slug.
+    SubagentStart { id: String, description: String, subagent_type: String },
+    /// The sub-agent `id` ended; `result` is the tool result the parent reads, cut to 600
+    /// characters as `tool_finished`'s.
+    SubagentEnd { id: String, outcome: SubagentOutcome, result: String },
+    /// The `ask_user` tool waits for the user's answer to `question` (DESIGN.md §12, CMDC
+    /// `:ask_user`): answer with `POST /api/agents/<id>/respond {ref, response}` or the chat
+    /// session's next stdin line. `options` is empty for a free-text answer.
+    AskUser {
+        #[serde(rename = "ref")]
+        reference: String,
+        question: String,
+        options: Vec<AskOption>,
+    },
+}
+
+/// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out
+/// (CMDC: 120 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubagentOutcome {
+    Completed,
+    Cancelled,
+    Blocked,
+    Failed,
+    TimedOut,
+}
+
+/// One choice offered by `ask_user` (CMDC `{id, label}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AskOption {
+    pub id: String,
+    pub label: String,
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see
@@ -199,6 +233,8 @@ mod tests {
             EventKind::Gap { from: 3, to: 9 },
             EventKind::Done,
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
+            EventKind::SubagentEnd { id: "s".into(), outcome: SubagentOutcome::TimedOut, result: "r".into() },
+            EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: vec![AskOption { id: "a".into(), label: "A".into() }] },
         ] {
             let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
             let line = serde_json::to_string(&ev).unwrap();
@@ -207,6 +243,10 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&EventKind::State { state: AgentState::ExecutingTools }).unwrap(),
             r#"{"type":"state","state":"executing_tools"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: Vec::new() }).unwrap(),
+            r#"{"type":"ask_user","ref":"r1","question":"q?","options":[]}"#
         );
     }
 

@@ -50,6 +50,8 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::messages::tools::BROADCAST,
     crate::messages::tools::FORK,
     crate::messages::tools::AGENTS,
+    crate::tools::task::NAME,
+    crate::tools::ask_user::NAME,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.
@@ -100,6 +102,12 @@ pub struct RoleMeta {
     /// The model's context window in tokens (used by automatic compaction).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// How long a `task` sub-agent may run, in seconds (CMDC: 120).
+    #[serde(default)]
+    pub task_timeout_secs: Option<u64>,
+    /// How long `ask_user` waits for the user's answer, in seconds (CMDC: 300).
+    #[serde(default)]
+    pub ask_user_timeout_secs: Option<u64>,
 }
 
 /// A loaded role template.
@@ -194,8 +202,9 @@ pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<Role
 /// Parses meta.yaml text; `source` names the file in errors. Empty text is an empty meta.
 ///
 /// Errors: [`RoleError::BadMeta`] for YAML that does not parse, an unknown field,
-/// `max_tool_rounds: 0` (a turn needs at least its one answering round), or `max_tokens: 0`
-/// (both APIs refuse it with 400 on every request).
+/// `max_tool_rounds: 0` (a turn needs at least its one answering round), `max_tokens: 0`
+/// (both APIs refuse it with 400 on every request), or a `task_timeout_secs` /
+/// `ask_user_timeout_secs` of 0.
 pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
     if text.trim().is_empty() {
         return Ok(RoleMeta::default());
@@ -214,6 +223,14 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
             file: source.to_string(),
             message: "max_tokens: 0 is not allowed: the gateway refuses a request that allows no output (at least 1)".to_string(),
         });
+    }
+    for (key, value) in [("task_timeout_secs", meta.task_timeout_secs), ("ask_user_timeout_secs", meta.ask_user_timeout_secs)] {
+        if value == Some(0) {
+            return Err(RoleError::BadMeta {
+                file: source.to_string(),
+                message: format!("{key}: 0 is not allowed: nothing could finish in no time (at least 1 second)"),
+            });
+        }
     }
     Ok(meta)
 }
@@ -381,6 +398,16 @@ mod tests {
         assert_eq!(
             parse_meta("max_tokens: 0\n", "roles/x/meta.yaml").unwrap_err().to_string(),
             "roles/x/meta.yaml: max_tokens: 0 is not allowed: the gateway refuses a request that allows no output (at least 1)"
+        );
+    }
+
+    #[test]
+    fn the_task_and_ask_user_timeouts_are_read_and_zero_is_refused() {
+        let meta = parse_meta("task_timeout_secs: 5\nask_user_timeout_secs: 7\n", "m.yaml").unwrap();
+        assert_eq!((meta.task_timeout_secs, meta.ask_user_timeout_secs), (Some(5), Some(7)));
+        assert_eq!(
+            parse_meta("ask_user_timeout_secs: 0\n", "m.yaml").unwrap_err().to_string(),
+            "m.yaml: ask_user_timeout_secs: 0 is not allowed: nothing could finish in no time (at least 1 second)"
         );
     }
 

@@ -5,7 +5,9 @@
 //! (cancelled) or 1 (failed/blocked/refused). `--file` sends a whole file (or all of stdin) as
 //! one message. Session: one line at a time from stdin, one turn per line, until `/exit` or
 //! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
-//! (`/compat`) is refused, neither sent nor run (see `line`); Ctrl-C
+//! (`/compat`) is refused, neither sent nor run (see `line`); while a turn's `ask_user`
+//! question is open, the next stdin line is its answer (see `answer`), and a one-shot chat has
+//! no user to ask; Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
 //! turn like Ctrl-C and then leave (exit 143, 129). A session's exit code is the worst over
 //! its lines (see `exit::Worst`): 1 if any line was refused or any turn or command failed or was
@@ -44,6 +46,7 @@ use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
 use cicy::turn;
 
+use super::answer;
 use super::events::with_events;
 use super::exit::{exit_code, Worst, CANCELLED};
 use super::line::{self, ChatCommand, Line};
@@ -237,6 +240,9 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             return Ok(ExitCode::from(1));
         };
         drop(lock);
+        // A session has a user at stdin: `ask_user` questions are answered there.
+        let questions = Arc::new(cicy::ask::Questions::default());
+        session.questions = Some(questions.clone());
         if session.current.messages.is_empty() {
             if let Some(g) = session.materials()?.template.meta.greeting.filter(|g| !g.trim().is_empty()) {
                 events.emit(EventKind::System { text: g });
@@ -304,7 +310,8 @@ pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode>
             };
             session.reload()?;
             notes(&session, events);
-            let code = run_line(&mut session, &line, events, &current).await?;
+            let run = run_line(&mut session, &line, events, &current);
+            let code = answer::answering(run, questions.clone(), &mut stdin, &mut buf, events).await??;
             drop(lock);
             worst.add(code);
             // Piped lines are always ready, so the timer above never fires between them: a

@@ -1,6 +1,7 @@
 //! The command line (DESIGN.md §3): argument parsing, command dispatch and the only code that
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
+mod answer;
 mod chat;
 mod coordinate;
 mod events;

@@ -88,6 +88,19 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         EventKind::MessageIn { from, subject, .. } => writeln!(err, "· message from {from}: {subject}"),
         EventKind::MessageOut { from, to, text, .. } => writeln!(err, "· {from} → {to}: {}", preview_line(text)),
         EventKind::TodoChange { action, line, .. } => writeln!(err, "· todo {action}: {line}"),
+        EventKind::SubagentStart { id, description, subagent_type } => {
+            writeln!(err, "· sub-agent {id} ({subagent_type}) started: {}", preview_line(description))
+        }
+        EventKind::SubagentEnd { id, outcome, result } => {
+            writeln!(err, "· sub-agent {id} {}: {}", subagent_outcome_name(*outcome), preview_line(result))
+        }
+        EventKind::AskUser { reference, question, options } => {
+            writeln!(err, "? {question}")?;
+            for o in options {
+                writeln!(err, "  {}: {}", o.id, o.label)?;
+            }
+            writeln!(err, "  (question {reference})")
+        }
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),
@@ -116,6 +129,18 @@ fn outcome_name(o: cicy::event::TurnOutcome) -> &'static str {
         TurnOutcome::Cancelled => "cancelled",
         TurnOutcome::Blocked => "blocked",
         TurnOutcome::Failed => "failed",
+    }
+}
+
+/// The sub-agent outcome as `--json` prints it (`timed_out`).
+fn subagent_outcome_name(o: cicy::event::SubagentOutcome) -> &'static str {
+    use cicy::event::SubagentOutcome;
+    match o {
+        SubagentOutcome::Completed => "completed",
+        SubagentOutcome::Cancelled => "cancelled",
+        SubagentOutcome::Blocked => "blocked",
+        SubagentOutcome::Failed => "failed",
+        SubagentOutcome::TimedOut => "timed_out",
     }
 }
 
@@ -159,6 +184,24 @@ mod tests {
             EventKind::TurnEnded { outcome: TurnOutcome::Completed },
         ]);
         assert_eq!(out, "whole\n", "a finished line gets no second newline");
+    }
+
+    #[test]
+    fn questions_and_sub_agents_print_on_stderr() {
+        let (out, err) = run(vec![
+            EventKind::SubagentStart { id: "s1".into(), description: "count the files\nin src".into(), subagent_type: "general-purpose".into() },
+            EventKind::SubagentEnd { id: "s1".into(), outcome: cicy::event::SubagentOutcome::TimedOut, result: "error: late".into() },
+            EventKind::AskUser {
+                reference: "r1".into(),
+                question: "Which colour?".into(),
+                options: vec![cicy::event::AskOption { id: "b".into(), label: "blue".into() }],
+            },
+        ]);
+        assert_eq!(out, "");
+        assert_eq!(
+            err,
+            "· sub-agent s1 (general-purpose) started: count the files…\n· sub-agent s1 timed_out: error: late\n? Which colour?\n  b: blue\n  (question r1)\n"
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! CLI. Output and exit codes are those of the in-process path: every event goes through the
 //! same printer; `done` and `state` (serve framing, never emitted in-process) are not printed.
 //! Ctrl-C, SIGTERM and SIGHUP while a reply streams ask the serve to cancel and keep reading
-//! until `done`; at a session's prompt they leave at once, as in-process.
+//! until `done`; at a session's prompt they leave at once, as in-process. An `ask_user`
+//! question in a session's stream is answered with the next stdin line through
+//! `POST /api/agents/<id>/respond`; a one-shot chat prints how to answer it through that route.
 //!
 //! Must not touch: the history, the turn lock, the memory buffer: the serve owns them while it
 //! runs.
@@ -23,7 +25,6 @@ use anyhow::{anyhow, Result};
 use futures_util::{Stream, StreamExt};
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use cicy::event::{Event, EventKind};
@@ -33,6 +34,7 @@ use cicy::lock::LockError;
 use cicy::registry::Registry;
 use cicy::role::{self, ToolConfig};
 
+use super::answer;
 use super::chat::{self, Input};
 use super::exit::{Tally, Worst, CANCELLED};
 use super::line::{self, ChatCommand, Line};
@@ -207,6 +209,8 @@ struct Remote<'a> {
     printer: Printer,
     signals: Arc<Mutex<SignalState>>,
     cancel_rx: mpsc::UnboundedReceiver<()>,
+    /// A stdin session's lines; `None` in a one-shot chat (no user to answer `ask_user`).
+    stdin: Option<answer::Lines>,
 }
 
 impl<'a> Remote<'a> {
@@ -214,7 +218,7 @@ impl<'a> Remote<'a> {
         let signals = Arc::new(Mutex::new(SignalState::default()));
         let cancel_rx = watch_signals(signals.clone())?;
         let printer = if json { Printer::Json } else { Printer::Human(print::Human::default()) };
-        Ok(Self { serve, agent, printer, signals, cancel_rx })
+        Ok(Self { serve, agent, printer, signals, cancel_rx, stdin: None })
     }
 
     fn print(&self, ev: &Event) {
@@ -265,10 +269,20 @@ impl<'a> Remote<'a> {
         mut after_start: bool,
         mut tally: Tally,
     ) -> Result<u8> {
+        // The open `ask_user` question the next stdin line answers.
+        let mut question: Option<String> = None;
         loop {
             let next = tokio::select! {
                 Some(()) = self.cancel_rx.recv() => {
                     self.cancel().await;
+                    continue;
+                }
+                line = answer::next_answer(self.stdin.as_mut()), if question.is_some() => {
+                    match (line?, question.take()) {
+                        (Some(line), Some(reference)) => self.respond(&reference, &line).await,
+                        // EOF: no answer can come; the question waits out its timeout.
+                        _ => self.stdin = None,
+                    }
                     continue;
                 }
                 next = events.next() => next,
@@ -280,6 +294,10 @@ impl<'a> Remote<'a> {
             };
             self.print(&ev);
             tally.add(&ev.kind);
+            if let EventKind::AskUser { reference, .. } = &ev.kind {
+                question = Some(reference.clone());
+                self.local(EventKind::System { text: self.answer_hint(reference) });
+            }
             match ev.kind {
                 EventKind::TurnStarted { .. } => after_start = false,
                 EventKind::Done if !after_start => {
@@ -290,6 +308,31 @@ impl<'a> Remote<'a> {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// How the user answers a question here: the next line in a stdin session, the route
+    /// otherwise (a one-shot chat through serve has no stdin to read).
+    fn answer_hint(&self, reference: &str) -> String {
+        match self.stdin {
+            Some(_) => answer::HINT.to_string(),
+            None => format!(
+                "answer with POST /api/agents/{}/respond {{\"ref\": \"{reference}\", \"response\": …}}; unanswered, the question times out",
+                self.agent
+            ),
+        }
+    }
+
+    /// Answers the open question `reference` through serve's route; a refusal (the question
+    /// timed out meanwhile) is shown, not fatal.
+    async fn respond(&self, reference: &str, response: &str) {
+        let body = json!({ "ref": reference, "response": response });
+        let answer = match self.serve.post(&["api", "agents", self.agent, "respond"], body).await {
+            Ok(resp) => json_answer(resp).await.map(drop),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = answer {
+            self.local(EventKind::System { text: format!("the answer was not taken: {e}") });
         }
     }
 
@@ -407,23 +450,19 @@ impl<'a> Remote<'a> {
     async fn session(&mut self, home: &Home) -> Result<u8> {
         self.greet(home).await?;
         let interactive = std::io::stdin().is_terminal();
-        let mut stdin = BufReader::new(tokio::io::stdin());
-        let mut buf = Vec::new();
         let mut worst = Worst::default();
         loop {
             if interactive {
                 eprint!("> ");
             }
-            buf.clear();
-            if stdin.read_until(b'\n', &mut buf).await? == 0 {
+            let lines = self.stdin.get_or_insert_with(answer::Lines::stdin);
+            let Some(text) = lines.next().await? else {
                 break;
-            }
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            let text = text.trim();
+            };
             if text.is_empty() {
                 continue;
             }
-            match Line::parse(text) {
+            match Line::parse(&text) {
                 Line::Command(ChatCommand::Exit) => break,
                 line => worst.add(self.line(&line).await?),
             }

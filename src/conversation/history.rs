@@ -204,6 +204,12 @@ impl HistoryStore {
         Self { dir: workspace.join(".cicy").join("history") }
     }
 
+    /// A store rooted at `dir` instead of a workspace's `.cicy/history/` (a sub-agent's
+    /// `.cicy/history/sub/<id>/`, DESIGN.md §12), with the same layout inside.
+    pub fn at(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

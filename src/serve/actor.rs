@@ -68,6 +68,9 @@ pub enum Op {
     /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
     /// runs (a turn drains it after each tool batch; the next poll comes within 2 s).
     Drain,
+    /// `POST /api/agents/{id}/respond` (DESIGN.md §12): answers the open `ask_user` question
+    /// `reference`.
+    Respond { reference: String, response: String, reply: oneshot::Sender<Result<(), crate::ask::UnknownRef>> },
 }
 
 /// How a chat was taken.
@@ -185,6 +188,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         lock_notified: false,
         wake_due: None,
         wake_retry_at: None,
+        questions: Arc::default(),
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -222,6 +226,8 @@ struct Actor {
     wake_due: Option<Reason>,
     /// An inbox file that did not parse yet is looked at again then.
     wake_retry_at: Option<Instant>,
+    /// The agent's open `ask_user` questions: its turns ask, `Op::Respond` answers.
+    questions: Arc<crate::ask::Questions>,
 }
 
 impl Actor {
@@ -349,6 +355,9 @@ impl Actor {
                 self.emit(kind);
             }
             Op::Drain => self.drain_outbox(),
+            Op::Respond { reference, response, reply } => {
+                let _ = reply.send(self.questions.respond(&reference, &response));
+            }
             Op::Shutdown { .. } => {}
         }
     }
@@ -555,6 +564,7 @@ impl Actor {
             scheduler: self.shared.scheduler.clone(),
             wake_limits: self.shared.wake_limits,
             drained: self.shared.drained.clone(),
+            questions: self.questions.clone(),
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
         self.job = Some((work, handle));

@@ -70,6 +70,8 @@ pub(super) struct JobCtx {
     pub scheduler: super::scheduler::Scheduler,
     pub wake_limits: super::wake_job::WakeLimits,
     pub drained: super::drain::DrainTargets,
+    /// Where the agent's `ask_user` questions wait for `POST /api/agents/{id}/respond`.
+    pub questions: Arc<crate::ask::Questions>,
 }
 
 impl JobCtx {
@@ -106,6 +108,8 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
         )
         .with_after_batch(ctx.after_batch()),
     );
+    // A user can always answer through the route while serve runs (DESIGN.md §12).
+    session.questions = Some(ctx.questions.clone());
     let end = match work {
         Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
         Work::Turn(text) => JobEnd::Turn(turn::run_turn_with(&mut session, &text, &events, &cancel, &steering).await),

@@ -372,6 +372,7 @@ fn router(hub: Hub) -> Router {
         .route("/api/agents/{id}", get(routes::get_agent))
         .route("/api/agents/{id}/prompt", post(routes::prompt))
         .route("/api/agents/{id}/steer", post(routes::steer))
+        .route("/api/agents/{id}/respond", post(routes::respond))
         .route("/api/agents/{id}/events", get(routes::agent_events))
         .route("/api/events", get(routes::all_events))
         .route("/api/agents/{id}/todos", get(wake_routes::todos).post(wake_routes::add_todo))

@@ -315,6 +315,27 @@ pub async fn steer(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBod
     Ok((status, Json(json!({"status": r.status}))).into_response())
 }
 
+#[derive(Deserialize)]
+pub struct RespondBody {
+    #[serde(rename = "ref")]
+    reference: Option<String>,
+    response: Option<String>,
+}
+
+/// `POST /api/agents/{id}/respond` `{ref, response}` (DESIGN.md §12, CMDC `user_respond`):
+/// answers the agent's open `ask_user` question `ref` → `{success, ref}`; 400 when a field is
+/// missing or blank, 404 for an unknown agent or a `ref` that is not open (never asked,
+/// answered, timed out).
+pub async fn respond(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<RespondBody>) -> Result<Json<Value>, ApiError> {
+    let handle = agent(&hub, &id)?;
+    let (Some(reference), Some(response)) = (body.reference, body.response.filter(|r| !r.trim().is_empty())) else {
+        return Err(ApiError::bad_request("ref and response required"));
+    };
+    let answered = ask(&handle, |reply| Op::Respond { reference: reference.clone(), response, reply }).await?;
+    answered.map_err(|e| ApiError::not_found(e.to_string()))?;
+    Ok(Json(json!({"success": true, "ref": reference})))
+}
+
 /// `GET /api/agents/{id}/events`: the agent's events as SSE; `Last-Event-ID: N` replays every
 /// event after N first (or a `gap` for what is no longer kept).
 pub async fn agent_events(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {

@@ -7,12 +7,14 @@
 //! `content` becomes the `tool_result` text. `process`, `output` and `reaper` are the machinery
 //! the command tools share.
 
+pub mod ask_user;
 pub mod custom;
 pub mod output;
 pub mod process;
 pub mod reaper;
 pub mod shell;
 pub mod skill;
+pub mod task;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here wait the same way instead of polling.
 #[cfg(test)]
@@ -53,6 +55,12 @@ pub struct ToolContext {
     /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
     /// `subagent_start`, `ask_user`, DESIGN.md §12); `None` outside a turn.
     pub events: Option<crate::event::Emitter>,
+    /// Runs `task`'s sub-agents (DESIGN.md §12); `None` where `task` is not enabled, which is
+    /// always the case inside a sub-agent (no nesting).
+    pub subagent: Option<Arc<dyn task::Spawn>>,
+    /// The user `ask_user` asks and how long it waits (DESIGN.md §12); `None` when no user is
+    /// attached (a one-shot chat).
+    pub user: Option<ask_user::User>,
 }
 
 #[cfg(test)]
@@ -69,6 +77,8 @@ impl ToolContext {
             running_dir: None,
             wake: None,
             events: None,
+            subagent: None,
+            user: None,
         }
     }
 }
@@ -108,6 +118,8 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         shell::NAME => Some(Arc::new(shell::Shell)),
         skill::NAME => Some(Arc::new(skill::Skill)),
+        task::NAME => Some(Arc::new(task::Task)),
+        ask_user::NAME => Some(Arc::new(ask_user::AskUser)),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
@@ -137,6 +149,19 @@ impl ToolSet {
         set.tools.sort_by(|a, b| a.name().cmp(b.name()));
         set.tools.dedup_by(|a, b| a.name() == b.name());
         set
+    }
+
+    /// Whether tool `name` is enabled.
+    pub fn has(&self, name: &str) -> bool {
+        self.tools.iter().any(|t| t.name() == name) || self.undefined.iter().any(|n| n == name)
+    }
+
+    /// This set without tool `name` (a sub-agent's tools are its parent's minus `task`).
+    pub fn without(&self, name: &str) -> ToolSet {
+        ToolSet {
+            tools: self.tools.iter().filter(|t| t.name() != name).cloned().collect(),
+            undefined: self.undefined.iter().filter(|n| *n != name).cloned().collect(),
+        }
     }
 
     /// Name, description and JSON Schema of each enabled tool, sorted by name.

@@ -5,7 +5,8 @@
 //! abnormal turn with an outcome marker, and report progress as [`EventKind`]s. The steps of a
 //! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
 //! checks of what fits the context window in `fit`, the texts a caller steers a running turn
-//! with and its interrupt in `steer`. Before each round it lets
+//! with and its interrupt in `steer`, the sub-agents of the `task` tool in `subagent`. Before
+//! each round it lets
 //! `crate::compact` compact the history if it has grown too large. It knows nothing of the
 //! terminal or HTTP; the caller supplies the emitter and the cancel token.
 
@@ -13,6 +14,7 @@ mod fit;
 mod round;
 mod send;
 mod steer;
+mod subagent;
 mod tools;
 
 use tokio_util::sync::CancellationToken;
@@ -55,6 +57,8 @@ fn pop_failed_turn(session: &mut Session) {
 /// Where a turn starts: a new user message, or the unfinished turn already in the history.
 enum Start<'a> {
     New(&'a str),
+    /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory.
+    Sub(&'a str),
     Resume { history_id: u64, text: String },
 }
 
@@ -123,6 +127,19 @@ pub async fn retry_turn_with(
     run_user_turn(session, start, materials, events, cancel, steering).await.map(Some)
 }
 
+/// Runs a sub-agent's turn (`task`, DESIGN.md §12) on `session`, a [`Session::subagent`], with
+/// the materials its spawner made: as [`run_turn`], except that nothing is recorded to long-term
+/// memory (CMDC: a sub-agent does not share its parent's memory).
+async fn run_subagent_turn(
+    session: &mut Session,
+    text: &str,
+    materials: TurnMaterials,
+    events: &Emitter,
+    cancel: &CancellationToken,
+) -> Result<TurnOutcome, AgentError> {
+    run_user_turn(session, Start::Sub(text), materials, events, cancel, &Steering::default()).await
+}
+
 async fn run_user_turn(
     session: &mut Session,
     start: Start<'_>,
@@ -140,8 +157,9 @@ async fn run_user_turn(
     cur.tools = m.template.tools.clone();
     cur.system = m.template.system_md.trim().to_string();
     cur.status = CurrentStatus::Running;
+    let remember = !matches!(start, Start::Sub(_));
     let (history_id, text) = match start {
-        Start::New(text) => {
+        Start::New(text) | Start::Sub(text) => {
             cur.prompts += 1;
             (cur.push(Message::user_text(text)), text.to_string())
         }
@@ -176,7 +194,7 @@ async fn run_user_turn(
     session.current.status = CurrentStatus::Idle;
     session.store.save_current(&mut session.current)?;
     session.store.save_reply(&reply)?;
-    if outcome.is_none() {
+    if outcome.is_none() && remember {
         // §8 write loop: only buffer here; the caller flushes once the user has the answer.
         session.memory().record_turn(&text, &reply.items, events);
     }

@@ -10,6 +10,7 @@
 //! from starting, each with the interrupted result.
 //! Must not touch: the request, compaction, the steering queue.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -21,6 +22,9 @@ use crate::conversation::message::{Content, ContentBlock, Message};
 use crate::event::{preview, Emitter, EventKind, TOOL_RESULT_PREVIEW_CHARS};
 use crate::fsutil;
 use crate::gateway::{Response, StopReason};
+use super::subagent::Spawner;
+use crate::tools::ask_user::User;
+use crate::tools::task::Spawn;
 use crate::tools::{ToolContext, ToolOutput};
 
 /// The result text of a tool call that the user cancelled.
@@ -65,7 +69,7 @@ pub(super) enum Ran {
 /// Gives every call a result, in order, persisting each as it is made. A steer's interrupt
 /// (see `super::steer`) stops the running call and keeps the later ones from starting.
 pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan, resp: &Response) -> Result<Ran, AgentError> {
-    let ctx = tool_context(t.session, t.cancel, t.events);
+    let ctx = tool_context(t.session, t.m, t.cancel, t.events);
     let steering = t.steering.clone();
     let _batch = steering.begin_batch();
     let mut cancelled = false;
@@ -163,7 +167,7 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
     });
 }
 
-fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
+fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),
@@ -174,6 +178,12 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken,
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
         wake: Some(session.wake.clone()),
         events: Some(events.clone()),
+        // Only where `task` is offered: a sub-agent's tools never have it (no nesting).
+        subagent: m.tools.has(crate::tools::task::NAME).then(|| Arc::new(Spawner::new(session, m)) as Arc<dyn Spawn>),
+        user: session.questions.clone().map(|questions| User {
+            questions,
+            timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
+        }),
     }
 }
 
