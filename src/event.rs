@@ -99,6 +99,17 @@ pub enum EventKind {
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
     TodoChange { action: String, id: u32, line: String },
+    /// A hook ran (DESIGN.md §12): its point (`before_tool`), its `command` as meta.yaml writes
+    /// it, the `action` it took (`allow`, `deny`, `modify`, `inject`, `skip`, `switch_model`; a
+    /// failed hook reports its `on_error`), the deny reason or the model switched to.
+    Hook {
+        name: String,
+        command: String,
+        action: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        duration_ms: u64,
+    },
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see

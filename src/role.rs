@@ -100,6 +100,9 @@ pub struct RoleMeta {
     /// The model's context window in tokens (used by automatic compaction).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// Programs run at the turn's hook points, validated while parsing (DESIGN.md §12, `crate::hooks`).
+    #[serde(default)]
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 /// A loaded role template.

@@ -23,6 +23,7 @@ use crate::conversation::history::{CurrentFile, CurrentStatus, ReplyFile, ReplyS
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
+use crate::hooks::{Hooks, TurnIds};
 
 pub use send::ROUND_RERUNS;
 pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
@@ -53,8 +54,8 @@ fn pop_failed_turn(session: &mut Session) {
 }
 
 /// Where a turn starts: a new user message, or the unfinished turn already in the history.
-enum Start<'a> {
-    New(&'a str),
+enum Start {
+    New(String),
     Resume { history_id: u64, text: String },
 }
 
@@ -86,7 +87,7 @@ pub async fn run_turn_with(
     }
     let materials = session.materials()?;
     pop_failed_turn(session);
-    run_user_turn(session, Start::New(text), materials, events, cancel, steering).await
+    run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
 }
 
 /// [`retry_turn_with`] without steering.
@@ -125,7 +126,7 @@ pub async fn retry_turn_with(
 
 async fn run_user_turn(
     session: &mut Session,
-    start: Start<'_>,
+    start: Start,
     mut m: TurnMaterials,
     events: &Emitter,
     cancel: &CancellationToken,
@@ -135,6 +136,23 @@ async fn run_user_turn(
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
+    let turn_id = uuid::Uuid::new_v4().to_string();
+    let ids = TurnIds { agent_id: &session.record.id, conv_id: &session.current.conversation_id, turn_id: &turn_id, workspace: &session.record.workspace };
+    let role_dir = session.home.roles_dir().join(&m.template.slug);
+    let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || tools::tool_context(session, cancel, events), events, ids);
+    // A hook may refuse or change the prompt before anything of the turn is written.
+    let start = match start {
+        Start::New(text) => match hooks.before_prompt(session.current.messages.is_empty(), &text).await {
+            Ok(text) => Start::New(text),
+            Err(denied) => {
+                let message = format!("the prompt was refused by hook {}: {}", denied.command, denied.reason);
+                events.emit(EventKind::Error { kind: "hook".to_string(), message });
+                events.emit(EventKind::TurnEnded { outcome: TurnOutcome::Blocked });
+                return Ok(TurnOutcome::Blocked);
+            }
+        },
+        other => other,
+    };
     let cur = &mut session.current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
@@ -143,13 +161,13 @@ async fn run_user_turn(
     let (history_id, text) = match start {
         Start::New(text) => {
             cur.prompts += 1;
-            (cur.push(Message::user_text(text)), text.to_string())
+            (cur.push(Message::user_text(text.as_str())), text)
         }
         Start::Resume { history_id, text } => (history_id, text),
     };
     let now = fsutil::now_rfc3339();
     let mut reply = ReplyFile {
-        turn_id: uuid::Uuid::new_v4().to_string(),
+        turn_id,
         history_id,
         status: ReplyStatus::Working,
         started_at: now.clone(),
@@ -163,7 +181,7 @@ async fn run_user_turn(
         conv_id: session.current.conversation_id.clone(),
     });
 
-    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering }).await?;
+    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering, hooks: &hooks }).await?;
     if let Some(o) = outcome {
         end_with_marker(&mut session.current, &mut reply, o);
     }
@@ -181,6 +199,8 @@ async fn run_user_turn(
         session.memory().record_turn(&text, &reply.items, events);
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
+    let usage = serde_json::json!({"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens, "cache_creation_input_tokens": reply.cache_creation_input_tokens, "cache_read_input_tokens": reply.cache_read_input_tokens});
+    hooks.after_turn(serde_json::to_value(ended).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default().as_str(), usage).await;
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)
 }
