@@ -337,3 +337,67 @@ async fn the_hook_environment_has_no_api_key() {
     assert!(!env.contains("sk-cicy-secret") && !env.contains("sk-other-secret"), "{env}");
     assert!(env.lines().any(|l| l == format!("CICY_AGENT_ID={id}")), "{env}");
 }
+
+#[tokio::test]
+async fn before_steering_changes_or_refuses_a_steer_before_it_is_delivered() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let gate = r#"grep -q '"text":"drop me"' && { echo 'not this one' >&2; exit 2; }
+echo '{"action":"modify","text":"rewritten steer"}'"#;
+    role_with_hooks(&t, "  before_steering: [{command: hooks/gate.sh}]\n", &[("gate.sh", gate)]);
+    gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command":"true"}"#)));
+    gw.push(Reply::sse(anthropic_text("done")));
+    let id = t.create("hooked", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let steering = turn::Steering::default();
+    steering.push("keep me".into()).unwrap();
+    steering.push("drop me".into()).unwrap();
+    turn::run_turn_with(&mut s, "go", &em, &CancellationToken::new(), &steering).await.unwrap();
+    let second = body(&gw.requests()[1]);
+    let last = second["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(last.as_array().unwrap().len(), 2, "{last}");
+    assert_eq!(last[1]["text"], json!("rewritten steer"));
+    let k = kinds(&ev);
+    assert!(k.contains(&EventKind::Steered { status: "refused".into() }));
+    assert!(k.contains(&EventKind::Steered { status: "delivered".into() }));
+}
+
+#[tokio::test]
+async fn on_tool_error_sees_the_failed_call_and_its_deny_aborts_the_turn() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    role_with_hooks(&t, "  on_tool_error: [{command: hooks/fail.sh, match: shell}]\n", &[("fail.sh", "cat > error.json; exit 2")]);
+    gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command":"exit 3"}"#)));
+    let id = t.create("hooked", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    let outcome = turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(outcome, TurnOutcome::Blocked);
+    assert_eq!(gw.requests().len(), 1);
+    let seen: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join("error.json")).unwrap()).unwrap();
+    assert_eq!((&seen["error"], &seen["attempt"], &seen["result"]["is_error"]), (&json!("exit code: 3"), &json!(1), &json!(true)));
+    assert_eq!(hook_errors(&kinds(&ev)), ["the turn was aborted by hook hooks/fail.sh at on_tool_error: exit code 2"]);
+    // The result that was made is kept; the marker ends the turn.
+    let hist = t.current_json(&id)["messages"].clone();
+    assert_eq!(hist[2]["content"][0]["content"], json!("exit code: 3"));
+    assert_eq!(hist[3]["content"], json!([{"type": "text", "text": "(no reply this turn · blocked)"}]));
+}
+
+#[tokio::test]
+async fn session_hooks_run_at_the_first_turn_and_at_clear() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("hi")));
+    let t = TestHome::new(&gw.url(), 0);
+    let hooks = "  session_start: [{command: hooks/log.sh}]\n  session_end: [{command: hooks/log.sh}]\n";
+    role_with_hooks(&t, hooks, &[("log.sh", "cat >> sessions.jsonl")]);
+    let id = t.create("hooked", None);
+    let o = common::cli::cicy(t.root(), &gw.url(), &["chat", &id], Some("hello\n/clear\n/exit\n")).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let log = std::fs::read_to_string(t.workspace(&id).join("sessions.jsonl")).unwrap();
+    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines[0]["hook"], "session_start");
+    assert_eq!((&lines[1]["hook"], &lines[1]["reason"], &lines[1]["message_count"]), (&json!("session_end"), &json!("clear"), &json!(2)));
+    assert_eq!(lines[0]["conv_id"], lines[1]["conv_id"]);
+}

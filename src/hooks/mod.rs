@@ -316,6 +316,19 @@ impl Hooks {
     }
 }
 
+/// `session_end`: the conversation of `session` ends (`/clear`, before the new one starts), with
+/// `reason` `clear` and its `message_count`; `turn_id` is empty and `round` 0. Nothing a hook
+/// answers changes that (only `allow` is allowed). A role that cannot be read runs no hook (the
+/// clear reports nothing of it; the next turn does).
+pub async fn session_end(session: &crate::agent::Session, events: &Emitter, cancel: &tokio_util::sync::CancellationToken) {
+    let Ok(m) = session.materials() else { return };
+    let ids = TurnIds { agent_id: &session.record.id, conv_id: &session.current.conversation_id, turn_id: "", workspace: &session.record.workspace };
+    let role_dir = session.home.roles_dir().join(&m.template.slug);
+    let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || crate::turn::tool_context(session, cancel, events), events, ids);
+    let extra = json!({"reason": "clear", "message_count": session.current.messages.len()});
+    hooks.run(HookName::SessionEnd, None, extra).await;
+}
+
 /// `[{id, name, input}]` of the `tool_use` blocks in `content`.
 fn tool_calls(content: &[ContentBlock]) -> Vec<Value> {
     content

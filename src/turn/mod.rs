@@ -28,6 +28,7 @@ use crate::hooks::{Hooks, TurnIds};
 pub use send::ROUND_RERUNS;
 pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
 pub use tools::CANCELLED_RESULT;
+pub(crate) use tools::tool_context;
 
 pub use crate::conversation::outcome::{marker_of, Outcome};
 

@@ -171,7 +171,8 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
     });
 }
 
-pub(super) fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
+/// The context every tool call of a turn runs with (and its hooks, `crate::hooks`).
+pub(crate) fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),
