@@ -401,3 +401,24 @@ async fn session_hooks_run_at_the_first_turn_and_at_clear() {
     assert_eq!((&lines[1]["hook"], &lines[1]["reason"], &lines[1]["message_count"]), (&json!("session_end"), &json!("clear"), &json!(2)));
     assert_eq!(lines[0]["conv_id"], lines[1]["conv_id"]);
 }
+
+#[tokio::test]
+async fn before_compact_skip_leaves_the_history_uncompacted() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("done")));
+    let t = TestHome::new(&gw.url(), 0);
+    common::history::add_config(&t, "compaction:\n  max_messages: 12\n  keep_recent: 4\n");
+    let skip = r#"cat > compact.json; echo '{"action":"skip"}'"#;
+    role_with_hooks(&t, "  before_compact: [{command: hooks/skip.sh}]\n", &[("skip.sh", skip)]);
+    let id = t.create("hooked", None);
+    common::history::seed(&t, &id, common::history::tool_turns(3));
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 1, "no summary request");
+    assert_eq!(body(&reqs[0])["messages"].as_array().unwrap().len(), 13);
+    assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })));
+    let seen: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join("compact.json")).unwrap()).unwrap();
+    assert_eq!((&seen["reason"], &seen["message_count"]), (&json!("threshold"), &json!(13)));
+}

@@ -43,8 +43,10 @@ pub struct Context {
     /// the reaper's records.
     pub tools: ToolContext,
     pub events: Emitter,
-    /// `agent_id`, `conv_id`, `turn_id`, `workspace`: the fixed part of every stdin.
-    ids: [(&'static str, String); 4],
+    agent_id: String,
+    conv_id: String,
+    turn_id: String,
+    workspace: String,
 }
 
 #[derive(Debug, Default)]
@@ -90,12 +92,10 @@ impl Hooks {
             role_dir: role_dir.is_dir().then_some(role_dir),
             tools: tools(),
             events: events.clone(),
-            ids: [
-                ("agent_id", ids.agent_id.to_string()),
-                ("conv_id", ids.conv_id.to_string()),
-                ("turn_id", ids.turn_id.to_string()),
-                ("workspace", ids.workspace.display().to_string()),
-            ],
+            agent_id: ids.agent_id.to_string(),
+            conv_id: ids.conv_id.to_string(),
+            turn_id: ids.turn_id.to_string(),
+            workspace: ids.workspace.display().to_string(),
         };
         Self { cx: Some(cx), state: Mutex::default() }
     }
@@ -129,15 +129,16 @@ impl Hooks {
     /// workspace}` + `extra`; `None` when no hook of `name` is configured.
     async fn run(&self, name: HookName, tool: Option<&str>, extra: Value) -> Option<Decision> {
         let cx = self.cx.as_ref().filter(|cx| !cx.config.get(name).is_empty())?;
-        let mut payload = Map::new();
-        payload.insert("hook".into(), name.as_str().into());
         let round = self.state().round;
-        for (i, (key, value)) in cx.ids.iter().enumerate() {
-            if i == 3 {
-                payload.insert("round".into(), round.into());
-            }
-            payload.insert((*key).into(), value.clone().into());
-        }
+        let fixed = [
+            ("hook", json!(name.as_str())),
+            ("agent_id", json!(cx.agent_id)),
+            ("conv_id", json!(cx.conv_id)),
+            ("turn_id", json!(cx.turn_id)),
+            ("round", json!(round)),
+            ("workspace", json!(cx.workspace)),
+        ];
+        let mut payload: Map<String, Value> = fixed.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         if let Value::Object(extra) = extra {
             payload.extend(extra);
         }

@@ -6,8 +6,10 @@
 //! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
 //! checks of what fits the context window in `fit`, the texts a caller steers a running turn
 //! with and its interrupt in `steer`. Before each round it lets
-//! `crate::compact` compact the history if it has grown too large. It knows nothing of the
-//! terminal or HTTP; the caller supplies the emitter and the cancel token.
+//! `crate::compact` compact the history if it has grown too large. The role's hooks
+//! (`crate::hooks`, DESIGN.md §12) are asked at fixed points; what they change is changed before
+//! it is stored. It knows nothing of the terminal or HTTP; the caller supplies the emitter and
+//! the cancel token.
 
 mod fit;
 mod round;
