@@ -27,7 +27,8 @@ pub use chain::{Decision, Denied};
 pub use config::{HookName, HookSpec, HooksConfig, OnError};
 
 use crate::conversation::message::ContentBlock;
-use crate::event::{Emitter, EventKind};
+use crate::conversation::history::ReplyFile;
+use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::tools::{ToolContext, ToolOutput};
 
 /// CMDC `max_reviews`: at most 3 `before_finish` injects per turn; a 4th is ignored.
@@ -311,8 +312,16 @@ impl Hooks {
     }
 
     /// `after_turn` (alias `on_turn_end`) with the outcome (`completed`, `cancelled`, `blocked`,
-    /// `failed`) and the turn's token usage; on every path, after the history is written.
-    pub async fn after_turn(&self, outcome: &str, usage: Value) {
+    /// `failed`) and the turn's token usage from `reply` (`{input_tokens, output_tokens,
+    /// cache_creation_input_tokens, cache_read_input_tokens}`); on every path, after the history
+    /// is written.
+    pub async fn after_turn(&self, outcome: TurnOutcome, reply: &ReplyFile) {
+        let usage = json!({
+            "input_tokens": reply.input_tokens,
+            "output_tokens": reply.output_tokens,
+            "cache_creation_input_tokens": reply.cache_creation_input_tokens,
+            "cache_read_input_tokens": reply.cache_read_input_tokens,
+        });
         self.run(HookName::AfterTurn, None, json!({"outcome": outcome, "usage": usage})).await;
     }
 }

@@ -202,8 +202,7 @@ async fn run_user_turn(
         session.memory().record_turn(&text, &reply.items, events);
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
-    let usage = serde_json::json!({"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens, "cache_creation_input_tokens": reply.cache_creation_input_tokens, "cache_read_input_tokens": reply.cache_read_input_tokens});
-    hooks.after_turn(serde_json::to_value(ended).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default().as_str(), usage).await;
+    hooks.after_turn(ended, &reply).await;
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)
 }
