@@ -210,6 +210,7 @@ mod tests {
             EventKind::Gap { from: 3, to: 9 },
             EventKind::Done,
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
+            EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "allow".into(), reason: None, duration_ms: 3 },
         ] {
             let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
             let line = serde_json::to_string(&ev).unwrap();
@@ -218,6 +219,11 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&EventKind::State { state: AgentState::ExecutingTools }).unwrap(),
             r#"{"type":"state","state":"executing_tools"}"#
+        );
+        let deny = EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "deny".into(), reason: Some("no".into()), duration_ms: 3 };
+        assert_eq!(
+            serde_json::to_string(&deny).unwrap(),
+            r#"{"type":"hook","name":"before_tool","command":"hooks/g.sh","action":"deny","reason":"no","duration_ms":3}"#
         );
     }
 
