@@ -114,6 +114,17 @@ pub enum EventKind {
         question: String,
         options: Vec<AskOption>,
     },
+    /// A hook ran (DESIGN.md §12): its point (`before_tool`), its `command` as meta.yaml writes
+    /// it, the `action` it took (`allow`, `deny`, `modify`, `inject`, `skip`, `switch_model`; a
+    /// failed hook reports its `on_error`), the deny reason or the model switched to.
+    Hook {
+        name: String,
+        command: String,
+        action: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        duration_ms: u64,
+    },
 }
 
 /// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out
@@ -235,6 +246,7 @@ mod tests {
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
             EventKind::SubagentEnd { id: "s".into(), outcome: SubagentOutcome::TimedOut, result: "r".into() },
             EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: vec![AskOption { id: "a".into(), label: "A".into() }] },
+            EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "allow".into(), reason: None, duration_ms: 3 },
         ] {
             let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
             let line = serde_json::to_string(&ev).unwrap();
@@ -247,6 +259,11 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: Vec::new() }).unwrap(),
             r#"{"type":"ask_user","ref":"r1","question":"q?","options":[]}"#
+        );
+        let deny = EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "deny".into(), reason: Some("no".into()), duration_ms: 3 };
+        assert_eq!(
+            serde_json::to_string(&deny).unwrap(),
+            r#"{"type":"hook","name":"before_tool","command":"hooks/g.sh","action":"deny","reason":"no","duration_ms":3}"#
         );
     }
 

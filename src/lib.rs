@@ -16,6 +16,7 @@ pub mod eventlog;
 pub mod fsutil;
 pub mod gateway;
 pub mod home;
+pub mod hooks;
 pub mod lock;
 pub mod memory;
 pub mod messages;

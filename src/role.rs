@@ -108,6 +108,9 @@ pub struct RoleMeta {
     /// How long `ask_user` waits for the user's answer, in seconds (CMDC: 300).
     #[serde(default)]
     pub ask_user_timeout_secs: Option<u64>,
+    /// Programs run at the turn's hook points, validated while parsing (DESIGN.md §12, `crate::hooks`).
+    #[serde(default)]
+    pub hooks: crate::hooks::HooksConfig,
 }
 
 /// A loaded role template.

@@ -342,7 +342,7 @@ async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current:
 async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
     match c {
         ChatCommand::Compact => compact_now(session, keep, events, current).await,
-        ChatCommand::Clear => clear_now(session, events),
+        ChatCommand::Clear => clear_now(session, events, current).await,
         // Leaving is the caller's business (the session loop); nothing to do on a session.
         ChatCommand::Exit => Ok(0),
     }
@@ -355,7 +355,11 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
     Ok(command_exit_code(end?))
 }
 
-fn clear_now(session: &mut Session, events: &Emitter) -> Result<u8> {
+async fn clear_now(session: &mut Session, events: &Emitter, current: &Current) -> Result<u8> {
+    // The conversation ends: its `session_end` hooks run first (DESIGN.md §12).
+    let token = arm(current);
+    cicy::hooks::session_end(session, events, &token).await;
+    unset(current);
     let (end, _old) = command::clear(session, events)?;
     Ok(command_exit_code(end))
 }

@@ -101,6 +101,10 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
             }
             writeln!(err, "  (question {reference})")
         }
+        EventKind::Hook { name, command, action, reason, duration_ms } => match reason {
+            Some(reason) => writeln!(err, "· hook {name} {command}: {action}: {reason} ({duration_ms} ms)"),
+            None => writeln!(err, "· hook {name} {command}: {action} ({duration_ms} ms)"),
+        },
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),

@@ -326,6 +326,17 @@ pub async fn before_round(
     Ok(())
 }
 
+/// When [`before_round`] would compact now (a threshold is passed, or after
+/// [`AutoState::force_next`]): the number of messages in the window. What a `before_compact`
+/// hook is asked about (DESIGN.md §12); it does not change `state`.
+pub fn due(session: &Session, m: &TurnMaterials, tools: &[ToolSpec], state: &AutoState) -> Option<usize> {
+    let settings = settings(session, m);
+    let msgs = &session.current.messages;
+    let count = msgs.len() - window_start(msgs);
+    let over = || count > settings.config.max_messages || window_tokens(&m.template.system_md, tools, &msgs[window_start(msgs)..]) > settings.trigger_tokens();
+    (state.forced || over()).then_some(count)
+}
+
 /// Estimated tokens of a request carrying `window`: system text, tool definitions, messages.
 pub fn window_tokens(system_md: &str, tools: &[ToolSpec], window: &[Message]) -> u64 {
     cut::estimate_tokens(system_md) + tools_tokens(tools) + window.iter().map(cut::message_tokens).sum::<u64>()

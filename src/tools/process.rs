@@ -95,39 +95,18 @@ pub struct Finished {
 /// (the text is a complete `tool_result`).
 pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
     let mut command = Command::new("bash");
-    for name in &ctx.hidden_env {
-        command.env_remove(name);
-    }
+    prepare(&mut command, ctx);
     let mut child = command
         .arg("-lc")
         .arg(job.command)
-        .envs(ctx.env.iter().map(|(k, v)| (k, v)))
         .envs(job.env.iter().copied())
         .current_dir(job.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .spawn()
         .map_err(|err| format!("failed to start bash: {err}"))?;
-    // process_group(0) makes bash the leader, so its pid is the group id. A pid of 0 or 1 must
-    // never reach kill(-pid): that would signal our own group or every process we may signal.
-    let Some(id) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).filter(|&id| id > 1) else {
-        // Unreachable in practice (the child is not reaped yet), but never leave it running.
-        let _ = child.start_kill();
-        return Err("failed to start bash: no process id".to_owned());
-    };
-    // Between the spawn and this write a crash would leave the group unrecorded: the id exists
-    // only once the process does.
-    let record = ctx.running_dir.as_deref().and_then(|dir| match Recorded::write(dir, id, job.label) {
-        Ok(record) => Some(record),
-        Err(e) => {
-            // The job still runs; only a crash during it would leave the group unreaped.
-            tracing::warn!(error = %e, "cannot record the tool's process group");
-            None
-        }
-    });
-    let group = Group { id, _record: record };
+    let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
     let mut pipes = Pipes::take_from(&mut child);
     let mut out = Collector::new(job.output_limit);
 
@@ -148,15 +127,49 @@ pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
     // `group` drops here, SIGKILLs any background job still in it and removes its record.
 }
 
+/// Prepares `command` as every process a tool or hook starts (`crate::hooks::runner` too): the
+/// variables of [`ToolContext::hidden_env`] removed, [`ToolContext::env`] set, and a process
+/// group of its own (the child is its leader) so [`Group`] can stop all of it.
+pub(crate) fn prepare(command: &mut Command, ctx: &ToolContext) {
+    for name in &ctx.hidden_env {
+        command.env_remove(name);
+    }
+    command.envs(ctx.env.iter().map(|(k, v)| (k, v))).process_group(0);
+}
+
 /// The job's process group. Dropping it SIGKILLs whatever is still in the group, which reaps
 /// background jobs on return and also covers the caller dropping `run` mid-flight; then the
 /// record drops, so the group is recorded for as long as any of it may be alive.
-struct Group {
+pub(crate) struct Group {
     id: libc::pid_t,
     _record: Option<Recorded>,
 }
 
 impl Group {
+    /// The group of `child`, spawned from a command [`prepare`]d, recorded under
+    /// [`ToolContext::running_dir`] as `label`. `None` (the child killed) when it has no pid.
+    pub(crate) fn of(child: &mut Child, ctx: &ToolContext, label: &str) -> Option<Self> {
+        // process_group(0) makes the child the leader, so its pid is the group id. A pid of 0 or
+        // 1 must never reach kill(-pid): that would signal our own group or every process we may
+        // signal.
+        let Some(id) = child.id().and_then(|id| libc::pid_t::try_from(id).ok()).filter(|&id| id > 1) else {
+            // Unreachable in practice (the child is not reaped yet), but never leave it running.
+            let _ = child.start_kill();
+            return None;
+        };
+        // Between the spawn and this write a crash would leave the group unrecorded: the id
+        // exists only once the process does.
+        let record = ctx.running_dir.as_deref().and_then(|dir| match Recorded::write(dir, id, label) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                // The job still runs; only a crash during it would leave the group unreaped.
+                tracing::warn!(error = %e, "cannot record the tool's process group");
+                None
+            }
+        });
+        Some(Self { id, _record: record })
+    }
+
     fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) has no memory effects; the id is > 1, so -id names only this group.
         // ESRCH (group already empty) is the outcome we want, so the result is not checked.

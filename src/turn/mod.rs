@@ -6,9 +6,10 @@
 //! round are in `round`, the tool calls in `tools`, the send and its re-runs in `send`, the
 //! checks of what fits the context window in `fit`, the texts a caller steers a running turn
 //! with and its interrupt in `steer`, the sub-agents of the `task` tool in `subagent`. Before
-//! each round it lets
-//! `crate::compact` compact the history if it has grown too large. It knows nothing of the
-//! terminal or HTTP; the caller supplies the emitter and the cancel token.
+//! each round it lets `crate::compact` compact the history if it has grown too large. The
+//! role's hooks (`crate::hooks`, DESIGN.md §12) are asked at fixed points; what they change is
+//! changed before it is stored. It knows nothing of the terminal or HTTP; the caller supplies
+//! the emitter and the cancel token.
 
 mod fit;
 mod round;
@@ -25,10 +26,12 @@ use crate::conversation::history::{CurrentFile, CurrentStatus, ReplyFile, ReplyS
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
+use crate::hooks::{Hooks, TurnIds};
 
 pub use send::ROUND_RERUNS;
 pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
 pub use tools::CANCELLED_RESULT;
+pub(crate) use tools::tool_context;
 
 pub use crate::conversation::outcome::{marker_of, Outcome};
 
@@ -55,10 +58,11 @@ fn pop_failed_turn(session: &mut Session) {
 }
 
 /// Where a turn starts: a new user message, or the unfinished turn already in the history.
-enum Start<'a> {
-    New(&'a str),
-    /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory.
-    Sub(&'a str),
+enum Start {
+    New(String),
+    /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory
+    /// and no `before_prompt` hook is asked (the parent's tool call already was).
+    Sub(String),
     Resume { history_id: u64, text: String },
 }
 
@@ -90,7 +94,7 @@ pub async fn run_turn_with(
     }
     let materials = session.materials()?;
     pop_failed_turn(session);
-    run_user_turn(session, Start::New(text), materials, events, cancel, steering).await
+    run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
 }
 
 /// [`retry_turn_with`] without steering.
@@ -137,12 +141,12 @@ async fn run_subagent_turn(
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<TurnOutcome, AgentError> {
-    run_user_turn(session, Start::Sub(text), materials, events, cancel, &Steering::default()).await
+    run_user_turn(session, Start::Sub(text.to_string()), materials, events, cancel, &Steering::default()).await
 }
 
 async fn run_user_turn(
     session: &mut Session,
-    start: Start<'_>,
+    start: Start,
     mut m: TurnMaterials,
     events: &Emitter,
     cancel: &CancellationToken,
@@ -152,6 +156,23 @@ async fn run_user_turn(
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
+    let turn_id = uuid::Uuid::new_v4().to_string();
+    let ids = TurnIds { agent_id: &session.record.id, conv_id: &session.current.conversation_id, turn_id: &turn_id, workspace: &session.record.workspace };
+    let role_dir = session.home.roles_dir().join(&m.template.slug);
+    let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || tools::tool_context(session, &m, cancel, events), events, ids);
+    // A hook may refuse or change the prompt before anything of the turn is written.
+    let start = match start {
+        Start::New(text) => match hooks.before_prompt(session.current.messages.is_empty(), &text).await {
+            Ok(text) => Start::New(text),
+            Err(denied) => {
+                let message = format!("the prompt was refused by hook {}: {}", denied.command, denied.reason);
+                events.emit(EventKind::Error { kind: "hook".to_string(), message });
+                events.emit(EventKind::TurnEnded { outcome: TurnOutcome::Blocked });
+                return Ok(TurnOutcome::Blocked);
+            }
+        },
+        other => other,
+    };
     let cur = &mut session.current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
@@ -161,13 +182,13 @@ async fn run_user_turn(
     let (history_id, text) = match start {
         Start::New(text) | Start::Sub(text) => {
             cur.prompts += 1;
-            (cur.push(Message::user_text(text)), text.to_string())
+            (cur.push(Message::user_text(text.as_str())), text)
         }
         Start::Resume { history_id, text } => (history_id, text),
     };
     let now = fsutil::now_rfc3339();
     let mut reply = ReplyFile {
-        turn_id: uuid::Uuid::new_v4().to_string(),
+        turn_id,
         history_id,
         status: ReplyStatus::Working,
         started_at: now.clone(),
@@ -181,7 +202,7 @@ async fn run_user_turn(
         conv_id: session.current.conversation_id.clone(),
     });
 
-    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering }).await?;
+    let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering, hooks: &hooks }).await?;
     if let Some(o) = outcome {
         end_with_marker(&mut session.current, &mut reply, o);
     }
@@ -199,6 +220,7 @@ async fn run_user_turn(
         session.memory().record_turn(&text, &reply.items, events);
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
+    hooks.after_turn(ended, &reply).await;
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)
 }

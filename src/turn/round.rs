@@ -33,6 +33,8 @@ pub(super) struct Turn<'a> {
     pub events: &'a Emitter,
     pub cancel: &'a CancellationToken,
     pub steering: &'a Steering,
+    /// The role's hooks for this turn (DESIGN.md §12); a hook's abort ends the turn `blocked`.
+    pub hooks: &'a crate::hooks::Hooks,
 }
 
 /// Runs the rounds of a turn; `Ok(None)` when it ended normally.
@@ -46,6 +48,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
     }
     for round in 0..max_rounds {
         let final_round = round + 1 == max_rounds;
+        t.hooks.set_round(round);
         if let Some(o) = prepare(t, round, &specs, &mut auto_compact).await? {
             return Ok(Some(o));
         }
@@ -55,13 +58,29 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
         };
         resp.rename_ids_used_in(&t.session.current.messages);
         record_usage(t, &resp);
+        let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
+        if let Some(o) = hooks_on_answer(t, &mut resp, &plan).await {
+            return Ok(Some(o));
+        }
         let calls = append_answer(t, &resp.content)?;
         if calls.is_empty() {
-            return Ok(None);
+            // A `before_finish` inject adds a user message and the turn goes on.
+            match t.hooks.before_finish(&resp.text()).await {
+                Some(text) if !final_round => append(t, Message::user_text(text))?,
+                _ if t.hooks.aborted() => return Ok(Some(Outcome::Blocked)),
+                _ => return Ok(None),
+            }
+            continue;
         }
-        let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
         match tools::run_calls(t, &calls, &plan, &resp).await? {
+            _ if t.hooks.aborted() => return Ok(Some(Outcome::Blocked)),
             Ran::All => {
+                if let Some(results) = t.session.current.messages.last() {
+                    t.hooks.after_tool_batch(&resp.content, &results.content.to_blocks(), resp.stop_reason.as_ref().map(StopReason::as_str)).await;
+                }
+                if t.hooks.aborted() {
+                    return Ok(Some(Outcome::Blocked));
+                }
                 // The runner's hook (serve drains the outbox the batch's commands wrote to).
                 t.session.wake.clone().after_tool_batch().await;
                 if let Some(text) = t.session.wake.take_end() {
@@ -71,7 +90,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
                     return Ok(None);
                 }
                 fit::warn_large_results(t);
-                steer::deliver(t)?;
+                steer::deliver(t).await?;
             }
             Ran::NotRun => return Ok(None),
             Ran::Cancelled => return Ok(Some(Outcome::Cancelled)),
@@ -80,14 +99,42 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
     Ok(None)
 }
 
+/// The `after_response` hooks (they may switch the model or abort), then, when the calls will
+/// run, the `before_tool` hooks, before the answer is stored: a modified input is what the
+/// history keeps. `Some` when a hook aborted the turn.
+async fn hooks_on_answer(t: &mut Turn<'_>, resp: &mut Response, plan: &Plan) -> Option<Outcome> {
+    t.hooks.after_response(&resp.content, resp.stop_reason.as_ref().map(StopReason::as_str)).await;
+    if matches!(plan, Plan::Run) && !t.hooks.aborted() {
+        t.hooks.before_tools(&mut resp.content).await;
+    }
+    t.hooks.aborted().then_some(Outcome::Blocked)
+}
+
 /// Starts round `round`: the cancel check, its event, automatic compaction.
 async fn prepare(t: &mut Turn<'_>, round: u32, specs: &[ToolSpec], auto: &mut AutoState) -> Result<Option<Outcome>, AgentError> {
     if t.cancel.is_cancelled() {
         return Ok(Some(Outcome::Cancelled));
     }
     t.events.emit(EventKind::RoundStarted { round });
-    compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
+    compact_unless_skipped(t, specs, auto, "threshold").await?;
+    if t.hooks.aborted() {
+        return Ok(Some(Outcome::Blocked));
+    }
     Ok(t.cancel.is_cancelled().then_some(Outcome::Cancelled))
+}
+
+/// Automatic compaction, unless a `before_compact` hook skips it (`reason`: `threshold`, or
+/// `refused` when the gateway refused the window). The hooks are asked only when a compaction
+/// is due.
+async fn compact_unless_skipped(t: &mut Turn<'_>, specs: &[ToolSpec], auto: &mut AutoState, reason: &str) -> Result<(), AgentError> {
+    if t.hooks.has(crate::hooks::HookName::BeforeCompact) {
+        if let Some(count) = compact::due(t.session, t.m, specs, auto) {
+            if t.hooks.before_compact(reason, count).await || t.hooks.aborted() {
+                return Ok(());
+            }
+        }
+    }
+    compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await
 }
 
 /// How sending a round ended.
@@ -103,12 +150,18 @@ enum Sent {
 /// that re-send is refused as over the window too, the compaction is undone
 /// ([`undo_compaction`]) and the turn is blocked with an error that says what to do.
 async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, auto: &mut AutoState) -> Result<Sent, AgentError> {
-    let opts = call_options(t.session, t.m);
+    let mut opts = call_options(t.session, t.m);
     // The history before the forced compaction, once the round was refused as over the window.
     let mut before_compaction: Option<Vec<Message>> = None;
     loop {
         let prompt = assemble(t, specs, final_round);
         t.session.store.save_current(&mut t.session.current)?;
+        let current_json = t.session.store.dir().join("current.json");
+        t.hooks.before_request(&t.hooks.model(&t.m.model), t.session.current.messages.len(), &current_json).await;
+        if t.hooks.aborted() {
+            return Ok(Sent::Ended(Outcome::Blocked));
+        }
+        opts.model = t.hooks.model(&t.m.model);
         let (err, partial) = match send_with_reruns(t.session, &prompt, &opts, t.events, t.cancel).await {
             Ok(resp) => return Ok(Sent::Answer(resp)),
             Err(RoundFailure { error: error @ GatewayError::Cancelled, partial, .. }) => {
@@ -136,7 +189,10 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
         }
         before_compaction = Some(t.session.current.messages.clone());
         auto.force_next();
-        compact::before_round(t.session, t.m, specs, t.reply, auto, t.events, t.cancel).await?;
+        compact_unless_skipped(t, specs, auto, "refused").await?;
+        if t.hooks.aborted() {
+            return Ok(Sent::Ended(Outcome::Blocked));
+        }
         if t.cancel.is_cancelled() {
             return Ok(Sent::Ended(Outcome::Cancelled));
         }

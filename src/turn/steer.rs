@@ -27,6 +27,10 @@ pub const INTERRUPTED_RESULT: &str = "error: interrupted by steer";
 /// round's user message.
 pub const DELIVERED: &str = "delivered";
 
+/// The `status` of the [`EventKind::Steered`] event for a text a `before_steering` hook refused
+/// (the `hook` event before it gives the reason); it is dropped.
+pub const REFUSED: &str = "refused";
+
 /// A steer was refused: [`Steering::CAP`] texts already wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the steering queue is full: {} texts already wait for the next round", Steering::CAP)]
@@ -157,8 +161,15 @@ impl Drop for BatchGuard<'_> {
 /// After a round's tool calls all have results: appends the waiting texts as text blocks after
 /// them, in the same user message (history and reply.json), and emits one
 /// `steered {status: "delivered"}`. Nothing happens when no text waits.
-pub(super) fn deliver(t: &mut Turn<'_>) -> Result<(), AgentError> {
-    let texts = t.steering.take_all();
+pub(super) async fn deliver(t: &mut Turn<'_>) -> Result<(), AgentError> {
+    let mut texts = Vec::new();
+    // The `before_steering` hooks may change a text or refuse it (DESIGN.md §12).
+    for text in t.steering.take_all() {
+        match t.hooks.before_steering(text).await {
+            Ok(text) => texts.push(text),
+            Err(_) => t.events.emit(EventKind::Steered { status: REFUSED.to_string() }),
+        }
+    }
     if texts.is_empty() {
         return Ok(());
     }

@@ -30,6 +30,9 @@ use crate::tools::{ToolContext, ToolOutput};
 /// The result text of a tool call that the user cancelled.
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
 
+/// The result text of a call not run because a hook aborted the turn earlier in its batch.
+pub const ABORTED_RESULT: &str = "error: not run: a hook aborted the turn";
+
 /// One `tool_use` of a response.
 pub(super) struct ToolCall {
     pub id: String,
@@ -87,7 +90,7 @@ pub(super) async fn run_calls(t: &mut Turn<'_>, calls: &[ToolCall], plan: &Plan,
                     stop_reason.as_ref().map_or("none", StopReason::as_str)
                 )),
                 Plan::Run => {
-                    let (out, was_cancelled) = run_planned(t.m, t.events, call, &ctx, resp, &steering).await;
+                    let (out, was_cancelled) = run_planned(t.m, t.events, call, &ctx, resp, &steering, t.hooks).await;
                     cancelled = was_cancelled;
                     out
                 }
@@ -116,7 +119,12 @@ async fn run_planned(
     ctx: &ToolContext,
     resp: &Response,
     steering: &Steering,
+    hooks: &crate::hooks::Hooks,
 ) -> (ToolOutput, bool) {
+    if let Some(blocked) = hooks.take_blocked(&call.id).or_else(|| hooks.aborted().then(|| ToolOutput::error(ABORTED_RESULT))) {
+        report_end(call, &blocked, report_start(call, events), events);
+        return (blocked, false);
+    }
     let Some(token) = steering.start_call(&ctx.cancel) else {
         return (ToolOutput::error(INTERRUPTED_RESULT), false);
     };
@@ -133,7 +141,7 @@ async fn run_planned(
     } else if interrupted {
         ToolOutput::error(INTERRUPTED_RESULT)
     } else {
-        out
+        hooks.after_tool(&call.id, &call.name, &call.input, out, started.elapsed().as_millis() as u64).await
     };
     report_end(call, &out, started, events);
     (out, cancelled)
@@ -167,7 +175,8 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
     });
 }
 
-fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
+/// The context every tool call of a turn runs with (and its hooks, `crate::hooks`).
+pub(crate) fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),
