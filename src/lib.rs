@@ -6,6 +6,7 @@
 //! section it implements.
 
 pub mod agent;
+pub mod checkpoint;
 pub mod command;
 pub mod compact;
 pub mod config;
