@@ -99,6 +99,9 @@ pub enum EventKind {
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
     TodoChange { action: String, id: u32, line: String },
+    /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
+    /// `todo_change`; that name is the wake todos' event above, whose shape differs).
+    PlanChange { todos: Vec<crate::tools::plan::Todo> },
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see

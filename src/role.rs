@@ -50,6 +50,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::messages::tools::BROADCAST,
     crate::messages::tools::FORK,
     crate::messages::tools::AGENTS,
+    crate::tools::plan::NAME,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.

@@ -88,6 +88,7 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
         EventKind::MessageIn { from, subject, .. } => writeln!(err, "· message from {from}: {subject}"),
         EventKind::MessageOut { from, to, text, .. } => writeln!(err, "· {from} → {to}: {}", preview_line(text)),
         EventKind::TodoChange { action, line, .. } => writeln!(err, "· todo {action}: {line}"),
+        EventKind::PlanChange { todos } => writeln!(err, "· plan: {}", cicy::tools::plan::summary(todos)),
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),

@@ -9,6 +9,7 @@
 
 pub mod custom;
 pub mod output;
+pub mod plan;
 pub mod process;
 pub mod reaper;
 pub mod shell;
@@ -108,6 +109,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         shell::NAME => Some(Arc::new(shell::Shell)),
         skill::NAME => Some(Arc::new(skill::Skill)),
+        plan::NAME => Some(Arc::new(plan::WriteTodos)),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
