@@ -101,6 +101,10 @@ pub struct RoleMeta {
     /// The model's context window in tokens (used by automatic compaction).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// `strict`: a tool call runs only if the active skills allow it (CMDC SkillGuard, see
+    /// `crate::tools::skill_guard`); `warn`: it runs with a system event; default `off`.
+    #[serde(default)]
+    pub skill_guard: crate::tools::skill_guard::Mode,
 }
 
 /// A loaded role template.

@@ -14,6 +14,7 @@ pub mod process;
 pub mod reaper;
 pub mod shell;
 pub mod skill;
+pub mod skill_guard;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here wait the same way instead of polling.
 #[cfg(test)]
@@ -54,6 +55,8 @@ pub struct ToolContext {
     /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
     /// `subagent_start`, `ask_user`, DESIGN.md §12); `None` outside a turn.
     pub events: Option<crate::event::Emitter>,
+    /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
+    pub skill_guard: Option<Arc<skill_guard::Guard>>,
 }
 
 #[cfg(test)]
@@ -70,6 +73,7 @@ impl ToolContext {
             running_dir: None,
             wake: None,
             events: None,
+            skill_guard: None,
         }
     }
 }
@@ -152,6 +156,9 @@ impl ToolSet {
     /// Runs tool `name` with the model's `input`. A name that is not enabled is an error
     /// result (the model asked for something it was not offered), never a panic.
     pub async fn run(&self, name: &str, input: &serde_json::Value, ctx: &ToolContext) -> ToolOutput {
+        if let Some(blocked) = skill_guard::refusal(ctx, name) {
+            return blocked;
+        }
         if let Some(tool) = self.tools.iter().find(|t| t.name() == name) {
             return tool.run(input, ctx).await;
         }

@@ -174,6 +174,7 @@ fn tool_context(session: &Session, cancel: &tokio_util::sync::CancellationToken,
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
         wake: Some(session.wake.clone()),
         events: Some(events.clone()),
+        skill_guard: crate::tools::skill_guard::Guard::for_batch(session),
     }
 }
 
