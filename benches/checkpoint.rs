@@ -2,7 +2,7 @@
 //!
 //! `save_600`: what `checkpoint <id> save` and the automatic checkpoint pay — copy current.json
 //! (150 tool turns = 600 messages, tool results of ~400 bytes), reply.json, plan.json,
-//! AGENTS.md and 20 memory files into `.tmp-<id>/`, fsync each, write meta.json, rename into
+//! AGENTS.md and 20 memory files into `.tmp-<id>/`, write meta.json, one syncfs, rename into
 //! place. The removal after each save is not timed. `load_600`: the before-load save plus the
 //! restore as a new conversation.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
