@@ -35,7 +35,7 @@ fn count_and_save(workspace: &Path, steering: usize, events: &Emitter) -> Result
     // An unreadable counter starts again from 0: losing a count only delays one checkpoint.
     let turns = std::fs::read_to_string(&path).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0) + 1;
     fsutil::write_atomic(&path, turns.to_string().as_bytes()).map_err(|source| super::CheckpointError::Io { path: path.clone(), source })?;
-    if turns % EVERY_N_TURNS != 0 {
+    if !turns.is_multiple_of(EVERY_N_TURNS) {
         return Ok(());
     }
     let meta = save(workspace, &SaveOptions { label: Some(LABEL.to_string()), pending: 0, steering })?;
