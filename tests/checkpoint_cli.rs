@@ -101,7 +101,7 @@ async fn save_ls_load_rm_round_trip_the_messages_byte_for_byte() {
 
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "rm", before]).await;
     assert_eq!((o.code, o.stdout.clone()), (0, format!("removed {before}\n")));
-    assert_eq!(names(&checkpoints(h)), [".turns".to_string(), first.clone()]);
+    assert_eq!(names(&checkpoints(h)), [first.clone()]);
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "rm", before]).await;
     assert_eq!((o.code, o.stderr), (2, format!("error: no checkpoint `{before}` (see `checkpoint <id> ls`)\n")));
 }
@@ -123,23 +123,22 @@ async fn load_and_save_are_refused_while_a_turn_holds_the_lock() {
 }
 
 #[tokio::test]
-async fn the_tenth_completed_turn_saves_an_auto_checkpoint() {
+async fn the_tenth_prompt_of_a_conversation_saves_an_auto_checkpoint() {
     let (h, gw) = setup().await;
     let h = h.path();
-    std::fs::create_dir_all(checkpoints(h)).unwrap();
-    std::fs::write(checkpoints(h).join(".turns"), "8").unwrap();
-    chat(h, &gw, "nine").await;
-    assert_eq!(names(&checkpoints(h)), [".turns"]);
+    for i in 1..=9 {
+        chat(h, &gw, &format!("q{i}")).await;
+    }
+    assert!(!checkpoints(h).exists());
     let o = cicy(h, &gw.url(), &["chat", "w-1", "ten", "--json"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     let listed = cicy(h, &gw.url(), &["checkpoint", "w-1", "ls"]).await.stdout;
     let id = listed.split('\t').next().unwrap();
-    assert_eq!(listed.split('\t').skip(1).step_by(2).collect::<Vec<_>>(), ["auto", "4 messages"]);
+    assert_eq!(listed.split('\t').skip(1).step_by(2).collect::<Vec<_>>(), ["auto", "20 messages"]);
     let saved = format!("system: checkpoint {id} saved (auto, every 10 turns)");
     let types = event_types(&o.stdout);
     let at = types.iter().position(|t| *t == saved).expect("the auto checkpoint event");
     assert_eq!(types[at + 1], "turn_ended");
-    assert_eq!(std::fs::read_to_string(checkpoints(h).join(".turns")).unwrap(), "10");
 }
 
 #[tokio::test]
@@ -162,7 +161,7 @@ async fn a_save_killed_mid_way_leaves_no_checkpoint() {
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
     drop(writer);
 
-    let left: Vec<String> = names(&checkpoints(h)).into_iter().filter(|n| n != ".turns").collect();
+    let left = names(&checkpoints(h));
     assert_eq!(left.len(), 1);
     assert!(left[0].starts_with(".tmp-"), "{left:?}");
     assert_eq!(names(&checkpoints(h).join(&left[0])), ["current.json", "reply.json"]);
@@ -173,5 +172,5 @@ async fn a_save_killed_mid_way_leaves_no_checkpoint() {
     std::fs::write(ws(h).join("AGENTS.md"), "# Ada\n").unwrap();
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(names(&checkpoints(h)), [".turns".to_string(), o.stdout.trim_end().to_string()]);
+    assert_eq!(names(&checkpoints(h)), [o.stdout.trim_end().to_string()]);
 }
