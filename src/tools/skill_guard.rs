@@ -171,6 +171,17 @@ mod tests {
     }
 
     #[test]
+    fn warn_runs_the_call_and_says_so_in_a_system_event() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let events = crate::event::Emitter::new("w-1", move |e: &crate::event::Event| sink.lock().unwrap().push(e.kind.clone()));
+        let c = ToolContext { events: Some(events), ..ctx(Mode::Warn, vec![allow("pdf", &["read_file"])]) };
+        assert_eq!(refusal(&c, "shell"), None);
+        let text = "skill guard (warn): tool 'shell' is not in the active skills' allowed_tools (read_file)".to_string();
+        assert_eq!(*seen.lock().unwrap(), [EventKind::System { text }]);
+    }
+
+    #[test]
     fn no_active_skill_or_no_guard_restricts_nothing() {
         assert_eq!(refusal(&ctx(Mode::Strict, vec![]), "shell"), None);
         let dir = std::env::temp_dir();
