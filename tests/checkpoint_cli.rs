@@ -101,7 +101,7 @@ async fn save_ls_load_rm_round_trip_the_messages_byte_for_byte() {
 
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "rm", before]).await;
     assert_eq!((o.code, o.stdout.clone()), (0, format!("removed {before}\n")));
-    assert_eq!(names(&checkpoints(h)), [first.clone()]);
+    assert_eq!(names(&checkpoints(h)), [first]);
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "rm", before]).await;
     assert_eq!((o.code, o.stderr), (2, format!("error: no checkpoint `{before}` (see `checkpoint <id> ls`)\n")));
 }
