@@ -43,6 +43,7 @@ echo '{\"action\":\"modify\",\"text\":\"changed\"}'\n").unwrap();
         events: None,
         subagent: None,
         user: None,
+        skill_guard: None,
     };
     let events = Emitter::new("w-1", |_| {});
     let ids = TurnIds { agent_id: "w-1", conv_id: "c-1", turn_id: "t-1", workspace: &ws };

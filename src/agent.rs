@@ -303,7 +303,7 @@ impl Session {
             tools: ToolSet::new(template.tools.clone(), tool_cfg.custom),
             agents_md: role::agents_md_body(&agents_md).to_string(),
             memory_md,
-            skills: skill::list_skills(&self.home.skills_dir()),
+            skills: skill::list_skills(&self.home.skills_dir(), &skill::project_dir(ws)),
             template,
             model,
         })

@@ -125,6 +125,9 @@ pub enum EventKind {
         reason: Option<String>,
         duration_ms: u64,
     },
+    /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
+    /// `todo_change`; that name is the wake todos' event above, whose shape differs).
+    PlanChange { todos: Vec<crate::tools::plan::Todo> },
 }
 
 /// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out

@@ -52,6 +52,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::messages::tools::AGENTS,
     crate::tools::task::NAME,
     crate::tools::ask_user::NAME,
+    crate::tools::plan::NAME,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.
@@ -111,6 +112,10 @@ pub struct RoleMeta {
     /// Programs run at the turn's hook points, validated while parsing (DESIGN.md §12, `crate::hooks`).
     #[serde(default)]
     pub hooks: crate::hooks::HooksConfig,
+    /// `strict`: a tool call runs only if the active skills allow it (CMDC SkillGuard, see
+    /// `crate::tools::skill_guard`); `warn`: it runs with a system event; default `off`.
+    #[serde(default)]
+    pub skill_guard: crate::tools::skill_guard::Mode,
 }
 
 /// A loaded role template.

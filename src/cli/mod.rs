@@ -3,6 +3,7 @@
 
 mod answer;
 mod chat;
+mod checkpoint;
 mod coordinate;
 mod events;
 mod exit;
@@ -155,6 +156,12 @@ enum Command {
         id: String,
         #[command(subcommand)]
         action: memory::Action,
+    },
+    /// Checkpoints of an agent (DESIGN.md §12): save [--label L], ls, load <c>, rm <c>.
+    Checkpoint {
+        id: String,
+        #[command(subcommand)]
+        action: checkpoint::Action,
     },
     /// Todos of an agent (DESIGN.md §10): add "<text>" --at <time>, ls [--all], done <n>, rm <n>.
     Todo {
@@ -379,6 +386,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::History { id, all, json } => history::history(&home, &id, all, json),
         Command::Status { id, json } => status::run(&home, &id, json, &mut std::io::stdout().lock()),
         Command::Memory { id, action } => memory::run(&home, &id, action),
+        Command::Checkpoint { id, action } => checkpoint::run(&home, &id, action, &mut std::io::stdout().lock()),
         Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes, max_inbox_watches } => {
             let wake = cicy::serve::WakeLimits {
                 max_wake: std::time::Duration::from_secs(max_wake_secs),

@@ -105,6 +105,7 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
             Some(reason) => writeln!(err, "· hook {name} {command}: {action}: {reason} ({duration_ms} ms)"),
             None => writeln!(err, "· hook {name} {command}: {action} ({duration_ms} ms)"),
         },
+        EventKind::PlanChange { todos } => writeln!(err, "· plan: {}", cicy::tools::plan::summary(todos)),
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),

@@ -10,11 +10,13 @@
 pub mod ask_user;
 pub mod custom;
 pub mod output;
+pub mod plan;
 pub mod process;
 pub mod reaper;
 pub mod shell;
 pub mod skill;
 pub mod task;
+pub mod skill_guard;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here wait the same way instead of polling.
 #[cfg(test)]
@@ -61,6 +63,8 @@ pub struct ToolContext {
     /// The user `ask_user` asks and how long it waits (DESIGN.md §12); `None` when no user is
     /// attached (a one-shot chat).
     pub user: Option<ask_user::User>,
+    /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
+    pub skill_guard: Option<Arc<skill_guard::Guard>>,
 }
 
 #[cfg(test)]
@@ -79,6 +83,7 @@ impl ToolContext {
             events: None,
             subagent: None,
             user: None,
+            skill_guard: None,
         }
     }
 }
@@ -120,6 +125,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
         skill::NAME => Some(Arc::new(skill::Skill)),
         task::NAME => Some(Arc::new(task::Task)),
         ask_user::NAME => Some(Arc::new(ask_user::AskUser)),
+        plan::NAME => Some(Arc::new(plan::WriteTodos)),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
@@ -175,6 +181,9 @@ impl ToolSet {
     /// Runs tool `name` with the model's `input`. A name that is not enabled is an error
     /// result (the model asked for something it was not offered), never a panic.
     pub async fn run(&self, name: &str, input: &serde_json::Value, ctx: &ToolContext) -> ToolOutput {
+        if let Some(blocked) = skill_guard::refusal(ctx, name) {
+            return blocked;
+        }
         if let Some(tool) = self.tools.iter().find(|t| t.name() == name) {
             return tool.run(input, ctx).await;
         }

@@ -1,15 +1,19 @@
-//! The `skill` tool and the installed-skills list: `$CICY_HOME/skills/<folder>/SKILL.md`.
+//! The `skill` tool and the installed-skills list: project skills in
+//! `<workspace>/.cicy/skills/<folder>/SKILL.md` over global ones in
+//! `$CICY_HOME/skills/<folder>/SKILL.md` (DESIGN.md §12, CMDC "project > global").
 //!
-//! Owns finding installed skills, reading their YAML front matter (`name`, `description`) and
-//! the tool's list and read results. Read-only: it never installs, edits or removes a skill, and
-//! it knows nothing of prompt assembly beyond handing [`list_skills`] to the assembler.
+//! Owns finding installed skills, reading their YAML front matter (`name`, `description`,
+//! `allowed_tools`) and the tool's list and read results. Read-only: it never installs, edits
+//! or removes a skill, and it knows nothing of prompt assembly beyond handing [`list_skills`]
+//! to the assembler. A skill the tool reads becomes active for `super::skill_guard`.
 //!
-//! A skill is a folder under the skills dir holding a `SKILL.md` file. Folders whose name starts
-//! with `.` or is not UTF-8 are not skills. A UTF-8 BOM and CRLF line ends are accepted; text
-//! is returned with the BOM removed and line ends as `\n`.
+//! A skill is a folder under a skills dir holding a `SKILL.md` file. Folders whose name starts
+//! with `.` or is not UTF-8 are not skills. A project skill replaces a global one of the same
+//! listed name. A UTF-8 BOM and CRLF line ends are accepted; text is returned with the BOM
+//! removed and line ends as `\n`.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use futures_util::future::BoxFuture;
 use serde::Deserialize;
@@ -80,28 +84,57 @@ impl Tool for Skill {
 /// such skill (the error lists the installed names); an unreadable file.
 pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
     match input.get("name") {
-        None | Some(Value::Null) => ToolOutput::ok(list_text(&ctx.skills_dir)),
-        Some(Value::String(name)) => read_skill(&ctx.skills_dir, name),
+        None | Some(Value::Null) => ToolOutput::ok(list_text(&ctx.skills_dir, &project_dir(&ctx.workspace))),
+        Some(Value::String(name)) => read_skill(ctx, name),
         Some(other) => ToolOutput::error(format!(
             "invalid input: \"name\" must be a string, got {other}"
         )),
     }
 }
 
-/// Installed skills sorted by folder name (byte order), for the system prompt's skills block.
-/// A missing or unreadable skills dir gives an empty list. The same files always give the same
-/// list, so the prompt bytes stay stable.
-pub fn list_skills(skills_dir: &Path) -> Vec<SkillInfo> {
-    scan(skills_dir)
+/// `<workspace>/.cicy/skills`: the project's skills, which win over `$CICY_HOME/skills`.
+pub fn project_dir(workspace: &Path) -> PathBuf {
+    workspace.join(".cicy").join("skills")
+}
+
+/// Installed skills of `global` (`$CICY_HOME/skills`) and `project` ([`project_dir`]) sorted
+/// by folder name (byte order; a project skill first on a tie), for the system prompt's skills
+/// block. A project skill replaces every global one with the same listed name. A missing or
+/// unreadable skills dir gives no skills. The same files always give the same list, so the
+/// prompt bytes stay stable.
+pub fn list_skills(global: &Path, project: &Path) -> Vec<SkillInfo> {
+    scan_all(global, project)
         .into_iter()
         .map(|skill| skill.info)
         .collect()
 }
 
-/// A skill and the folder it was found in, which may differ from its front-matter name.
-struct Installed {
+/// A skill, the folder it was found in (which may differ from its front-matter name) and the
+/// skills dir holding that folder.
+pub(crate) struct Installed {
     folder: String,
-    info: SkillInfo,
+    dir: PathBuf,
+    pub(crate) info: SkillInfo,
+    /// Front-matter `allowed_tools` (`None`: not given, the skill restricts nothing).
+    pub(crate) allowed_tools: Option<Vec<String>>,
+}
+
+/// Both layers merged as [`list_skills`] describes.
+pub(crate) fn scan_all(global: &Path, project: &Path) -> Vec<Installed> {
+    let mut skills = scan(project);
+    let shadowed: Vec<String> = skills.iter().map(|s| s.info.name.clone()).collect();
+    skills.extend(scan(global).into_iter().filter(|s| !shadowed.contains(&s.info.name)));
+    // Stable: on a tie the project skill, pushed first, stays first.
+    skills.sort_by(|a, b| a.folder.cmp(&b.folder));
+    skills
+}
+
+/// The skill `name` names: by folder first, else by listed name.
+pub(crate) fn find<'a>(skills: &'a [Installed], name: &str) -> Option<&'a Installed> {
+    skills
+        .iter()
+        .find(|skill| skill.folder == name)
+        .or_else(|| skills.iter().find(|skill| skill.info.name == name))
 }
 
 fn scan(skills_dir: &Path) -> Vec<Installed> {
@@ -114,9 +147,9 @@ fn scan(skills_dir: &Path) -> Vec<Installed> {
             let folder = entry.file_name().into_string().ok()?;
             let path = entry.path().join("SKILL.md");
             // `is_file` follows symlinks, so a skill linked in from elsewhere counts.
-            (!folder.starts_with('.') && path.is_file()).then(|| Installed {
-                info: read_info(&folder, &path),
-                folder,
+            (!folder.starts_with('.') && path.is_file()).then(|| {
+                let (info, allowed_tools) = read_info(&folder, &path);
+                Installed { info, allowed_tools, folder, dir: skills_dir.to_path_buf() }
             })
         })
         .collect();
@@ -124,7 +157,7 @@ fn scan(skills_dir: &Path) -> Vec<Installed> {
     skills
 }
 
-fn read_info(folder: &str, path: &Path) -> SkillInfo {
+fn read_info(folder: &str, path: &Path) -> (SkillInfo, Option<Vec<String>>) {
     let parsed = match fs::read(path) {
         Ok(bytes) => front_matter(&normalize(&bytes)),
         Err(err) => Err(format!("SKILL.md could not be read: {err}")),
@@ -132,19 +165,23 @@ fn read_info(folder: &str, path: &Path) -> SkillInfo {
     match parsed {
         Ok(front) => {
             let name = one_line(front.name.as_deref().unwrap_or_default());
-            SkillInfo {
+            let info = SkillInfo {
                 name: if name.is_empty() {
                     folder.to_owned()
                 } else {
                     name
                 },
                 description: one_line(front.description.as_deref().unwrap_or_default()),
-            }
+            };
+            (info, front.allowed_tools)
         }
-        Err(problem) => SkillInfo {
-            name: folder.to_owned(),
-            description: format!("({})", one_line(&problem)),
-        },
+        Err(problem) => {
+            let info = SkillInfo {
+                name: folder.to_owned(),
+                description: format!("({})", one_line(&problem)),
+            };
+            (info, None)
+        }
     }
 }
 
@@ -153,6 +190,9 @@ fn read_info(folder: &str, path: &Path) -> SkillInfo {
 struct FrontMatter {
     name: Option<String>,
     description: Option<String>,
+    /// CMDC SkillGuard: the tools this skill allows (Claude Code spells it `allowed-tools`).
+    #[serde(alias = "allowed-tools")]
+    allowed_tools: Option<Vec<String>>,
 }
 
 /// Parses a leading `---` … `---` block. Text without one has empty front matter; an
@@ -189,8 +229,8 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-fn list_text(skills_dir: &Path) -> String {
-    let skills = list_skills(skills_dir);
+fn list_text(global: &Path, project: &Path) -> String {
+    let skills = list_skills(global, project);
     if skills.is_empty() {
         return "No skills installed.".to_owned();
     }
@@ -206,7 +246,8 @@ fn list_text(skills_dir: &Path) -> String {
     text
 }
 
-fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
+/// Reads skill `name` and, when it was read, makes it active for `super::skill_guard`.
+fn read_skill(ctx: &ToolContext, name: &str) -> ToolOutput {
     if name.is_empty() {
         return ToolOutput::error("invalid input: \"name\" must not be empty");
     }
@@ -217,12 +258,8 @@ fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
              leading \".\", got {name:?}"
         ));
     }
-    let skills = scan(skills_dir);
-    let found = skills
-        .iter()
-        .find(|skill| skill.folder == name)
-        .or_else(|| skills.iter().find(|skill| skill.info.name == name));
-    let Some(skill) = found else {
+    let skills = scan_all(&ctx.skills_dir, &project_dir(&ctx.workspace));
+    let Some(skill) = find(&skills, name) else {
         let names: Vec<&str> = skills
             .iter()
             .map(|skill| skill.info.name.as_str())
@@ -234,7 +271,7 @@ fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
         };
         return ToolOutput::error(format!("unknown skill {name:?}; {installed}"));
     };
-    let path = skills_dir.join(&skill.folder).join("SKILL.md");
+    let path = skill.dir.join(&skill.folder).join("SKILL.md");
     match fs::read(&path) {
         Ok(bytes) => {
             let mut text = normalize(&bytes);
@@ -244,6 +281,7 @@ fn read_skill(skills_dir: &Path, name: &str) -> ToolOutput {
                 }
                 text.push_str(&note);
             }
+            super::skill_guard::activate(ctx, &skill.info.name, skill.allowed_tools.clone());
             ToolOutput::ok(text)
         }
         Err(err) => ToolOutput::error(format!("could not read {}: {err}", path.display())),
@@ -284,8 +322,8 @@ mod tests {
     #[test]
     fn a_missing_or_empty_skills_dir_lists_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(list_skills(&dir.path().join("missing")), []);
-        assert_eq!(list_skills(dir.path()), []);
+        assert_eq!(list_skills(&dir.path().join("missing"), &dir.path().join("none")), []);
+        assert_eq!(list_skills(dir.path(), &dir.path().join("none")), []);
     }
 
     #[test]
@@ -319,7 +357,34 @@ mod tests {
             info("d-empty", ""),
             info("x", ""),
         ];
-        assert_eq!(list_skills(skills), expected);
+        assert_eq!(list_skills(skills, &skills.join("none")), expected);
+    }
+
+    #[test]
+    fn a_project_skill_replaces_a_global_one_of_the_same_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let (global, project) = (dir.path().join("home-skills"), project_dir(dir.path()));
+        install(&global, "pdf", "---\nname: pdf\ndescription: Global PDF.\n---\n");
+        install(&global, "zeta", "---\ndescription: Global only.\n---\n");
+        install(&project, "b-pdf", "---\nname: pdf\ndescription: Project PDF.\nallowed_tools: [shell]\n---\nproject body\n");
+        install(&project, "alpha", "---\nallowed-tools: [read_file, grep]\n---\n");
+        let expected = [info("alpha", ""), info("pdf", "Project PDF."), info("zeta", "Global only.")];
+        assert_eq!(list_skills(&global, &project), expected);
+        let all = scan_all(&global, &project);
+        let allowed: Vec<Option<Vec<String>>> = all.iter().map(|s| s.allowed_tools.clone()).collect();
+        assert_eq!(allowed, [Some(vec!["read_file".to_string(), "grep".to_string()]), Some(vec!["shell".to_string()]), None]);
+    }
+
+    #[tokio::test]
+    async fn the_tool_reads_the_project_skill_over_the_global_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ToolContext { skills_dir: dir.path().join("home-skills"), ..ToolContext::for_tests(dir.path()) };
+        install(&ctx.skills_dir, "pdf", "---\nname: pdf\n---\nglobal body\n");
+        let project = "---\nname: pdf\n---\nproject body\n";
+        install(&project_dir(dir.path()), "pdf", project);
+        assert_eq!(run(&json!({"name": "pdf"}), &ctx).await, output(project, false));
+        let listing = "Installed skills (read one with {\"name\": \"<name>\"}):\n- pdf";
+        assert_eq!(run(&json!({}), &ctx).await, output(listing, false));
     }
 
     #[test]
@@ -330,7 +395,7 @@ mod tests {
             "win",
             "\u{feff}---\r\nname: win\r\ndescription: CRLF.\r\n---\r\nx\r\n",
         );
-        assert_eq!(list_skills(dir.path()), [info("win", "CRLF.")]);
+        assert_eq!(list_skills(dir.path(), &dir.path().join("none")), [info("win", "CRLF.")]);
     }
 
     #[test]
@@ -352,7 +417,7 @@ mod tests {
             info("unclosed", "(front matter has no closing `---` line)"),
             info("wrong-type", &format!("{unparsable}name: invalid type: sequence, expected a string at line 1 column 7)")),
         ];
-        assert_eq!(list_skills(dir.path()), expected);
+        assert_eq!(list_skills(dir.path(), &dir.path().join("none")), expected);
     }
 
     #[tokio::test]

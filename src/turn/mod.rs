@@ -218,6 +218,7 @@ async fn run_user_turn(
     if outcome.is_none() && remember {
         // §8 write loop: only buffer here; the caller flushes once the user has the answer.
         session.memory().record_turn(&text, &reply.items, events);
+        crate::checkpoint::auto::after_turn(&session.record.workspace, session.current.prompts, steering.len(), events);
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
     hooks.after_turn(ended, &reply).await;

@@ -1,0 +1,219 @@
+//! The skill guard (DESIGN.md §12, CMDC SkillGuard): with `skill_guard: strict` in the role's
+//! meta.yaml, a tool call runs only when the tool is in the union of the active skills'
+//! `allowed_tools`.
+//!
+//! Owns which skills are active and the check. A skill is active in a conversation once a
+//! `skill` call has read it there successfully, counted over the window the model sees (from
+//! the last compaction on), so the rule survives restarts and follows `/clear` and
+//! `/compact` **[chosen]**; a skill read earlier in the same batch counts for the later calls.
+//! CMDC's rules: no active skill, or any active skill without `allowed_tools`, means
+//! unrestricted. The `skill` tool itself is always allowed, so the model can load another
+//! skill (which only widens the union) **[chosen]**. `warn` runs the call and emits a `system`
+//! event instead (CMDC `enforce_mode: :warn`). It never edits the history or a skill.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+
+use super::skill::{self, Installed};
+use super::{ToolContext, ToolOutput};
+use crate::agent::Session;
+use crate::conversation::message::{ContentBlock, Message};
+use crate::event::EventKind;
+
+/// meta.yaml `skill_guard`: `off` (the default), `warn` or `strict`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Off,
+    Warn,
+    Strict,
+}
+
+/// The guard of one tool batch: the mode and the active skills with their `allowed_tools`
+/// (`None`: that skill restricts nothing).
+#[derive(Debug)]
+pub struct Guard {
+    mode: Mode,
+    active: Mutex<Vec<(String, Option<Vec<String>>)>>,
+}
+
+impl Guard {
+    /// The guard for the next batch of `session`'s turn: `None` when the role's `skill_guard` is
+    /// off (or its template cannot be read, which has already failed the turn's start).
+    pub fn for_batch(session: &Session) -> Option<Arc<Self>> {
+        let tools = crate::role::ToolConfig::load(&session.home).ok()?;
+        let mode = crate::role::load_template(&session.home, &session.record.role_template, &tools).ok()?.meta.skill_guard;
+        if mode == Mode::Off {
+            return None;
+        }
+        let skills = skill::scan_all(&session.home.skills_dir(), &skill::project_dir(&session.record.workspace));
+        let msgs = &session.current.messages;
+        Some(Arc::new(Self::new(mode, active_in(&msgs[crate::prompt::window_start(msgs)..], &skills))))
+    }
+
+    fn new(mode: Mode, active: Vec<(String, Option<Vec<String>>)>) -> Self {
+        Self { mode, active: Mutex::new(active) }
+    }
+
+    /// The allowed tools, sorted, when the active skills restrict them; `None` when not.
+    fn allowed(&self) -> Option<BTreeSet<String>> {
+        let active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if active.is_empty() {
+            return None;
+        }
+        let mut union = BTreeSet::new();
+        for (_, allowed) in active.iter() {
+            union.extend(allowed.as_ref()?.iter().cloned());
+        }
+        Some(union)
+    }
+}
+
+/// The skills successfully read by `skill` calls in `window`, in order, each once, with their
+/// `allowed_tools` as installed now (a skill since removed restricts nothing).
+fn active_in(window: &[Message], skills: &[Installed]) -> Vec<(String, Option<Vec<String>>)> {
+    let blocks = || window.iter().flat_map(|m| m.content.to_blocks());
+    let failed: BTreeSet<String> = blocks()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, is_error: true, .. } => Some(tool_use_id),
+            _ => None,
+        })
+        .collect();
+    let answered: BTreeSet<String> = blocks()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+            _ => None,
+        })
+        .collect();
+    let mut active: Vec<(String, Option<Vec<String>>)> = Vec::new();
+    for b in blocks() {
+        let ContentBlock::ToolUse { id, name, input } = b else { continue };
+        if name != skill::NAME || failed.contains(&id) || !answered.contains(&id) {
+            continue;
+        }
+        let Some(wanted) = input.get("name").and_then(|v| v.as_str()) else { continue };
+        let entry = match skill::find(skills, wanted) {
+            Some(s) => (s.info.name.clone(), s.allowed_tools.clone()),
+            None => (wanted.to_string(), None),
+        };
+        if !active.iter().any(|(n, _)| *n == entry.0) {
+            active.push(entry);
+        }
+    }
+    active
+}
+
+/// Called by the `skill` tool when it has read skill `name`: it is active from now on.
+pub fn activate(ctx: &ToolContext, name: &str, allowed_tools: Option<Vec<String>>) {
+    let Some(guard) = &ctx.skill_guard else { return };
+    let mut active = guard.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match active.iter_mut().find(|(n, _)| n == name) {
+        Some(entry) => entry.1 = allowed_tools,
+        None => active.push((name.to_string(), allowed_tools)),
+    }
+}
+
+/// The error result for a call of `tool` the guard blocks, `None` when it may run:
+/// `error: tool 'X' is not in the active skills' allowed_tools (a, b)`. In `warn` mode the
+/// same text (without `error: `) is a `system` event and the call runs.
+pub fn refusal(ctx: &ToolContext, tool: &str) -> Option<ToolOutput> {
+    let guard = ctx.skill_guard.as_ref()?;
+    if tool == skill::NAME {
+        return None;
+    }
+    let allowed = guard.allowed()?;
+    if allowed.contains(tool) {
+        return None;
+    }
+    let list = allowed.into_iter().collect::<Vec<_>>().join(", ");
+    let text = format!("tool '{tool}' is not in the active skills' allowed_tools ({list})");
+    match guard.mode {
+        Mode::Strict => Some(ToolOutput::error(format!("error: {text}"))),
+        Mode::Warn | Mode::Off => {
+            if let Some(events) = &ctx.events {
+                events.emit(EventKind::System { text: format!("skill guard (warn): {text}") });
+            }
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx(mode: Mode, active: Vec<(String, Option<Vec<String>>)>) -> ToolContext {
+        let dir = std::env::temp_dir();
+        ToolContext { skill_guard: Some(Arc::new(Guard::new(mode, active))), ..ToolContext::for_tests(&dir) }
+    }
+
+    fn allow(name: &str, tools: &[&str]) -> (String, Option<Vec<String>>) {
+        (name.to_string(), Some(tools.iter().map(|t| t.to_string()).collect()))
+    }
+
+    #[test]
+    fn strict_allows_only_the_union_of_the_active_skills() {
+        let c = ctx(Mode::Strict, vec![allow("pdf", &["shell", "read_file"]), allow("git", &["shell", "grep"])]);
+        assert_eq!(refusal(&c, "shell"), None);
+        assert_eq!(refusal(&c, "grep"), None);
+        assert_eq!(refusal(&c, "skill"), None);
+        assert_eq!(
+            refusal(&c, "write_todos"),
+            Some(ToolOutput::error("error: tool 'write_todos' is not in the active skills' allowed_tools (grep, read_file, shell)"))
+        );
+        // Loading a skill without allowed_tools lifts the restriction.
+        activate(&c, "free", None);
+        assert_eq!(refusal(&c, "write_todos"), None);
+    }
+
+    #[test]
+    fn warn_runs_the_call_and_says_so_in_a_system_event() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let events = crate::event::Emitter::new("w-1", move |e: &crate::event::Event| sink.lock().unwrap().push(e.kind.clone()));
+        let c = ToolContext { events: Some(events), ..ctx(Mode::Warn, vec![allow("pdf", &["read_file"])]) };
+        assert_eq!(refusal(&c, "shell"), None);
+        let text = "skill guard (warn): tool 'shell' is not in the active skills' allowed_tools (read_file)".to_string();
+        assert_eq!(*seen.lock().unwrap(), [EventKind::System { text }]);
+    }
+
+    #[test]
+    fn no_active_skill_or_no_guard_restricts_nothing() {
+        assert_eq!(refusal(&ctx(Mode::Strict, vec![]), "shell"), None);
+        let dir = std::env::temp_dir();
+        assert_eq!(refusal(&ToolContext::for_tests(&dir), "shell"), None);
+        let c = ctx(Mode::Strict, vec![]);
+        activate(&c, "pdf", Some(vec!["read_file".into()]));
+        assert!(refusal(&c, "shell").is_some());
+    }
+
+    #[test]
+    fn a_skill_counts_as_active_once_read_without_error() {
+        let window = vec![
+            Message::assistant(vec![
+                ContentBlock::ToolUse { id: "a".into(), name: "skill".into(), input: json!({"name": "pdf"}) },
+                ContentBlock::ToolUse { id: "b".into(), name: "skill".into(), input: json!({"name": "nope"}) },
+                ContentBlock::ToolUse { id: "c".into(), name: "skill".into(), input: json!({}) },
+                ContentBlock::ToolUse { id: "d".into(), name: "skill".into(), input: json!({"name": "pending"}) },
+            ]),
+            Message::user_blocks(vec![
+                ContentBlock::ToolResult { tool_use_id: "a".into(), content: "# PDF".into(), is_error: false },
+                ContentBlock::ToolResult { tool_use_id: "b".into(), content: "unknown".into(), is_error: true },
+                ContentBlock::ToolResult { tool_use_id: "c".into(), content: "list".into(), is_error: false },
+            ]),
+        ];
+        assert_eq!(active_in(&window, &[]), [("pdf".to_string(), None)]);
+    }
+
+    #[test]
+    fn meta_yaml_spells_the_modes_in_lowercase() {
+        let meta = crate::role::parse_meta("skill_guard: strict\n", "meta.yaml").unwrap();
+        assert_eq!(meta.skill_guard, Mode::Strict);
+        assert_eq!(crate::role::parse_meta("name: x\n", "meta.yaml").unwrap().skill_guard, Mode::Off);
+        assert!(crate::role::parse_meta("skill_guard: loose\n", "meta.yaml").is_err());
+    }
+}
