@@ -28,7 +28,7 @@ async fn write_todos_replaces_the_plan_and_the_model_reads_effect_applied() {
 
     let reqs = gw.requests();
     let tools: Vec<String> = body(&reqs[0])["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(tools, ["shell", "skill", "write_todos"]);
+    assert_eq!(tools, ["ask_user", "shell", "skill", "task", "write_todos"]);
     let second = body(&reqs[1]);
     let results = &second["messages"].as_array().unwrap().last().unwrap()["content"];
     assert_eq!(results[0]["content"], "[effect applied] 2 todos: 1 pending, 1 in_progress");
