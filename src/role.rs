@@ -50,6 +50,12 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::messages::tools::BROADCAST,
     crate::messages::tools::FORK,
     crate::messages::tools::AGENTS,
+    crate::tools::files::READ_FILE,
+    crate::tools::files::WRITE_FILE,
+    crate::tools::files::EDIT_FILE,
+    crate::tools::files::GREP,
+    crate::tools::files::GLOB,
+    crate::tools::files::LS,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.

@@ -8,6 +8,7 @@
 //! the command tools share.
 
 pub mod custom;
+pub mod files;
 pub mod output;
 pub mod process;
 pub mod reaper;
@@ -108,6 +109,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
     match name {
         shell::NAME => Some(Arc::new(shell::Shell)),
         skill::NAME => Some(Arc::new(skill::Skill)),
+        files::READ_FILE | files::WRITE_FILE | files::EDIT_FILE | files::GREP | files::GLOB | files::LS => files::builtin(name),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
