@@ -13,10 +13,12 @@ pub mod sandbox;
 pub mod walk;
 pub mod write;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use self::sandbox::{FileError, Workspace};
 use super::{Tool, ToolContext, ToolOutput};
@@ -33,16 +35,32 @@ pub const OUTPUT_CAP_BYTES: usize = 50 * 1024;
 
 /// The file tool called `name`, if it is one.
 pub fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
-    let kind = match name {
-        READ_FILE => Kind::Read,
-        WRITE_FILE => Kind::Write,
-        EDIT_FILE => Kind::Edit,
-        GREP => Kind::Grep,
-        GLOB => Kind::Glob,
-        LS => Kind::Ls,
-        _ => return None,
-    };
-    Some(Arc::new(FileTool(kind)))
+    Kind::named(name).map(|kind| Arc::new(FileTool(kind)) as Arc<dyn Tool>)
+}
+
+/// Runs file tool `name` on this thread (it blocks on file I/O): what the tool's `run` does on a
+/// blocking thread, for callers that are not async. `workspace` is the agent's workspace folder,
+/// `cancel` stops a long walk. A name that is not a file tool is an error result.
+pub fn call(name: &str, input: &Value, workspace: &Path, cancel: &CancellationToken) -> ToolOutput {
+    match Kind::named(name) {
+        Some(kind) => execute(kind, input, workspace, cancel),
+        None => ToolOutput::error(format!("error: `{name}` is not a file tool")),
+    }
+}
+
+fn execute(kind: Kind, input: &Value, workspace: &Path, cancel: &CancellationToken) -> ToolOutput {
+    let ran = Workspace::open(workspace).map_err(CallError::from).and_then(|ws| match kind {
+        Kind::Read => read::run(&ws, input),
+        Kind::Write => write::write_file(&ws, input),
+        Kind::Edit => write::edit_file(&ws, input),
+        Kind::Grep => grep::run(&ws, input, cancel),
+        Kind::Glob => walk::glob(&ws, input, cancel),
+        Kind::Ls => walk::ls(&ws, input),
+    });
+    match ran {
+        Ok(text) => ToolOutput::ok(text),
+        Err(e) => ToolOutput::error(e.to_string()),
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,6 +71,20 @@ enum Kind {
     Grep,
     Glob,
     Ls,
+}
+
+impl Kind {
+    fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            READ_FILE => Self::Read,
+            WRITE_FILE => Self::Write,
+            EDIT_FILE => Self::Edit,
+            GREP => Self::Grep,
+            GLOB => Self::Glob,
+            LS => Self::Ls,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -122,23 +154,8 @@ impl Tool for FileTool {
             let input = input.clone();
             let workspace = ctx.workspace.clone();
             let cancel = ctx.cancel.clone();
-            let joined = tokio::task::spawn_blocking(move || {
-                let ws = Workspace::open(&workspace)?;
-                match kind {
-                    Kind::Read => read::run(&ws, &input),
-                    Kind::Write => write::write_file(&ws, &input),
-                    Kind::Edit => write::edit_file(&ws, &input),
-                    Kind::Grep => grep::run(&ws, &input, &cancel),
-                    Kind::Glob => walk::glob(&ws, &input, &cancel),
-                    Kind::Ls => walk::ls(&ws, &input),
-                }
-            })
-            .await;
-            match joined {
-                Ok(Ok(text)) => ToolOutput::ok(text),
-                Ok(Err(e)) => ToolOutput::error(e.to_string()),
-                Err(e) => ToolOutput::error(format!("error: the tool stopped: {e}")),
-            }
+            let joined = tokio::task::spawn_blocking(move || execute(kind, &input, &workspace, &cancel)).await;
+            joined.unwrap_or_else(|e| ToolOutput::error(format!("error: the tool stopped: {e}")))
         })
     }
 }
@@ -211,6 +228,7 @@ mod tests {
         assert_eq!(run(READ_FILE, json!({"path": "a.txt", "offset": 0})).await, ToolOutput::error("invalid input: \"offset\" must be a whole number of at least 1, got 0"));
         assert_eq!(run(LS, json!({"path": "../"})).await, ToolOutput::error("error: path out of bounds: ../"));
         assert!(builtin("shell").is_none());
+        assert_eq!(call("shell", &json!({}), dir.path(), &CancellationToken::new()), ToolOutput::error("error: `shell` is not a file tool"));
         let gone = ToolContext::for_tests(&dir.path().join("missing"));
         let out = builtin(LS).unwrap().run(&json!({}), &gone).await;
         assert!(out.is_error && out.content.starts_with("error: the workspace cannot be opened: "), "{out:?}");
