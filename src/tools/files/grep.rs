@@ -255,6 +255,15 @@ mod tests {
     }
 
     #[test]
+    fn a_cancelled_turn_stops_the_walk() {
+        let dir = tree();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let out = run(&Workspace::open(dir.path()).unwrap(), &json!({"pattern": "hit"}), &cancel);
+        assert_eq!(out.unwrap_err().to_string(), "cancelled by user");
+    }
+
+    #[test]
     fn long_lines_are_cut_and_the_output_stops_before_50_kib() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("long"), format!("{}\n", "é".repeat(400))).unwrap();

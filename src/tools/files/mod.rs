@@ -160,14 +160,15 @@ impl Tool for FileTool {
     }
 }
 
-/// A tool's failure: a file error or a bad input, both ending as the error result's text.
+/// A tool's failure; `Display` is the error result's exact text.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error(transparent)]
     File(#[from] FileError),
-    /// The whole text, e.g. `invalid input: "path" is required (a string)`.
+    /// The whole text: a bad input (`invalid input: "path" is required (a string)`) or a
+    /// refusal of what the file holds (`error: old_string not found in <p>`).
     #[error("{0}")]
-    Input(String),
+    Message(String),
     /// A `grep` pattern or `include` / `glob` pattern that does not compile.
     #[error("error: invalid {what}: {message}")]
     Pattern { what: &'static str, message: String },
@@ -177,7 +178,7 @@ pub enum CallError {
 
 /// A required string field.
 fn required_str<'a>(input: &'a Value, name: &str) -> Result<&'a str, CallError> {
-    optional_str(input, name)?.ok_or_else(|| CallError::Input(format!("invalid input: \"{name}\" is required (a string)")))
+    optional_str(input, name)?.ok_or_else(|| CallError::Message(format!("invalid input: \"{name}\" is required (a string)")))
 }
 
 /// An optional string field; absent and null are both `None`.
@@ -185,7 +186,7 @@ fn optional_str<'a>(input: &'a Value, name: &str) -> Result<Option<&'a str>, Cal
     match input.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),
-        Some(other) => Err(CallError::Input(format!("invalid input: \"{name}\" must be a string, got {other}"))),
+        Some(other) => Err(CallError::Message(format!("invalid input: \"{name}\" must be a string, got {other}"))),
     }
 }
 
@@ -196,7 +197,7 @@ fn whole_number(input: &Value, name: &str, min: u64, default: u64) -> Result<u64
         Some(got) => got
             .as_u64()
             .filter(|n| *n >= min)
-            .ok_or_else(|| CallError::Input(format!("invalid input: \"{name}\" must be a whole number of at least {min}, got {got}"))),
+            .ok_or_else(|| CallError::Message(format!("invalid input: \"{name}\" must be a whole number of at least {min}, got {got}"))),
     }
 }
 

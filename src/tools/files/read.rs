@@ -56,7 +56,7 @@ pub fn run(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let mut reader = BufReader::new(file.into_std());
     let io_err = |e| CallError::File(FileError::from_io(e, shown));
     if reader.fill_buf().map_err(io_err)?.iter().take(BINARY_SNIFF_BYTES).any(|b| *b == 0) {
-        return Err(CallError::Input(format!("error: {shown} is a binary file; read_file shows text")));
+        return Err(CallError::Message(format!("error: {shown} is a binary file; read_file shows text")));
     }
     let mut window = Window { text: String::new(), shown: 0, invalid: 0 };
     let mut line = Vec::new();
@@ -81,7 +81,7 @@ pub fn run(ws: &Workspace, input: &Value) -> Result<String, CallError> {
         return Ok("(empty file)".to_owned());
     }
     if number < offset {
-        return Err(CallError::Input(format!("error: offset {offset} is past the end of {shown} ({number} lines)")));
+        return Err(CallError::Message(format!("error: offset {offset} is past the end of {shown} ({number} lines)")));
     }
     if let Some(reason) = stop {
         window.text.push_str(&format!("\n[{reason}; continue with offset={}]", offset + window.shown));

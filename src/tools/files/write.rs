@@ -40,7 +40,7 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let old = required_str(input, "old_string")?;
     let new = required_str(input, "new_string")?;
     if old.is_empty() {
-        return Err(CallError::Input("invalid input: \"old_string\" must not be empty".into()));
+        return Err(CallError::Message("invalid input: \"old_string\" must not be empty".into()));
     }
     let rel = ws.resolve(shown)?;
     let (parent, name) = ws.parent_for_write(&rel, shown)?;
@@ -52,12 +52,12 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
         .open_with(&name, OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK))
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| FileError::from_io(e, shown))?;
-    let text = String::from_utf8(bytes).map_err(|_| CallError::Input(format!("error: {shown} is not UTF-8 text; edit_file edits text files")))?;
+    let text = String::from_utf8(bytes).map_err(|_| CallError::Message(format!("error: {shown} is not UTF-8 text; edit_file edits text files")))?;
     let at = match occurrences(&text, old) {
-        (0, _) => return Err(CallError::Input(format!("error: old_string not found in {shown}"))),
+        (0, _) => return Err(CallError::Message(format!("error: old_string not found in {shown}"))),
         (1, at) => at,
         (n, _) => {
-            return Err(CallError::Input(format!(
+            return Err(CallError::Message(format!(
                 "error: old_string occurs {n} times in {shown}; include more surrounding text so it matches exactly once"
             )))
         }
