@@ -87,22 +87,16 @@ fn id_of(dir: &Dir) -> io::Result<Id> {
 #[derive(Debug)]
 pub struct Workspace {
     dir: Dir,
-    /// The workspace path as configured, and its canonical form when that differs: an absolute
-    /// path under either is taken as relative to the workspace.
-    roots: Vec<PathBuf>,
+    /// The workspace path as configured, `.` and `..` applied: an absolute path under it (or
+    /// under its canonical form) is taken as relative to the workspace.
+    root: PathBuf,
 }
 
 impl Workspace {
     /// Opens the workspace folder `root` (the only open that is not beneath it).
     pub fn open(root: &Path) -> Result<Self, FileError> {
         let dir = Dir::open_ambient_dir(root, ambient_authority()).map_err(FileError::Workspace)?;
-        let mut roots = vec![normalize_absolute(root)];
-        if let Ok(canonical) = std::fs::canonicalize(root) {
-            if canonical != roots[0] {
-                roots.push(canonical);
-            }
-        }
-        Ok(Self { dir, roots })
+        Ok(Self { dir, root: normalize_absolute(root) })
     }
 
     /// The open workspace; paths given to it must come from [`Workspace::resolve`].
@@ -112,7 +106,7 @@ impl Workspace {
 
     /// The workspace path as configured (absolute when it was), for walkers that need a path.
     pub fn root(&self) -> &Path {
-        &self.roots[0]
+        &self.root
     }
 
     /// `given` as a normalized path relative to the workspace (empty for the workspace itself):
@@ -128,7 +122,13 @@ impl Workspace {
         let path = Path::new(given);
         if path.is_absolute() {
             let normal = normalize_absolute(path);
-            return self.roots.iter().find_map(|root| normal.strip_prefix(root).ok().map(Path::to_path_buf)).ok_or_else(out);
+            if let Ok(rel) = normal.strip_prefix(&self.root) {
+                return Ok(rel.to_path_buf());
+            }
+            // Only mapping text here (the open still confines): the workspace's canonical path,
+            // e.g. when it was configured through a symlinked folder.
+            let canonical = std::fs::canonicalize(&self.root).map_err(|_| out())?;
+            return normal.strip_prefix(canonical).map(Path::to_path_buf).map_err(|_| out());
         }
         let mut rel = PathBuf::new();
         for part in path.components() {
@@ -286,6 +286,19 @@ mod tests {
         for bad in ["../x", "a/../../x", "~/.ssh/id_rsa", "~", "/etc/passwd", "a\0b"] {
             assert_eq!(ws.resolve(bad).unwrap_err().to_string(), format!("error: path out of bounds: {bad}"));
         }
+    }
+
+    #[test]
+    fn an_absolute_path_under_the_canonical_workspace_is_inside_too() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("real", dir.path().join("link")).unwrap();
+        let ws = Workspace::open(&dir.path().join("link")).unwrap();
+        let real = std::fs::canonicalize(dir.path().join("real")).unwrap();
+        assert_eq!(ws.resolve(&real.join("x").to_string_lossy()).unwrap(), PathBuf::from("x"));
+        assert_eq!(ws.resolve(&dir.path().join("link/y").to_string_lossy()).unwrap(), PathBuf::from("y"));
+        let sibling = dir.path().join("other").display().to_string();
+        assert_eq!(ws.resolve(&sibling).unwrap_err().to_string(), format!("error: path out of bounds: {sibling}"));
     }
 
     #[test]
