@@ -176,13 +176,16 @@ impl Workspace {
             }
         };
         guard.check(&ancestor, shown)?;
-        let parent = if existing == parent_rel {
-            ancestor
+        let (parent, guard) = if existing == parent_rel {
+            (ancestor, guard)
         } else {
             self.dir.create_dir_all(parent_rel).map_err(|e| FileError::from_io(e, shown))?;
             let parent = self.open_dir(parent_rel, shown)?;
+            // Read the identities again: the folders just made may be the protected ones
+            // (`.cicy/history/x` in a workspace that had no `.cicy` yet).
+            let guard = Guard::new(self).map_err(|e| FileError::from_io(e, shown))?;
             guard.check(&parent, shown)?;
-            parent
+            (parent, guard)
         };
         if let Some(area) = PROTECTED.iter().find(|a| name == **a) {
             if guard.cicy.is_some_and(|cicy| id_of(&parent).ok() == Some(cicy)) {
@@ -316,5 +319,13 @@ mod tests {
         assert_eq!(name, "f");
         assert!(dir.path().join("ok/deep").is_dir());
         assert_eq!(ws.parent_for_write(Path::new(""), ".").unwrap_err().to_string(), "error: . is a directory");
+    }
+
+    #[test]
+    fn a_protected_folder_made_by_the_write_itself_is_refused() {
+        let (_dir, ws) = ws();
+        let refused = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).unwrap_err().to_string();
+        assert_eq!(refused(".cicy/events/2026/e.jsonl"), "error: write refused: .cicy/events/2026/e.jsonl is inside .cicy/events, which the runtime owns");
+        assert_eq!(refused(".cicy/checkpoints"), "error: write refused: .cicy/checkpoints is inside .cicy/checkpoints, which the runtime owns");
     }
 }
