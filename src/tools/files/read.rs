@@ -5,7 +5,7 @@
 //! and `edit_file`), the `N|line` format and the caps. The file is streamed line by line, so a
 //! huge file costs only the lines up to the window's end. Writes nothing.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
 use cap_std::fs::{File, OpenOptions, OpenOptionsExt};
@@ -62,10 +62,11 @@ pub fn run(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let mut line = Vec::new();
     let mut number = 0u64;
     let stop = loop {
-        line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
+        // Lines before the window are counted, not kept; no line keeps more than the cap.
+        let keep = if number + 1 < offset { 0 } else { OUTPUT_CAP_BYTES };
+        let Some(length) = next_line(&mut reader, &mut line, keep).map_err(io_err)? else {
             break None;
-        }
+        };
         number += 1;
         if number < offset {
             continue;
@@ -73,7 +74,7 @@ pub fn run(ws: &Workspace, input: &Value) -> Result<String, CallError> {
         if window.shown == limit {
             break Some(if limit == LINE_CAP { format!("truncated at {LINE_CAP} lines") } else { "more lines follow".to_owned() });
         }
-        if !window.push(number, trim_end(&line)) {
+        if !window.push(number, trim_end(&line), length) {
             break Some(format!("truncated at {} KiB", OUTPUT_CAP_BYTES / 1024));
         }
     };
@@ -102,9 +103,10 @@ struct Window {
 }
 
 impl Window {
-    /// Adds line `number` unless it would take the text over the byte cap (leaving room for the
-    /// continue line); the first line is then cut instead. Returns whether the line was added.
-    fn push(&mut self, number: u64, bytes: &[u8]) -> bool {
+    /// Adds line `number` (`bytes` kept of its `length`) unless it would take the text over the
+    /// byte cap (leaving room for the continue line); the first line is then cut instead.
+    /// Returns whether the line was added.
+    fn push(&mut self, number: u64, bytes: &[u8], length: usize) -> bool {
         const ROOM_FOR_HINT: usize = 100;
         let (text, invalid) = decode_lossy(bytes);
         let entry = format!("{}{number}|{text}", if self.shown == 0 { "" } else { "\n" });
@@ -113,7 +115,7 @@ impl Window {
             if self.shown > 0 {
                 return false;
             }
-            let marker = format!(" [line cut: {} bytes]", bytes.len());
+            let marker = format!(" [line cut: {length} bytes]");
             let mut end = budget - marker.len();
             while !entry.is_char_boundary(end) {
                 end -= 1;
@@ -126,6 +128,31 @@ impl Window {
         self.shown += 1;
         self.invalid += invalid;
         true
+    }
+}
+
+/// Reads one line, through its `\n`, keeping at most `keep` bytes of it in `line` (cleared
+/// first), so that a huge line costs no more memory than the cap. Returns the line's whole
+/// length in bytes without its `\n`; `None` at the end of the file.
+fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>, keep: usize) -> io::Result<Option<usize>> {
+    line.clear();
+    let mut length = 0;
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok((length > 0).then_some(length));
+        }
+        let (used, ended) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(at) => (at + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..used.min(room)]);
+        reader.consume(used);
+        length += used;
+        if ended {
+            return Ok(Some(length - 1));
+        }
     }
 }
 
@@ -190,10 +217,10 @@ mod tests {
         // 9 lines of 102/103 bytes, 90 of 104, then 105 each: 487 lines fit in 51100 bytes.
         assert_eq!(shown, 487);
 
-        std::fs::write(dir.path().join("one"), "y".repeat(60_000)).unwrap();
+        std::fs::write(dir.path().join("one"), format!("{}\nnext\n", "y".repeat(200_000))).unwrap();
         let out = read(dir.path(), json!({"path": "one"})).unwrap();
         assert!(out.starts_with("1|yyy"));
-        assert!(out.ends_with("y [line cut: 60000 bytes]"));
-        assert_eq!(out.len(), OUTPUT_CAP_BYTES - 100);
+        assert!(out.ends_with("y [line cut: 200000 bytes]\n[truncated at 50 KiB; continue with offset=2]"));
+        assert_eq!(read(dir.path(), json!({"path": "one", "offset": 2})).unwrap(), "2|next");
     }
 }
