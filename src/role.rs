@@ -53,6 +53,12 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::tools::task::NAME,
     crate::tools::ask_user::NAME,
     crate::tools::plan::NAME,
+    crate::tools::files::READ_FILE,
+    crate::tools::files::WRITE_FILE,
+    crate::tools::files::EDIT_FILE,
+    crate::tools::files::GREP,
+    crate::tools::files::GLOB,
+    crate::tools::files::LS,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.

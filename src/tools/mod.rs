@@ -9,6 +9,7 @@
 
 pub mod ask_user;
 pub mod custom;
+pub mod files;
 pub mod output;
 pub mod plan;
 pub mod process;
@@ -126,6 +127,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
         task::NAME => Some(Arc::new(task::Task)),
         ask_user::NAME => Some(Arc::new(ask_user::AskUser)),
         plan::NAME => Some(Arc::new(plan::WriteTodos)),
+        files::READ_FILE | files::WRITE_FILE | files::EDIT_FILE | files::GREP | files::GLOB | files::LS => files::builtin(name),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }
 }
