@@ -165,6 +165,9 @@ pub struct Session {
     /// What this turn's `wake` tools share with its runner (DESIGN.md §10); serve replaces it
     /// before each turn it runs, the in-process CLI keeps the plain one.
     pub wake: std::sync::Arc<crate::wake::state::WakeTurn>,
+    /// The role's MCP servers, started on first need and kept running while the session lives
+    /// (DESIGN.md §12).
+    pub mcp: crate::mcp::Pool,
 }
 
 impl Session {
@@ -189,6 +192,7 @@ impl Session {
         let id = id.as_str();
         let config = Config::load(&home.config_path())?;
         let client = client_for(home, &record, &config, http)?;
+        let hidden_env = vec![crate::config::ENV_API_KEY.to_string(), config.api_key_env.clone()];
         let store = HistoryStore::new(&record.workspace);
         let record_ws = record.workspace.clone();
         let mut session = Self {
@@ -201,6 +205,7 @@ impl Session {
             restore_notes: Vec::new(),
             reaped: Vec::new(),
             wake: std::sync::Arc::new(crate::wake::state::WakeTurn::plain(home, id, &record_ws)),
+            mcp: crate::mcp::Pool::new(record_ws.clone(), hidden_env),
         };
         let materials = session.materials()?;
         let restored = session.store.restore(id, &materials.model)?;

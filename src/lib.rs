@@ -16,6 +16,7 @@ pub mod fsutil;
 pub mod gateway;
 pub mod home;
 pub mod lock;
+pub mod mcp;
 pub mod memory;
 pub mod messages;
 pub mod outbox;

@@ -100,6 +100,9 @@ pub struct RoleMeta {
     /// The model's context window in tokens (used by automatic compaction).
     #[serde(default)]
     pub context_window: Option<u64>,
+    /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (DESIGN.md §12).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 
 /// A loaded role template.
@@ -215,6 +218,7 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
             message: "max_tokens: 0 is not allowed: the gateway refuses a request that allows no output (at least 1)".to_string(),
         });
     }
+    crate::mcp::config::validate(&meta.mcp_servers).map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
     Ok(meta)
 }
 

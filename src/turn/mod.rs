@@ -135,6 +135,8 @@ async fn run_user_turn(
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
+    // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`).
+    m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
     let cur = &mut session.current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
