@@ -134,7 +134,7 @@ async fn a_turn_lists_the_servers_tools_sorted_and_calls_them() {
     let tools = |r: &RecordedRequest| serde_json::to_vec(&body(r)["tools"]).unwrap();
     assert_eq!(tools(&reqs[2]), tools(&reqs[0]));
     drop(s);
-    assert!(Pidfd::open(pid as i32).is_none_or_exits().await, "the server outlived its session");
+    assert!(ends(pid).await, "the server outlived its session");
 }
 
 #[tokio::test]
@@ -215,16 +215,10 @@ async fn a_cancel_ends_a_running_call_and_a_slow_call_times_out() {
     );
 }
 
-/// Waits for a process that may already be gone.
-trait ExitsSoon {
-    async fn is_none_or_exits(self) -> bool;
-}
-
-impl ExitsSoon for Option<Pidfd> {
-    async fn is_none_or_exits(self) -> bool {
-        match self {
-            None => true,
-            Some(p) => p.exited_within(Duration::from_secs(10)).await,
-        }
+/// Whether process `pid` is gone or ends within 10 s.
+async fn ends(pid: u32) -> bool {
+    match Pidfd::open(pid as i32) {
+        None => true,
+        Some(p) => p.exited_within(Duration::from_secs(10)).await,
     }
 }
