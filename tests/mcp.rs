@@ -114,12 +114,13 @@ async fn a_turn_lists_the_servers_tools_sorted_and_calls_them() {
     let got = results(&reqs[1]);
     assert_eq!(got[0], ("Echo: hi there".to_string(), false));
     assert_eq!(got[1], ("The sum of 2 and 40 is 42.".to_string(), false));
-    assert!(got[2].0.starts_with("Here's the image you requested:\n[image: image/png, "), "{}", got[2].0);
-    assert!(got[2].0.ends_with(" bytes]\nThe image above is the MCP logo."), "{}", got[2].0);
+    assert_eq!(got[2], ("Here's the image you requested:\n[image: image/png, 4033 bytes]\nThe image above is the MCP logo.".to_string(), false));
     // The server's environment: the meta.yaml `env` is there, the gateway key is not.
     assert!(got[3].0.contains("from-meta"), "{}", got[3].0);
     assert!(!got[3].0.contains(KEY) && !got[3].0.contains(KEY_VAR), "the gateway key reached the server: {}", got[3].0);
-    assert!(got[4].1, "a call the server refuses is an error result: {:?}", got[4]);
+    // The server refuses the input with `isError: true`: an error result with its text.
+    let refused = "MCP error -32602: Input validation error: Invalid arguments for tool get-sum: Invalid input: expected number, received string at a\nInvalid input: expected number, received undefined at b";
+    assert_eq!(got[4], (refused.to_string(), true));
 
     // stderr went to the log, never into a request or an event.
     let log = std::fs::read_to_string(t.workspace(&id).join(".cicy/logs/mcp-everything.log")).unwrap();
@@ -221,4 +222,39 @@ async fn ends(pid: u32) -> bool {
         None => true,
         Some(p) => p.exited_within(Duration::from_secs(10)).await,
     }
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_is_left_out_with_a_system_event() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("One.")));
+    gw.push(Reply::sse(anthropic_text("Two.")));
+    let t = home(&gw, 60);
+    let meta = t.home.roles_dir().join("tester/meta.yaml");
+    let mut text = std::fs::read_to_string(&meta).unwrap();
+    text.push_str("  broken:\n    command: cicy-no-such-mcp-server\n");
+    std::fs::write(meta, text).unwrap();
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let system = |ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>| -> Vec<String> {
+        kinds(ev)
+            .into_iter()
+            .filter_map(|k| match k {
+                EventKind::System { text } => Some(text),
+                _ => None,
+            })
+            .collect()
+    };
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "one", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let failed = "mcp server broken: its tools are left out of this turn: cannot start `cicy-no-such-mcp-server`: No such file or directory (os error 2)";
+    assert_eq!(system(&ev), [failed]);
+    let names: Vec<String> =
+        body(&gw.requests()[0])["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, TOOLS);
+    // The next turn tries again at once (later failures in a row wait: `pool::tests`).
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "two", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(system(&ev), [failed]);
+    assert!(std::fs::read_to_string(t.workspace(&id).join(".cicy/logs/mcp-broken.log")).unwrap().starts_with("--- "));
 }

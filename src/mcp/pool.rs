@@ -259,4 +259,18 @@ mod tests {
         assert_eq!(secs, [0, 0, 1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(backoff(u32::MAX), MAX_BACKOFF);
     }
+
+    #[test]
+    fn a_start_waits_only_after_a_second_failure_in_a_row() {
+        let mut state = State::default();
+        assert_eq!(state.backoff_left(), None);
+        state.fail("boom".into());
+        assert_eq!(state.backoff_left(), None);
+        state.fail("boom again".into());
+        let (wait, what) = state.backoff_left().unwrap();
+        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1), "{wait:?}");
+        assert_eq!(what, "boom again");
+        state.last_failure = Some((Instant::now() - Duration::from_secs(2), "old".into()));
+        assert_eq!(state.backoff_left(), None);
+    }
 }
