@@ -111,24 +111,15 @@ impl Pool {
                     continue;
                 }
             };
-            for tool in listed {
-                let name = full_name(&slot.name, &tool.name);
-                if !valid_tool_name(&name) {
-                    tracing::warn!(tool = %name, "mcp tool left out: not a valid tool name");
-                    events.emit(EventKind::System {
-                        text: format!("mcp server {}: tool `{}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)", slot.name, tool.name),
-                    });
-                    continue;
-                }
-                tools.push(Arc::new(McpTool {
-                    pool: self.clone(),
-                    server: slot.name.clone(),
-                    tool: tool.name.to_string(),
-                    full_name: name,
-                    description: tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default().to_string(),
-                    input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-                }));
+            let (offered, left_out) = offered_tools(self, &slot.name, listed);
+            for tool in left_out {
+                let name = full_name(&slot.name, &tool);
+                tracing::warn!(tool = %name, "mcp tool left out: not a valid tool name");
+                events.emit(EventKind::System {
+                    text: format!("mcp server {}: tool `{tool}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)", slot.name),
+                });
             }
+            tools.extend(offered);
         }
         tools
     }
@@ -249,6 +240,29 @@ impl Pool {
     }
 }
 
+/// The tools of server `server` the model can be offered, and the names of those left out
+/// because `mcp__<server>__<tool>` is not a valid tool name.
+fn offered_tools(pool: &Pool, server: &str, listed: Vec<rmcp::model::Tool>) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+    let mut offered: Vec<Arc<dyn Tool>> = Vec::new();
+    let mut left_out = Vec::new();
+    for tool in listed {
+        let name = full_name(server, &tool.name);
+        if !valid_tool_name(&name) {
+            left_out.push(tool.name.to_string());
+            continue;
+        }
+        offered.push(Arc::new(McpTool {
+            pool: pool.clone(),
+            server: server.to_string(),
+            tool: tool.name.to_string(),
+            full_name: name,
+            description: tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default().to_string(),
+            input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+        }));
+    }
+    (offered, left_out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +286,21 @@ mod tests {
         assert_eq!(what, "boom again");
         state.last_failure = Some((Instant::now() - Duration::from_secs(2), "old".into()));
         assert_eq!(state.backoff_left(), None);
+    }
+
+    #[test]
+    fn a_tool_whose_full_name_is_not_valid_is_left_out() {
+        let schema = std::sync::Arc::new(serde_json::json!({"type": "object", "properties": {"z": {}, "a": {}}}).as_object().unwrap().clone());
+        let listed = vec![
+            rmcp::model::Tool::new("read", "Reads.", schema.clone()),
+            rmcp::model::Tool::new("fs.write", "Writes.", schema.clone()),
+            rmcp::model::Tool::new("x".repeat(55), "Long.", schema.clone()),
+            rmcp::model::Tool::new("x".repeat(56), "Too long.", schema.clone()),
+        ];
+        let (offered, left_out) = offered_tools(&Pool::new("/nonexistent".into(), Vec::new()), "fs", listed);
+        let names: Vec<&str> = offered.iter().map(|t| t.name()).collect();
+        assert_eq!(names, ["mcp__fs__read".to_string(), format!("mcp__fs__{}", "x".repeat(55))]);
+        assert_eq!(left_out, ["fs.write".to_string(), "x".repeat(56)]);
+        assert_eq!((offered[0].description(), offered[0].input_schema().to_string()), ("Reads.", r#"{"type":"object","properties":{"z":{},"a":{}}}"#.to_string()));
     }
 }
