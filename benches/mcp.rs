@@ -89,7 +89,10 @@ fn bench(c: &mut Criterion) {
     let cancel = CancellationToken::new();
     let listed = rt.block_on(pool.tools(&servers, &Emitter::new("bench", |_| {}), &cancel));
     assert!(!listed.is_empty());
-    let client = rt.block_on(async { ().serve(TokioChildProcess::new(command(entry)).unwrap()).await.unwrap() });
+    let client = rt.block_on(async {
+        let (transport, _) = TokioChildProcess::builder(command(entry)).stderr(Stdio::null()).spawn().unwrap();
+        ().serve(transport).await.unwrap()
+    });
     let raw = tokio::sync::Mutex::new(rt.block_on(Raw::start(entry)));
 
     let mut group = c.benchmark_group("mcp_echo");
