@@ -7,7 +7,7 @@
 //!
 //! Where the tools join a turn: `Session::materials()` is sync and re-reads the role every
 //! turn, while listing a server is async and may start it. So the turn loop asks the pool at
-//! the start of each user turn (`turn::run_user_turn`, after the materials are read) and adds
+//! the start of each user turn (`turn::run_user_turn`, once the user message is stored) and adds
 //! the tools to that turn's `ToolSet`; they are listed at turn start only, so the tool list
 //! (and the cached prompt prefix) stays the same for every round of a turn. The pool lives in
 //! the `Session`, so servers stay warm for as long as it does (a resident `serve` agent, a

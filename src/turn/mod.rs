@@ -135,8 +135,6 @@ async fn run_user_turn(
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
-    // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`).
-    m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
     let cur = &mut session.current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
@@ -164,6 +162,9 @@ async fn run_user_turn(
         turn_id: reply.turn_id.clone(),
         conv_id: session.current.conversation_id.clone(),
     });
+    // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`); after
+    // the user message is stored, so a slow server start loses nothing.
+    m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
 
     let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering }).await?;
     if let Some(o) = outcome {
