@@ -30,4 +30,7 @@ if [ -d "$HOME/.pyenv" ]; then
 fi
 test_home="$(mktemp -d)"
 trap 'cleanup; rm -rf "$test_home"' EXIT
+# The MCP server of tests/mcp.rs and benches/mcp.rs, installed from npm into .cache/mcp/ once.
+CICY_TEST_MCP_SERVER="$(scripts/mcp-test-server.sh)"
+export CICY_TEST_MCP_SERVER
 HOME="$test_home" cargo test --all-targets -j 2 "$@"

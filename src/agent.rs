@@ -169,6 +169,9 @@ pub struct Session {
     /// them (serve, the stdin chat session); `None` (a one-shot chat) refuses the tool with
     /// `error: no user attached`.
     pub questions: Option<std::sync::Arc<crate::ask::Questions>>,
+    /// The role's MCP servers, started on first need and kept running while the session lives
+    /// (DESIGN.md §12).
+    pub mcp: crate::mcp::Pool,
 }
 
 impl Session {
@@ -193,6 +196,7 @@ impl Session {
         let id = id.as_str();
         let config = Config::load(&home.config_path())?;
         let client = client_for(home, &record, &config, http)?;
+        let hidden_env = vec![crate::config::ENV_API_KEY.to_string(), config.api_key_env.clone()];
         let store = HistoryStore::new(&record.workspace);
         let record_ws = record.workspace.clone();
         let mut session = Self {
@@ -206,6 +210,7 @@ impl Session {
             reaped: Vec::new(),
             wake: std::sync::Arc::new(crate::wake::state::WakeTurn::plain(home, id, &record_ws)),
             questions: None,
+            mcp: crate::mcp::Pool::new(record_ws.clone(), hidden_env),
         };
         let materials = session.materials()?;
         let restored = session.store.restore(id, &materials.model)?;
@@ -252,7 +257,7 @@ impl Session {
     }
 
     /// A session for a sub-agent of this agent (DESIGN.md §12 `task`): the same home, row,
-    /// configuration, gateway client, wake state and user, with an empty conversation of its own
+    /// configuration, gateway client, wake state, user and MCP servers, with an empty conversation of its own
     /// in `store` (never this agent's history). Writes nothing and takes no lock: the parent's
     /// turn holds it.
     pub fn subagent(&self, store: HistoryStore) -> Session {
@@ -267,6 +272,7 @@ impl Session {
             reaped: Vec::new(),
             wake: self.wake.clone(),
             questions: self.questions.clone(),
+            mcp: self.mcp.clone(),
         }
     }
 

@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod home;
 pub mod hooks;
 pub mod lock;
+pub mod mcp;
 pub mod memory;
 pub mod messages;
 pub mod outbox;

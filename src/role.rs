@@ -122,6 +122,9 @@ pub struct RoleMeta {
     /// `crate::tools::skill_guard`); `warn`: it runs with a system event; default `off`.
     #[serde(default)]
     pub skill_guard: crate::tools::skill_guard::Mode,
+    /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (DESIGN.md §12).
+    #[serde(default)]
+    pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 
 /// A loaded role template.
@@ -246,6 +249,7 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
             });
         }
     }
+    crate::mcp::config::validate(&meta.mcp_servers).map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
     Ok(meta)
 }
 

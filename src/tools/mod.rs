@@ -172,6 +172,17 @@ impl ToolSet {
         }
     }
 
+    /// Adds `tools` (a turn's MCP tools), keeping the set sorted by name; a name already in
+    /// the set keeps its tool.
+    pub fn extend(&mut self, tools: Vec<Arc<dyn Tool>>) {
+        if tools.is_empty() {
+            return;
+        }
+        self.tools.extend(tools);
+        self.tools.sort_by(|a, b| a.name().cmp(b.name()));
+        self.tools.dedup_by(|a, b| a.name() == b.name());
+    }
+
     /// Name, description and JSON Schema of each enabled tool, sorted by name.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools

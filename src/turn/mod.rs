@@ -201,6 +201,9 @@ async fn run_user_turn(
         turn_id: reply.turn_id.clone(),
         conv_id: session.current.conversation_id.clone(),
     });
+    // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`); after
+    // the user message is stored, so a slow server start loses nothing.
+    m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
 
     let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering, hooks: &hooks }).await?;
     if let Some(o) = outcome {

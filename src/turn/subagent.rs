@@ -82,6 +82,9 @@ impl Spawner {
         let id = uuid::Uuid::new_v4().to_string();
         let mut child = self.seed.subagent(HistoryStore::at(self.seed.store.dir().join(&id)));
         child.current = CurrentFile::new(&self.seed.record.id, &m.model);
+        if subagent_type != GENERAL_PURPOSE {
+            child.mcp = child.mcp.empty_like();
+        }
         if let Err(e) = child.store.start(&child.current) {
             return ToolOutput::error(format!("error: cannot start the sub-agent: {e}"));
         }

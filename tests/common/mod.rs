@@ -9,6 +9,7 @@ pub mod cli;
 pub mod fixture;
 pub mod gateway;
 pub mod history;
+pub mod mcp;
 pub mod proxy;
 pub mod referee;
 pub mod serve;

@@ -1,0 +1,96 @@
+//! One running MCP server: the child process and its rmcp client session.
+//!
+//! Owns starting a server (spawn in the workspace without the gateway's API key variables,
+//! stderr appended to `<workspace>/.cicy/logs/mcp-<server>.log`, `initialize` within the
+//! server's timeout) and telling whether it is still alive. The child is in its own process
+//! group (a Ctrl-C at the terminal cancels the turn, not the server) and is killed when the
+//! connection is dropped. Restarts and backoff are the pool's.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+
+use super::config::McpServerConfig;
+use super::McpError;
+
+/// The log file of server `name`'s stderr: `<workspace>/.cicy/logs/mcp-<name>.log`.
+pub fn log_path(workspace: &Path, name: &str) -> PathBuf {
+    workspace.join(".cicy").join("logs").join(format!("mcp-{name}.log"))
+}
+
+/// A started and initialized server.
+pub(super) struct Connection {
+    service: RunningService<RoleClient, ()>,
+    pid: Option<u32>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("pid", &self.pid).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Starts server `name` and runs `initialize`, all within its
+    /// [`McpServerConfig::start_timeout_secs`]. A line
+    /// `--- <time> starting <command> <args…>` goes into the log first, so each start's stderr
+    /// can be told apart.
+    ///
+    /// Errors: [`McpError::Log`] when the log file cannot be opened, [`McpError::Spawn`] when
+    /// the program cannot be started, [`McpError::Initialize`] when the handshake fails and
+    /// [`McpError::Timeout`] when it does not finish in time.
+    pub async fn start(name: &str, config: &McpServerConfig, workspace: &Path, hidden_env: &[String]) -> Result<Self, McpError> {
+        let path = log_path(workspace, name);
+        let header = format!("--- {} starting {} {}\n", crate::fsutil::now_rfc3339(), config.command, config.args.join(" "));
+        let log = crate::fsutil::blocking(|| open_log(&path, &header)).map_err(|source| McpError::Log { path, source })?;
+        let mut cmd = tokio::process::Command::new(&config.command);
+        cmd.args(&config.args).current_dir(workspace).kill_on_drop(true).process_group(0);
+        for var in hidden_env {
+            cmd.env_remove(var);
+        }
+        cmd.envs(&config.env);
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|source| McpError::Spawn { command: config.command.clone(), source })?;
+        let pid = transport.id();
+        let timeout_secs = config.start_timeout_secs();
+        let service = match tokio::time::timeout(Duration::from_secs(timeout_secs), ().serve(transport)).await {
+            Ok(Ok(service)) => service,
+            Ok(Err(e)) => return Err(McpError::Initialize(e.to_string())),
+            Err(_) => return Err(McpError::Timeout { what: "initialize".into(), secs: timeout_secs }),
+        };
+        Ok(Self { service, pid })
+    }
+
+    /// Whether the session still runs: the process has not closed its end and rmcp has not
+    /// stopped the session.
+    pub fn alive(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+
+    /// A handle to send requests on; requests need no lock on the connection.
+    pub fn peer(&self) -> Peer<RoleClient> {
+        self.service.peer().clone()
+    }
+
+    /// The server's process id, when the OS gave one.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+}
+
+/// Opens (creating it and its folder) the log for appending and writes `header`.
+fn open_log(path: &Path, header: &str) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    file.write_all(header.as_bytes())?;
+    Ok(file)
+}
