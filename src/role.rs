@@ -32,6 +32,12 @@ const PACKAGED_ROLES: &[(&str, &str, &str, &str)] = &[
         include_str!("../roles/coordinator/role.md"),
         include_str!("../roles/coordinator/meta.yaml"),
     ),
+    (
+        "developer",
+        include_str!("../roles/developer/system.md"),
+        include_str!("../roles/developer/role.md"),
+        include_str!("../roles/developer/meta.yaml"),
+    ),
 ];
 
 /// The packaged `config/lite-config.json`.
@@ -407,7 +413,7 @@ mod tests {
         assert!(c.tools.is_empty());
         let coordinating = vec!["agents", "broadcast", "fork", "inbox", "msg", "reply", "send", "shell", "skill", "sleep_until", "todo"];
         assert_eq!(load_template(&h, "coordinator", &tc).unwrap().tools, coordinating);
-        assert_eq!(list_templates(&h), vec!["assistant", "concierge", "coordinator"]);
+        assert_eq!(list_templates(&h), vec!["assistant", "concierge", "coordinator", "developer"]);
     }
 
     #[test]
@@ -446,7 +452,7 @@ mod tests {
         let tc = ToolConfig::load(&h).unwrap();
         assert_eq!(
             load_template(&h, "nope", &tc).unwrap_err().to_string(),
-            "unknown role template `nope` (available: assistant, concierge, coordinator)"
+            "unknown role template `nope` (available: assistant, concierge, coordinator, developer)"
         );
         let dir = h.roles_dir().join("bad");
         std::fs::create_dir_all(&dir).unwrap();

@@ -38,6 +38,11 @@ async fn create_ls_roles_show() {
     assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
     assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [agents, broadcast, fork, inbox, msg, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("developer\tDeveloper\ttools: [ask_user, edit_file, glob, grep, inbox, ls, read_file, reply, send, shell, skill, sleep_until, task, todo, write_file, write_todos]"),
+        "{}",
+        o.stdout
+    );
     let o = cicy(h.path(), "", &["show", "w-2"], None).await;
     assert!(o.stdout.contains("role_template: concierge\n"), "{}", o.stdout);
     assert!(o.stdout.contains("conversation: (none yet)\n"), "{}", o.stdout);
@@ -48,7 +53,7 @@ async fn bad_input_is_a_clear_error_at_create_and_at_turn_time() {
     let h = home();
     let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "X", "--role-template", "wizard"], None).await;
     assert_eq!(o.code, 2);
-    assert_eq!(o.stderr.trim(), "error: unknown role template `wizard` (available: assistant, concierge, coordinator)");
+    assert_eq!(o.stderr.trim(), "error: unknown role template `wizard` (available: assistant, concierge, coordinator, developer)");
     let role = h.path().join("roles/broken");
     std::fs::create_dir_all(&role).unwrap();
     std::fs::write(role.join("meta.yaml"), "tools: [core, teleport]\n").unwrap();

@@ -185,7 +185,7 @@ async fn a_role_folder_with_an_invalid_name_is_named_not_skipped_silently() {
     assert_eq!(o.code, 2);
     assert_eq!(
         o.stderr,
-        "error: unknown role template `myrole` (available: assistant, concierge, coordinator, good-one); skipped for their names: roles/My Role\n"
+        "error: unknown role template `myrole` (available: assistant, concierge, coordinator, developer, good-one); skipped for their names: roles/My Role\n"
     );
 }
 
