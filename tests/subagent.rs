@@ -16,15 +16,10 @@ use common::history::{body, wire_messages};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-/// A home whose `planner` role has the `core` and `plan` groups (and meta.yaml `extra`), and an
-/// agent of it.
+/// A home with a `planner` role (groups `core` and `plan`, meta.yaml `extra`) and an agent of it.
 fn planner(gw: &ScriptedGateway, extra: &str) -> (TestHome, String) {
     let t = TestHome::new(&gw.url(), 0);
-    t.write_role("planner", "[core, plan]", 200);
-    let meta = t.home.roles_dir().join("planner/meta.yaml");
-    let text = std::fs::read_to_string(&meta).unwrap();
-    std::fs::write(&meta, format!("{text}{extra}")).unwrap();
-    let id = t.create("planner", None);
+    let id = t.planner(extra);
     (t, id)
 }
 

@@ -53,6 +53,16 @@ impl TestHome {
         .expect("meta.yaml");
     }
 
+    /// A `planner` role (tool groups `core` and `plan`, meta.yaml `extra` appended) and an agent
+    /// of it; returns the agent's id.
+    pub fn planner(&self, extra: &str) -> String {
+        self.write_role("planner", "[core, plan]", 200);
+        let meta = self.home.roles_dir().join("planner/meta.yaml");
+        let text = std::fs::read_to_string(&meta).expect("meta.yaml");
+        std::fs::write(&meta, format!("{text}{extra}")).expect("meta.yaml");
+        self.create("planner", None)
+    }
+
     /// Creates an agent with `role_template` and the deterministic AGENTS.md; returns its id.
     pub fn create(&self, role_template: &str, api_style: Option<ApiStyle>) -> String {
         let created = agent::create(
