@@ -78,6 +78,10 @@ async fn kill_9_during_a_tool_round_then_restart_continues_seq_heals_and_reaps()
         }
     }
     let pid = tool_pid(&ws).await;
+    // The group is recorded just after the spawn; a kill before that record (the tool can write
+    // its pid first on a loaded machine) leaves nothing to reap, which is not what this tests.
+    let record = cicy::tools::reaper::records_dir(&ws).join(format!("{pid}.json"));
+    assert!(wait::appears_within(&record, Duration::from_secs(20)).await, "the tool's group was recorded");
     s.kill9().await;
     assert!(alive(pid), "a killed serve cannot stop its tool");
 
