@@ -88,8 +88,8 @@ async fn the_childs_last_text_is_the_parents_tool_result_and_the_child_starts_fr
 
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 3);
-    assert_eq!(tool_names(&reqs[0]), ["ask_user", "shell", "skill", "task"]);
-    assert_eq!(tool_names(&reqs[1]), ["ask_user", "shell", "skill"], "the child is offered no `task`");
+    assert_eq!(tool_names(&reqs[0]), ["ask_user", "shell", "skill", "task", "write_todos"]);
+    assert_eq!(tool_names(&reqs[1]), ["ask_user", "shell", "skill", "write_todos"], "the child is offered no `task`");
     // A fresh conversation: the child's one message is the description, under the same role
     // block the parent's first message has.
     let parent_first = wire_messages(&reqs[0]);
