@@ -89,7 +89,7 @@ async fn the_childs_last_text_is_the_parents_tool_result_and_the_child_starts_fr
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 3);
     assert_eq!(tool_names(&reqs[0]), ["ask_user", "shell", "skill", "task", "write_todos"]);
-    assert_eq!(tool_names(&reqs[1]), ["ask_user", "shell", "skill", "write_todos"], "the child is offered no `task`");
+    assert_eq!(tool_names(&reqs[1]), ["ask_user", "shell", "skill"], "the child is offered no `task` and no `write_todos` (the plan is the parent's)");
     // A fresh conversation: the child's one message is the description, under the same role
     // block the parent's first message has.
     let parent_first = wire_messages(&reqs[0]);
@@ -162,6 +162,30 @@ async fn a_child_cannot_start_a_child_and_a_role_slug_gives_it_that_role() {
     assert!(content.starts_with("error: subagent_type `no-such-role` is neither `general-purpose` nor a usable role template: "), "{content}");
     let starts = kinds(&ev).iter().filter(|k| matches!(k, EventKind::SubagentStart { .. })).count();
     assert_eq!(starts, 1, "neither the nested call nor the unknown role started a sub-agent");
+}
+
+#[tokio::test]
+async fn a_child_of_another_role_gets_no_tool_its_parent_lacks() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(task_call("toolu_1", "Run something.", "assistant")));
+    // The child asks for `shell`: the assistant role has it, its parent does not.
+    gw.push(Reply::sse(anthropic_tool_uses(&[("toolu_c1", "shell", r#"{"command": "echo ESCALATED"}"#)])));
+    gw.push(Reply::sse(anthropic_text("I have no shell.")));
+    gw.push(Reply::sse(anthropic_text("done")));
+    let t = TestHome::new(&gw.url(), 0);
+    t.write_role("planonly", "[plan, skill]", 200);
+    let id = t.create("planonly", None);
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 4);
+    assert_eq!(tool_names(&reqs[0]), ["ask_user", "skill", "task", "write_todos"]);
+    assert_eq!(tool_names(&reqs[1]), ["skill"], "the assistant role's tools that the parent has too");
+    assert_eq!(last_result(&reqs[2]), ("error: tool `shell` is not available to this agent (available: skill)".to_string(), true));
+    assert_eq!(last_result(&reqs[3]), ("I have no shell.".to_string(), false));
+    assert!(!std::fs::read_dir(t.workspace(&id)).unwrap().any(|e| e.unwrap().file_name() == "ESCALATED"));
 }
 
 #[tokio::test]

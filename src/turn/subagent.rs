@@ -23,6 +23,7 @@ use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::conversation::message::Role;
 use crate::event::{preview, Emitter, EventKind, SubagentOutcome, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::role::{self, ToolConfig};
+use crate::tools::plan;
 use crate::tools::task::{self, Spawn, GENERAL_PURPOSE};
 use crate::tools::{ToolContext, ToolOutput, ToolSet};
 
@@ -41,6 +42,20 @@ impl std::fmt::Debug for Spawner {
     }
 }
 
+/// A child of another role speaks with that role's system.md, role block and model, but acts
+/// under its parent's policy: it never gets a tool its parent lacks (a role without `shell`
+/// cannot reach one through a sub-agent), nor an MCP server the parent does not run with the
+/// same settings, and the parent's hooks and skill guard apply to it. Its slug becomes the
+/// parent's, because that names the folder the hooks' commands are found in.
+fn under_parent_policy(template: &mut role::RoleTemplate, parent: &TurnMaterials) {
+    template.tools.retain(|t| parent.tools.has(t));
+    let servers = &parent.template.meta.mcp_servers;
+    template.meta.mcp_servers.retain(|name, config| servers.get(name) == Some(config));
+    template.meta.hooks = parent.template.meta.hooks.clone();
+    template.meta.skill_guard = parent.template.meta.skill_guard.clone();
+    template.slug = parent.template.slug.clone();
+}
+
 impl Spawner {
     /// The spawner of the parent turn on `session` with materials `m`.
     pub(super) fn new(session: &Session, m: &TurnMaterials) -> Self {
@@ -55,8 +70,9 @@ impl Spawner {
         } else {
             let s = &self.seed;
             let tool_cfg = ToolConfig::load(&s.home).map_err(|e| format!("error: subagent_type `{subagent_type}`: {e}"))?;
-            let template = role::load_template(&s.home, subagent_type, &tool_cfg)
+            let mut template = role::load_template(&s.home, subagent_type, &tool_cfg)
                 .map_err(|e| format!("error: subagent_type `{subagent_type}` is neither `{GENERAL_PURPOSE}` nor a usable role template: {e}"))?;
+            under_parent_policy(&mut template, &self.parent);
             let seeded = role::seed_agents_md(&template.role_md, &s.record.id, &s.record.title, &s.record.workspace);
             TurnMaterials {
                 tools: ToolSet::new(template.tools.clone(), tool_cfg.custom),
@@ -68,8 +84,10 @@ impl Spawner {
                 template,
             }
         };
-        m.tools = m.tools.without(task::NAME);
-        m.template.tools.retain(|t| t != task::NAME);
+        // No nesting; and the plan (`.cicy/plan.json`) is the parent's, which a child's
+        // `write_todos` would replace (CMDC: a child inherits no todos).
+        m.tools = m.tools.without(task::NAME).without(plan::NAME);
+        m.template.tools.retain(|t| t != task::NAME && t != plan::NAME);
         m.memory_md = String::new();
         Ok(m)
     }
