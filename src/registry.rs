@@ -75,6 +75,11 @@ pub enum RegistryError {
     /// one conversation and identity.
     #[error("{path} is already the workspace of agent {other}; give this agent its own --workspace")]
     WorkspaceTaken { path: PathBuf, other: String },
+    /// A `--workspace` given at create that holds the cicy home or another agent's workspace:
+    /// the file tools, confined to the workspace, could then read the API token or rewrite
+    /// another agent's history.
+    #[error("{path} holds {what}; give this agent a workspace of its own outside it")]
+    WorkspaceHolds { path: PathBuf, what: String },
     #[error("agent {id}: the config column is not valid JSON: {message}")]
     BadConfig { id: String, message: String },
 }
@@ -340,10 +345,15 @@ impl Registry {
         let mut n: i64 =
             tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
         let workspace = match new.workspace {
-            Some(w) => match owner(&w) {
-                Some(other) => return Err(RegistryError::WorkspaceTaken { path: w, other }),
-                None => w,
-            },
+            Some(w) => {
+                if let Some(other) = owner(&w) {
+                    return Err(RegistryError::WorkspaceTaken { path: w, other });
+                }
+                if let Some(what) = held_by(&w, &path, &taken) {
+                    return Err(RegistryError::WorkspaceHolds { path: w, what });
+                }
+                w
+            }
             // Each skipped id's default workspace belongs to a distinct row, so this ends.
             None => loop {
                 let w = workspace_for(&format!("w-{n}"));
@@ -444,6 +454,18 @@ fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Whether two workspace paths name the same folder; through symlinks and `..` when both exist.
+/// What `workspace` would hold that no agent's workspace may: the home of the registry at `db`
+/// (its folder), or another agent's workspace (of `taken`). Compared through symlinks where the
+/// paths exist.
+fn held_by(workspace: &Path, db: &Path, taken: &[(String, PathBuf)]) -> Option<String> {
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let outer = real(workspace);
+    if let Some(home) = db.parent().filter(|home| real(home).starts_with(&outer)) {
+        return Some(format!("the cicy home {} (its API token, registry and every agent's files)", home.display()));
+    }
+    taken.iter().find(|(_, t)| real(t).starts_with(&outer)).map(|(id, t)| format!("the workspace of agent {id} ({})", t.display()))
+}
+
 fn same_path(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,

@@ -46,6 +46,28 @@ async fn a_default_create_skips_an_id_whose_workspace_another_agent_took() {
     assert!(!h.path().join("workers/w-1").exists());
 }
 
+#[tokio::test]
+async fn a_workspace_that_holds_the_home_or_another_agents_workspace_is_refused() {
+    let outer = tempfile::tempdir().unwrap();
+    let home = outer.path().join("home");
+    let o = cicy(&home, "", &["create", "first"], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "w-1\n"), "{}", o.stderr);
+    for (ws, what) in [
+        (home.clone(), format!("the cicy home {} (its API token, registry and every agent's files)", home.display())),
+        (outer.path().to_path_buf(), format!("the cicy home {} (its API token, registry and every agent's files)", home.display())),
+        (home.join("workers"), format!("the workspace of agent w-1 ({})", home.join("workers/w-1").display())),
+    ] {
+        let o = cicy(&home, "", &["create", "greedy", "--workspace", ws.to_str().unwrap()], None).await;
+        let expected = format!("error: {} holds {what}; give this agent a workspace of its own outside it\n", ws.display());
+        assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", expected.as_str()), "{}", ws.display());
+    }
+    // A workspace beside the home, or inside another agent's, is fine.
+    let beside = outer.path().join("project");
+    let o = cicy(&home, "", &["create", "beside", "--workspace", beside.to_str().unwrap()], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "w-2\n"), "{}", o.stderr);
+    assert_eq!(roster(&home).await.len(), 2);
+}
+
 /// The process holding a read lock on the registry's SHARED byte range (SQLite's unix VFS: a
 /// POSIX read lock on 510 bytes from 2 past the PENDING byte at 1 GiB), if another than this one.
 fn shared_lock_holder(db: &std::fs::File) -> Option<i32> {
