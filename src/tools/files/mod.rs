@@ -111,7 +111,7 @@ impl Tool for FileTool {
             Kind::Edit => "Replace `old_string` by `new_string` in a file of the workspace. `old_string` must occur exactly once: include enough surrounding lines to make it unique. An empty `new_string` deletes it.",
             Kind::Grep => "Search file contents of the workspace with a regular expression (Rust regex syntax). Matching lines come as `path:N|text`, context lines as `path-N|text`, `--` between separate groups. Skips .git, node_modules, vendor, tmp and similar folders. Output is capped at 50 KiB.",
             Kind::Glob => "List workspace paths matching a glob (`*`, `**`, `?`, `[abc]`, `{a,b}`; `*` does not cross `/`), relative to the workspace and sorted; folders end in `/`. At most 500.",
-            Kind::Ls => "List a folder of the workspace: `[dir]  name/` or `[file] name (N bytes)` per entry, sorted by name.",
+            Kind::Ls => "List a folder of the workspace: `[dir]  name/`, `[file] name (N bytes)`, `[link] name` (a symlink leading outside the workspace or nowhere) or `[other] name` per entry, sorted by name.",
         }
     }
 
