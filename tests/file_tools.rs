@@ -1,5 +1,5 @@
 //! The file tools (DESIGN.md §12): the path-escape corpus with zero escapes (nothing outside the
-//! workspace read, listed or written), the `.cicy` write guard, `edit_file`'s match rule, and a
+//! workspace read, listed or written), the `.cicy/` write guard, `edit_file`'s match rule, and a
 //! real turn against the scripted gateway whose next request carries the tools' exact results.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
@@ -163,31 +163,80 @@ fn links_that_stay_inside_work() {
     assert_eq!(c.run("read_file", json!({"path": "h/current.json"})), ToolOutput::ok("1|{\"messages\": []}"));
 }
 
+fn refused(p: &str) -> ToolOutput {
+    ToolOutput::error(format!("error: write refused: {p} is inside .cicy/, which the runtime owns"))
+}
+
 #[test]
 fn writes_into_the_runtime_state_are_refused_however_they_are_reached() {
     let c = Corpus::new();
-    let refused = |p: &str, area: &str| ToolOutput::error(format!("error: write refused: {p} is inside .cicy/{area}, which the runtime owns"));
-    for (p, area) in [
-        (".cicy/history/current.json", "history"),
-        (".cicy/history/sub/new.json", "history"),
-        ("h/current.json", "history"),
-        ("c/history/x", "history"),
-        ("a/../.cicy/history/x", "history"),
-        ("innerdir/../.cicy/history/x", "history"),
-        (".cicy/outbox/o.md", "outbox"),
-        (".cicy/events/e", "events"),
-        ("c/checkpoints/1/meta.json", "checkpoints"),
-        (".cicy/history", "history"),
-    ] {
-        assert_eq!(c.run("write_file", json!({"path": p, "content": "{}"})), refused(p, area), "write_file {p}");
+    for d in [".cicy/running", ".cicy/skills/mine"] {
+        std::fs::create_dir_all(c.ws.join(d)).unwrap();
     }
-    assert_eq!(
-        c.run("edit_file", json!({"path": "h/current.json", "old_string": "[]", "new_string": "[1]"})),
-        refused("h/current.json", "history")
-    );
-    assert_eq!(std::fs::read_to_string(c.ws.join(".cicy/history/current.json")).unwrap(), "{\"messages\": []}\n");
-    assert!(!c.ws.join(".cicy/history/sub").exists() && !c.ws.join(".cicy/checkpoints/1").exists());
-    assert_eq!(c.run("write_file", json!({"path": ".cicy/memory/note.md", "content": "ok"})), ToolOutput::ok("created .cicy/memory/note.md (2 bytes)"));
+    for (f, body) in [(".cicy/turn.lock", "123\n"), (".cicy/plan.json", "[]\n"), (".cicy/memory/note.md", "mine\n"), (".cicy/running/123.json", "{}\n"), (".cicy/skills/mine/SKILL.md", "guarded\n")] {
+        std::fs::write(c.ws.join(f), body).unwrap();
+    }
+    let before = std::fs::read_dir(c.ws.join(".cicy")).unwrap().count();
+    for p in [
+        ".cicy/turn.lock",
+        ".cicy/plan.json",
+        ".cicy/memory/note.md",
+        ".cicy/memory/new.md",
+        ".cicy/running/123.json",
+        ".cicy/skills/mine/SKILL.md",
+        ".cicy/skills/new/SKILL.md",
+        ".cicy/history/current.json",
+        ".cicy/history/sub/new.json",
+        ".cicy/outbox/o.md",
+        ".cicy/events/e",
+        ".cicy/new.txt",
+        ".cicy",
+        "./.cicy/turn.lock",
+        "a/../.cicy/turn.lock",
+        "innerdir/../.cicy/history/x",
+        "h/current.json",
+        "c/turn.lock",
+        "c/skills/mine/SKILL.md",
+        "c/checkpoints/1/meta.json",
+        "c/newdir/x",
+    ] {
+        assert_eq!(c.run("write_file", json!({"path": p, "content": "{}"})), refused(p), "write_file {p}");
+    }
+    let abs = c.ws.join(".cicy/plan.json").display().to_string();
+    assert_eq!(c.run("write_file", json!({"path": abs, "content": "{}"})), refused(&abs));
+    for p in [".cicy/turn.lock", "c/memory/note.md", "h/current.json", ".cicy/skills/mine/SKILL.md"] {
+        assert_eq!(c.run("edit_file", json!({"path": p, "old_string": "1", "new_string": "2"})), refused(p), "edit_file {p}");
+    }
+    for (f, body) in [(".cicy/turn.lock", "123\n"), (".cicy/plan.json", "[]\n"), (".cicy/memory/note.md", "mine\n"), (".cicy/running/123.json", "{}\n"), (".cicy/skills/mine/SKILL.md", "guarded\n"), (".cicy/history/current.json", "{\"messages\": []}\n")] {
+        assert_eq!(std::fs::read_to_string(c.ws.join(f)).unwrap(), body, "{f} is unchanged");
+    }
+    assert_eq!(std::fs::read_dir(c.ws.join(".cicy")).unwrap().count(), before, "nothing new in .cicy");
+    assert!(!c.ws.join(".cicy/history/sub").exists() && !c.ws.join(".cicy/checkpoints/1").exists() && !c.ws.join(".cicy/skills/new").exists());
+    assert!(!c.ws.join(".cicy/memory/new.md").exists() && !c.ws.join("a").exists());
+    // Reading the runtime's state stays allowed.
+    assert_eq!(c.run("read_file", json!({"path": ".cicy/turn.lock"})), ToolOutput::ok("1|123"));
+    assert_eq!(c.run("read_file", json!({"path": "c/memory/note.md"})), ToolOutput::ok("1|mine"));
+}
+
+#[test]
+fn a_refused_write_creates_no_folder_where_the_state_folder_is_missing() {
+    let root = tempfile::tempdir().unwrap();
+    let ws = root.path().join("ws");
+    std::fs::create_dir_all(ws.join(".cicy/history")).unwrap();
+    symlink(".cicy", ws.join("c")).unwrap();
+    symlink(".", ws.join("self")).unwrap();
+    let run = |p: &str| call("write_file", &json!({"path": p, "content": "{}"}), &ws, &CancellationToken::new());
+    for p in [".cicy/checkpoints/x/meta.json", "c/checkpoints/x/meta.json", "self/.cicy/checkpoints/x/meta.json"] {
+        assert_eq!(run(p), refused(p));
+    }
+    assert_eq!(std::fs::read_dir(ws.join(".cicy")).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>(), ["history"]);
+    // No `.cicy` at all: neither it nor anything under it is made.
+    std::fs::remove_dir_all(ws.join(".cicy")).unwrap();
+    for p in [".cicy/checkpoints/x/meta.json", "self/.cicy/checkpoints/x/meta.json", "self/.cicy"] {
+        assert_eq!(run(p), refused(p));
+    }
+    assert!(std::fs::symlink_metadata(ws.join(".cicy")).is_err(), "no .cicy was made");
+    assert_eq!(run("notes/x.md"), ToolOutput::ok("created notes/x.md (2 bytes)"));
 }
 
 #[test]
@@ -220,6 +269,9 @@ async fn a_turn_writes_edits_and_reads_through_the_file_tools() {
         ("t4", "read_file", r#"{"path":"notes/a.txt"}"#),
         ("t5", "grep", r#"{"pattern":"gam","context_lines":0}"#),
         ("t6", "write_file", r#"{"path":".cicy/history/x.json","content":"{}"}"#),
+        ("t7", "write_file", r#"{"path":".cicy/checkpoints/x/meta.json","content":"{}"}"#),
+        ("t8", "write_file", r#"{"path":"newdir/","content":"x"}"#),
+        ("t9", "write_file", r#"{"path":"","content":"x"}"#),
     ])));
     gw.push(Reply::sse(anthropic_text("Done.")));
     let t = TestHome::new(&gw.url(), 0);
@@ -245,9 +297,14 @@ async fn a_turn_writes_edits_and_reads_through_the_file_tools() {
         [
             json!(["1|alpha\n2|gamma", null]),
             json!(["notes/a.txt:2|gamma", null]),
-            json!(["error: write refused: .cicy/history/x.json is inside .cicy/history, which the runtime owns", true])
+            json!(["error: write refused: .cicy/history/x.json is inside .cicy/, which the runtime owns", true]),
+            json!(["error: write refused: .cicy/checkpoints/x/meta.json is inside .cicy/, which the runtime owns", true]),
+            json!(["error: newdir/ names a folder; write_file needs a file path", true]),
+            json!(["invalid input: \"path\" must not be empty", true])
         ]
     );
     assert_eq!(std::fs::read_to_string(t.workspace(&id).join("notes/a.txt")).unwrap(), "alpha\ngamma\n");
     assert!(!t.workspace(&id).join(".cicy/history/x.json").exists());
+    assert!(!t.workspace(&id).join(".cicy/checkpoints").exists(), "a refused write makes no folder");
+    assert!(!t.workspace(&id).join("newdir").exists());
 }

@@ -107,11 +107,11 @@ impl Tool for FileTool {
     fn description(&self) -> &str {
         match self.0 {
             Kind::Read => "Read a text file of the workspace. Lines come as `N|text` (N is the 1-based line number). At most 2000 lines or 50 KiB per call; a last line in brackets then gives the `offset` to continue from.",
-            Kind::Write => "Write a whole file of the workspace (created or replaced atomically; missing parent folders are made). Use edit_file to change part of a file.",
+            Kind::Write => "Write a whole file of the workspace (created or replaced atomically; missing parent folders are made). Use edit_file to change part of a file. Nothing under .cicy/ (the runtime's own state) can be written.",
             Kind::Edit => "Replace `old_string` by `new_string` in a file of the workspace. `old_string` must occur exactly once: include enough surrounding lines to make it unique. An empty `new_string` deletes it.",
             Kind::Grep => "Search file contents of the workspace with a regular expression (Rust regex syntax). Matching lines come as `path:N|text`, context lines as `path-N|text`, `--` between separate groups. Skips .git, node_modules, vendor, tmp and similar folders. Output is capped at 50 KiB.",
             Kind::Glob => "List workspace paths matching a glob (`*`, `**`, `?`, `[abc]`, `{a,b}`; `*` does not cross `/`), relative to the workspace and sorted; folders end in `/`. At most 500.",
-            Kind::Ls => "List a folder of the workspace: `[dir]  name/` or `[file] name (N bytes)` per entry, sorted by name.",
+            Kind::Ls => "List a folder of the workspace: `[dir]  name/`, `[file] name (N bytes)`, `[link] name` (a symlink leading outside the workspace or nowhere) or `[other] name` per entry, sorted by name.",
         }
     }
 

@@ -9,22 +9,26 @@
 //! window. The lexical check in [`Workspace::resolve`] only turns `~`, escaping `..` and outside
 //! absolute paths into the same error early, with the path as the model gave it.
 //!
-//! Also owns the write guard: writes under `.cicy/{history,outbox,events,checkpoints}` (the
-//! runtime's state) are refused by comparing the identity (device, inode) of the directory the
-//! file will really be written in, and of each of its ancestors up to the workspace, with the
-//! identity of those four directories, so `a/../.cicy/history` or a link into them is caught.
+//! Also owns the write guard: no write lands anywhere under `<workspace>/.cicy/`, the runtime's
+//! own state (the turn lock, history, outbox, events, checkpoints, memory, the reaper's running
+//! records, skills, the plan). A path whose normalized form starts with `.cicy` is refused from
+//! its text before anything is opened; any other route (`c/x` with `c` a link to `.cicy`) is
+//! caught by comparing the identity (device, inode) of the deepest existing folder on the way, and
+//! of each of its ancestors up to the workspace, with that of `.cicy`, before a missing parent
+//! folder is created. Reading `.cicy/` is not guarded.
 //! Knows nothing of tool inputs or output formats.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, MetadataExt};
 
-/// The runtime-owned folders under `<workspace>/.cicy/` that no file tool writes into
-/// (DESIGN.md §12 **[chosen]**): conversations, the outbox, the event log, checkpoints.
-pub const PROTECTED: [&str; 4] = ["history", "outbox", "events", "checkpoints"];
+/// The workspace folder of the runtime's own state, which no file tool writes into (DESIGN.md §12
+/// "writes to `.cicy/` internals refused"; all of it **[chosen]**: a replaced `turn.lock` breaks
+/// the running turn's lock, a written skill could lift the skill guard).
+pub const STATE_DIR: &str = ".cicy";
 
 /// Why a file tool could not do its work; `Display` is the exact `tool_result` text.
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +50,9 @@ pub enum FileError {
     /// write_file / edit_file never replace a symlink (DESIGN.md §12 "no symlink leaf").
     #[error("error: {0} is a symlink; files are not written through symlinks")]
     SymlinkLeaf(String),
-    /// A write whose real target is inside one of [`PROTECTED`].
-    #[error("error: write refused: {path} is inside .cicy/{area}, which the runtime owns")]
-    Protected { path: String, area: &'static str },
+    /// A write whose target is [`STATE_DIR`] or inside it, by its text or its real folder.
+    #[error("error: write refused: {0} is inside .cicy/, which the runtime owns")]
+    Protected(String),
     /// The workspace folder itself could not be opened.
     #[error("error: the workspace cannot be opened: {0}")]
     Workspace(io::Error),
@@ -152,82 +156,86 @@ impl Workspace {
         self.dir.open_dir(dot(rel)).map_err(|e| FileError::from_io(e, shown))
     }
 
-    /// The directory a file `rel` is to be written in, created (with its missing parents) when
-    /// needed, and the file's name in it. Refuses the workspace itself as a file, any target
-    /// whose real parent is one of [`PROTECTED`] or inside one, and the names of [`PROTECTED`]
-    /// in `.cicy` itself. The check runs on the opened handle, so the caller writes into exactly
-    /// the directory that was checked.
+    /// The directory a file `rel` (from [`Workspace::resolve`]) is to be written in, created
+    /// (with its missing parents) when needed, and the file's name in it. Refuses the workspace
+    /// itself as a file ([`FileError::IsDirectory`]) and any target in [`STATE_DIR`] or named so
+    /// in the workspace ([`FileError::Protected`]), before any folder is created. The check runs
+    /// on the opened handle, so the caller writes into exactly the directory that was checked.
     pub fn parent_for_write(&self, rel: &Path, shown: &str) -> Result<(Dir, OsString), FileError> {
+        self.parent(rel, shown, true)
+    }
+
+    /// [`Workspace::parent_for_write`] for a file that must exist already (`edit_file`): a missing
+    /// parent folder is [`FileError::NotFound`], nothing is created.
+    pub fn parent_for_edit(&self, rel: &Path, shown: &str) -> Result<(Dir, OsString), FileError> {
+        self.parent(rel, shown, false)
+    }
+
+    fn parent(&self, rel: &Path, shown: &str, create: bool) -> Result<(Dir, OsString), FileError> {
         let Some(name) = rel.file_name() else {
             return Err(FileError::IsDirectory(shown.to_owned()));
         };
+        // By its text first (`rel` is normalized, so `a/../.cicy/x` is here too): nothing is
+        // opened, let alone created, for such a path.
+        if rel.components().next() == Some(Component::Normal(OsStr::new(STATE_DIR))) {
+            return Err(FileError::Protected(shown.to_owned()));
+        }
         let parent_rel = rel.parent().unwrap_or(Path::new(""));
         let guard = Guard::new(self).map_err(|e| FileError::from_io(e, shown))?;
-        // Check the deepest existing ancestor before creating anything, so that no folder is
-        // made inside a protected one; then check the real parent once it exists.
+        // Check the deepest existing folder on the way, and the name to be made in it, before
+        // creating anything: the folders made below it are new and hold no link, so none of
+        // them can be in `.cicy` unless that folder is.
         let mut existing = parent_rel;
         let ancestor = loop {
             match self.dir.open_dir(dot(existing)) {
                 Ok(dir) => break dir,
-                Err(e) if e.kind() == io::ErrorKind::NotFound && existing != Path::new("") => {
+                Err(e) if create && e.kind() == io::ErrorKind::NotFound && existing != Path::new("") => {
                     existing = existing.parent().unwrap_or(Path::new(""));
                 }
                 Err(e) => return Err(FileError::from_io(e, shown)),
             }
         };
-        guard.check(&ancestor, shown)?;
-        let (parent, guard) = if existing == parent_rel {
-            (ancestor, guard)
-        } else {
-            self.dir.create_dir_all(parent_rel).map_err(|e| FileError::from_io(e, shown))?;
-            let parent = self.open_dir(parent_rel, shown)?;
-            // Read the identities again: the folders just made may be the protected ones
-            // (`.cicy/history/x` in a workspace that had no `.cicy` yet).
-            let guard = Guard::new(self).map_err(|e| FileError::from_io(e, shown))?;
-            guard.check(&parent, shown)?;
-            (parent, guard)
-        };
-        if let Some(area) = PROTECTED.iter().find(|a| name == **a) {
-            if guard.cicy.is_some_and(|cicy| id_of(&parent).ok() == Some(cicy)) {
-                return Err(FileError::Protected { path: shown.to_owned(), area });
-            }
+        let next = rel.strip_prefix(existing).ok().and_then(|rest| rest.iter().next()).unwrap_or(name);
+        guard.check(&ancestor, next, shown)?;
+        if existing == parent_rel {
+            return Ok((ancestor, name.to_owned()));
         }
+        self.dir.create_dir_all(parent_rel).map_err(|e| FileError::from_io(e, shown))?;
+        let parent = self.open_dir(parent_rel, shown)?;
+        // Again on the handle written into, should a folder on the way have been swapped since.
+        Guard::new(self).map_err(|e| FileError::from_io(e, shown))?.check(&parent, name, shown)?;
         Ok((parent, name.to_owned()))
     }
 }
 
-/// The identities the write guard compares against, read once per write.
+/// The identities the write guard compares against, read once per check.
 struct Guard {
     workspace: Id,
-    /// `.cicy` itself, when it exists.
-    cicy: Option<Id>,
-    /// Each existing protected folder (symlinks inside followed: the real folder counts).
-    areas: Vec<(Id, &'static str)>,
+    /// [`STATE_DIR`] when it exists (a link followed: the real folder counts).
+    state: Option<Id>,
 }
 
 impl Guard {
     fn new(ws: &Workspace) -> io::Result<Self> {
-        let cicy = ws.dir.open_dir(".cicy").ok().and_then(|d| id_of(&d).ok());
-        let areas = PROTECTED
-            .iter()
-            .filter_map(|area| {
-                let dir = ws.dir.open_dir(Path::new(".cicy").join(area)).ok()?;
-                Some((id_of(&dir).ok()?, *area))
-            })
-            .collect();
-        Ok(Self { workspace: id_of(&ws.dir)?, cicy, areas })
+        let state = ws.dir.open_dir(STATE_DIR).ok().and_then(|d| id_of(&d).ok());
+        Ok(Self { workspace: id_of(&ws.dir)?, state })
     }
 
-    /// Walks from `dir` up through `..` to the workspace; fails if any folder on the way is a
-    /// protected one. A walk that reaches the filesystem root without meeting the workspace
+    /// Fails if `dir` is the workspace and `next` (the name to be made or written in it) is
+    /// [`STATE_DIR`], or if `dir` or a folder above it, walking up through `..` to the workspace,
+    /// is [`STATE_DIR`]. A walk that reaches the filesystem root without meeting the workspace
     /// means `dir` is not beneath it (it cannot happen for a handle opened beneath).
-    fn check(&self, dir: &Dir, shown: &str) -> Result<(), FileError> {
+    fn check(&self, dir: &Dir, next: &OsStr, shown: &str) -> Result<(), FileError> {
         let io_err = |e| FileError::from_io(e, shown);
+        let refused = || FileError::Protected(shown.to_owned());
         let mut id = id_of(dir).map_err(io_err)?;
+        if id == self.workspace && next == STATE_DIR {
+            return Err(refused());
+        }
         let mut current = None::<Dir>;
         loop {
-            if let Some((_, area)) = self.areas.iter().find(|(area_id, _)| *area_id == id) {
-                return Err(FileError::Protected { path: shown.to_owned(), area });
+            if self.state == Some(id) {
+                return Err(refused());
             }
             if id == self.workspace {
                 return Ok(());
@@ -304,28 +312,71 @@ mod tests {
         assert_eq!(ws.resolve(&sibling).unwrap_err().to_string(), format!("error: path out of bounds: {sibling}"));
     }
 
+    fn refused(p: &str) -> String {
+        format!("error: write refused: {p} is inside .cicy/, which the runtime owns")
+    }
+
+    /// Every entry under `dir`, relative, sorted, links not followed (folders end in `/`).
+    fn tree(dir: &Path) -> Vec<String> {
+        fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                let rel = path.strip_prefix(base).unwrap().display().to_string();
+                if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                    out.push(format!("{rel}/"));
+                    walk(&path, base, out);
+                } else {
+                    out.push(rel);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
     #[test]
-    fn a_write_into_a_protected_folder_is_refused_by_its_identity() {
+    fn a_write_into_cicy_is_refused_by_its_text_or_its_identity() {
         let (dir, ws) = ws();
         std::fs::create_dir_all(dir.path().join(".cicy/history/sub")).unwrap();
         std::fs::create_dir_all(dir.path().join("ok")).unwrap();
         std::os::unix::fs::symlink(".cicy/history", dir.path().join("hist")).unwrap();
-        let refused = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).unwrap_err().to_string();
-        assert_eq!(refused(".cicy/history/x"), "error: write refused: .cicy/history/x is inside .cicy/history, which the runtime owns");
-        assert_eq!(refused("hist/sub/new/x"), "error: write refused: hist/sub/new/x is inside .cicy/history, which the runtime owns");
-        assert_eq!(refused(".cicy/outbox"), "error: write refused: .cicy/outbox is inside .cicy/outbox, which the runtime owns");
-        assert!(!dir.path().join(".cicy/history/sub/new").exists(), "no folder is created inside a protected one");
-        let (_, name) = ws.parent_for_write(Path::new("ok/deep/f"), "ok/deep/f").unwrap();
-        assert_eq!(name, "f");
+        std::os::unix::fs::symlink(".cicy", dir.path().join("c")).unwrap();
+        std::os::unix::fs::symlink(".", dir.path().join("self")).unwrap();
+        let before = tree(dir.path());
+        let write = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).map(|(_, name)| name).map_err(|e| e.to_string());
+        for p in [".cicy/turn.lock", ".cicy/memory/m.md", ".cicy/running/42.json", ".cicy/skills/free/SKILL.md", ".cicy/plan.json", ".cicy", "a/../.cicy/x", ".cicy/history/sub/new/x"] {
+            assert_eq!(write(p), Err(refused(p)), "by its text: {p}");
+        }
+        for p in ["hist/sub/new/x", "c/turn.lock", "c/skills/free/SKILL.md", "self/.cicy", "self/.cicy/new/x", "self/c/x"] {
+            assert_eq!(write(p), Err(refused(p)), "by its identity: {p}");
+        }
+        assert_eq!(tree(dir.path()), before, "no folder was made");
+        assert_eq!(write("ok/deep/f"), Ok("f".into()));
         assert!(dir.path().join("ok/deep").is_dir());
         assert_eq!(ws.parent_for_write(Path::new(""), ".").unwrap_err().to_string(), "error: . is a directory");
     }
 
     #[test]
-    fn a_protected_folder_made_by_the_write_itself_is_refused() {
-        let (_dir, ws) = ws();
-        let refused = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).unwrap_err().to_string();
-        assert_eq!(refused(".cicy/events/2026/e.jsonl"), "error: write refused: .cicy/events/2026/e.jsonl is inside .cicy/events, which the runtime owns");
-        assert_eq!(refused(".cicy/checkpoints"), "error: write refused: .cicy/checkpoints is inside .cicy/checkpoints, which the runtime owns");
+    fn a_refused_write_makes_no_folder_even_where_cicy_does_not_exist_yet() {
+        let (dir, ws) = ws();
+        std::os::unix::fs::symlink(".", dir.path().join("self")).unwrap();
+        let write = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).map(|(_, name)| name).map_err(|e| e.to_string());
+        for p in [".cicy/checkpoints/x/meta.json", ".cicy/skills/s/SKILL.md", "self/.cicy/checkpoints/x/meta.json", "self/.cicy"] {
+            assert_eq!(write(p), Err(refused(p)), "{p}");
+        }
+        std::fs::create_dir(dir.path().join(".cicy")).unwrap();
+        assert_eq!(write("self/.cicy/checkpoints/x/meta.json"), Err(refused("self/.cicy/checkpoints/x/meta.json")));
+        assert_eq!(tree(dir.path()), [".cicy/", "self"]);
+    }
+
+    #[test]
+    fn an_edit_creates_no_missing_parent_folder() {
+        let (dir, ws) = ws();
+        let err = ws.parent_for_edit(Path::new("a/b/f"), "a/b/f").unwrap_err().to_string();
+        assert_eq!(err, "error: not found: a/b/f");
+        assert_eq!(ws.parent_for_edit(Path::new(".cicy/plan.json"), ".cicy/plan.json").unwrap_err().to_string(), refused(".cicy/plan.json"));
+        assert!(tree(dir.path()).is_empty());
     }
 }

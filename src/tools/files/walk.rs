@@ -18,12 +18,16 @@ use globset::GlobBuilder;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::sandbox::{FileError, Workspace, PROTECTED};
+use super::sandbox::{FileError, Workspace, STATE_DIR};
 use super::{folder_path, required_str, CallError};
 
 /// Folders no walk enters below its start (CMDC grep skip list).
 pub const SKIP_DIRS: [&str; 14] =
     [".git", ".hg", ".svn", "_build", "deps", "node_modules", ".elixir_ls", ".vscode", ".idea", "__pycache__", ".mypy_cache", "vendor", ".bundle", "tmp"];
+
+/// The folders of the runtime's bulky state under [`STATE_DIR`] that no walk enters below its
+/// start **[chosen]**: conversations, the outbox, the event log, checkpoints.
+pub const STATE_SKIPPED: [&str; 4] = ["history", "outbox", "events", "checkpoints"];
 
 /// Deepest level a walk goes below its start (CMDC: 25).
 pub const MAX_DEPTH: usize = 25;
@@ -74,13 +78,13 @@ pub fn walk(ws: &Workspace, start: &Path, cancel: &CancellationToken, mut visit:
     Ok(())
 }
 
-/// Whether the walk keeps `entry`: not a skipped or protected folder, and found beneath the
+/// Whether the walk keeps `entry`: not a skipped folder, and found beneath the
 /// workspace through its handle, of the same type the walker saw.
 fn admitted(dir: &Dir, root: &Path, entry: &ignore::DirEntry) -> bool {
     let (Ok(rel), Some(kind)) = (entry.path().strip_prefix(root), entry.file_type()) else { return false };
     if kind.is_dir() {
         let name = entry.file_name();
-        if SKIP_DIRS.iter().any(|skip| name == *skip) || PROTECTED.iter().any(|area| rel == Path::new(".cicy").join(area)) {
+        if SKIP_DIRS.iter().any(|skip| name == *skip) || STATE_SKIPPED.iter().any(|area| rel == Path::new(STATE_DIR).join(area)) {
             return false;
         }
     }

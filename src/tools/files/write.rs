@@ -9,7 +9,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use serde_json::Value;
@@ -18,11 +18,12 @@ use super::sandbox::{FileError, Workspace};
 use super::{required_str, CallError};
 
 /// Writes `content` to `path` and says `created <p> (N bytes)` or `replaced <p> (N bytes)`.
-/// Errors: bad input, out of bounds, a protected folder, a symlink or a folder at `path`.
+/// Errors: bad input, a path that names a folder ([`file_path`]), out of bounds, inside `.cicy/`,
+/// a symlink or a folder at `path`.
 pub fn write_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let shown = required_str(input, "path")?;
     let content = required_str(input, "content")?;
-    let rel = ws.resolve(shown)?;
+    let rel = file_path(ws, shown, "write_file")?;
     let (parent, name) = ws.parent_for_write(&rel, shown)?;
     let existed = leaf(ws, &rel, &parent, &name, shown)?;
     write_atomic(&parent, &name, content.as_bytes()).map_err(|e| FileError::from_io(e, shown))?;
@@ -34,7 +35,8 @@ pub fn write_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
 /// `edited <p> (1 replacement, N bytes)` with the new size. Occurrences are counted overlapping
 /// (`aa` occurs twice in `aaa`), so an ambiguous edit is refused. Errors: bad input (an empty
 /// `old_string`), the write errors of [`write_file`], not found, a file that is not UTF-8,
-/// `old_string not found in <p>`, and `old_string occurs N times in <p>; …`.
+/// `old_string not found in <p>`, and `old_string occurs N times in <p>; …`. A missing parent
+/// folder is not created (not found).
 pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let shown = required_str(input, "path")?;
     let old = required_str(input, "old_string")?;
@@ -42,8 +44,8 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     if old.is_empty() {
         return Err(CallError::Message("invalid input: \"old_string\" must not be empty".into()));
     }
-    let rel = ws.resolve(shown)?;
-    let (parent, name) = ws.parent_for_write(&rel, shown)?;
+    let rel = file_path(ws, shown, "edit_file")?;
+    let (parent, name) = ws.parent_for_edit(&rel, shown)?;
     if !leaf(ws, &rel, &parent, &name, shown)? {
         return Err(FileError::NotFound(shown.to_owned()).into());
     }
@@ -65,6 +67,21 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
     let edited = format!("{}{new}{}", &text[..at], &text[at + old.len()..]);
     write_atomic(&parent, &name, edited.as_bytes()).map_err(|e| FileError::from_io(e, shown))?;
     Ok(format!("edited {shown} (1 replacement, {} bytes)", edited.len()))
+}
+
+/// `shown` resolved ([`Workspace::resolve`]) as the path of a file for `tool`. Refuses the empty
+/// path (`invalid input: "path" must not be empty`) and, after the bounds check, a path whose last
+/// part is empty, `.` or `..` (`newdir/`, `a/.`): it names a folder, and resolving it would drop
+/// that part and write a file named like the folder.
+fn file_path(ws: &Workspace, shown: &str, tool: &str) -> Result<PathBuf, CallError> {
+    if shown.is_empty() {
+        return Err(CallError::Message("invalid input: \"path\" must not be empty".into()));
+    }
+    let rel = ws.resolve(shown)?;
+    if matches!(shown.rsplit('/').next(), Some("" | "." | "..")) {
+        return Err(CallError::Message(format!("error: {shown} names a folder; {tool} needs a file path")));
+    }
+    Ok(rel)
 }
 
 /// How often `needle` occurs in `text`, overlaps counted, and where it first does.
@@ -154,6 +171,33 @@ mod tests {
         assert_eq!(call(p, write_file, json!({"path": "a", "content": "x"})), "error: a is a directory");
         assert_eq!(call(p, write_file, json!({"path": "a/b/c.txt/d", "content": "x"})), "error: a/b/c.txt/d is not a directory");
         assert_eq!(call(p, write_file, json!({"path": "x"})), "invalid input: \"content\" is required (a string)");
+    }
+
+    #[test]
+    fn a_path_that_names_a_folder_or_nothing_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir(p.join("a")).unwrap();
+        std::fs::write(p.join("a/f"), "keep").unwrap();
+        for path in ["newdir/", "a/new/", "a/.", "a/f/..", ".", "./"] {
+            assert_eq!(call(p, write_file, json!({"path": path, "content": "x"})), format!("error: {path} names a folder; write_file needs a file path"));
+            assert_eq!(call(p, edit_file, json!({"path": path, "old_string": "keep", "new_string": "x"})), format!("error: {path} names a folder; edit_file needs a file path"));
+        }
+        assert_eq!(call(p, write_file, json!({"path": "a/f/", "content": "x"})), "error: a/f/ names a folder; write_file needs a file path");
+        assert_eq!(call(p, write_file, json!({"path": "", "content": "x"})), "invalid input: \"path\" must not be empty");
+        assert_eq!(call(p, edit_file, json!({"path": "", "old_string": "keep", "new_string": "x"})), "invalid input: \"path\" must not be empty");
+        assert_eq!(call(p, write_file, json!({"path": "../", "content": "x"})), "error: path out of bounds: ../", "bounds come first");
+        assert_eq!(names(p), ["a"]);
+        assert_eq!(names(&p.join("a")), ["f"]);
+        assert_eq!(std::fs::read_to_string(p.join("a/f")).unwrap(), "keep");
+    }
+
+    #[test]
+    fn edit_file_makes_no_folder_for_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        assert_eq!(call(p, edit_file, json!({"path": "x/y/z.txt", "old_string": "a", "new_string": "b"})), "error: not found: x/y/z.txt");
+        assert!(names(p).is_empty());
     }
 
     #[test]
