@@ -185,7 +185,7 @@ async fn a_cancel_ends_a_running_call_and_a_slow_call_times_out() {
     gw.push(Reply::sse(anthropic_tool_use("t1", "mcp__everything__trigger-long-running-operation", slow)));
     gw.push(Reply::sse(anthropic_tool_use("t2", "mcp__everything__trigger-long-running-operation", slow)));
     gw.push(Reply::sse(anthropic_text("Done.")));
-    let t = home(&gw, 1);
+    let t = home(&gw, 3);
     let id = t.create("tester", None);
     let mut s = t.open(&id);
 
@@ -196,7 +196,7 @@ async fn a_cancel_ends_a_running_call_and_a_slow_call_times_out() {
             c.cancel();
         }
     });
-    // timeout_secs 1 does not matter here: the cancel comes first (and a start gets 60 s).
+    // timeout_secs does not matter here: the cancel comes first.
     assert_eq!(turn::run_turn(&mut s, "slow", &em, &cancel).await.unwrap(), TurnOutcome::Cancelled);
     let finished: Vec<(String, bool)> = kinds(&ev)
         .into_iter()
@@ -212,7 +212,7 @@ async fn a_cancel_ends_a_running_call_and_a_slow_call_times_out() {
     let reqs = gw.requests();
     assert_eq!(
         results(&reqs[2]),
-        [("error: mcp server everything: tool trigger-long-running-operation timed out after 1 s".to_string(), true)]
+        [("error: mcp server everything: tool trigger-long-running-operation timed out after 3 s".to_string(), true)]
     );
 }
 
@@ -257,4 +257,181 @@ async fn a_server_that_cannot_start_is_left_out_with_a_system_event() {
     assert_eq!(turn::run_turn(&mut s, "two", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
     assert_eq!(system(&ev), [failed]);
     assert!(std::fs::read_to_string(t.workspace(&id).join(".cicy/logs/mcp-broken.log")).unwrap().starts_with("--- "));
+}
+
+/// A tiny stdio MCP server for the failure cases (the reference server behaves too well):
+/// answers `initialize` and `tools/list` (tools `$FAKE_TOOLS`, comma-separated, described as
+/// `$FAKE_LABEL <tool>`), and calls with `$FAKE_LABEL <tool>`, except tool `$FAKE_HANG`, which
+/// never answers.
+const FAKE_SERVER: &str = r#"import json, os, sys, time
+tools = [t for t in os.environ.get("FAKE_TOOLS", "").split(",") if t]
+label = os.environ.get("FAKE_LABEL", "")
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method = msg.get("method")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "fake", "version": "0"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": t, "description": label + " " + t, "inputSchema": {"type": "object"}} for t in tools]}
+    elif method == "tools/call":
+        name = msg["params"]["name"]
+        if name == os.environ.get("FAKE_HANG"):
+            time.sleep(3600)
+        result = {"content": [{"type": "text", "text": label + " " + name}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// A home whose `tester` role has the servers `servers` (YAML lines under `mcp_servers:`,
+/// `{dir}` standing for a folder that holds [`FAKE_SERVER`] as `fake.py`); returns the folder.
+fn fake_home(gw: &ScriptedGateway, servers: &str) -> (TestHome, std::path::PathBuf) {
+    let t = TestHome::new(&gw.url(), 0);
+    let dir = t.root().join("servers");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fake.py"), FAKE_SERVER).unwrap();
+    let meta = t.home.roles_dir().join("tester/meta.yaml");
+    let mut text = std::fs::read_to_string(&meta).unwrap();
+    text.push_str("mcp_servers:\n");
+    text.push_str(&servers.replace("{dir}", dir.to_str().unwrap()));
+    std::fs::write(meta, text).unwrap();
+    (t, dir)
+}
+
+/// The texts of the `system` events in `ev`.
+fn system(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<String> {
+    kinds(ev)
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::System { text } => Some(text),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tool names request `r` offered.
+fn tool_names(r: &RecordedRequest) -> Vec<String> {
+    body(r)["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// The lines of file `path` as numbers (the pids a wrapper script recorded).
+fn pids(path: &std::path::Path) -> Vec<u32> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| l.parse().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_kills_the_servers_group_and_the_next_call_starts_it_again() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "mcp__slow__hang", "{}")));
+    gw.push(Reply::sse(anthropic_tool_use("t2", "mcp__slow__ok", "{}")));
+    gw.push(Reply::sse(anthropic_text("Done.")));
+    gw.push(Reply::sse(anthropic_text("Again.")));
+    // The wrapper leaves a background child in the server's process group, as `npx` does.
+    let servers = "  slow:\n    command: sh\n    args: [{dir}/slow.sh, {dir}]\n    env: {FAKE_TOOLS: \"hang,ok\", FAKE_HANG: hang, FAKE_LABEL: slow}\n    timeout_secs: 3\n";
+    let (t, dir) = fake_home(&gw, servers);
+    let wrapper = "echo $$ >> \"$1/server.pids\"\nsleep 1000 </dev/null >/dev/null 2>&1 &\necho $! >> \"$1/child.pids\"\nexec python3 \"$1/fake.py\"\n";
+    std::fs::write(dir.join("slow.sh"), wrapper).unwrap();
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "hang", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_eq!(results(&reqs[1]), [("error: mcp server slow: tool hang timed out after 3 s".to_string(), true)]);
+    // The same turn's next call started the server again and got its answer.
+    assert_eq!(results(&reqs[2]), [("slow ok".to_string(), false)]);
+    assert_eq!(system(&ev), Vec::<String>::new());
+    let (servers, children) = (pids(&dir.join("server.pids")), pids(&dir.join("child.pids")));
+    assert_eq!((servers.len(), children.len()), (2, 2));
+    assert!(ends(servers[0]).await && ends(children[0]).await, "the hung server's group outlived the timeout");
+    assert_eq!(s.mcp.pid("slow").await, Some(servers[1]));
+
+    // The next turn lists the restarted server as usual.
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(system(&ev), Vec::<String>::new());
+    assert_eq!(tool_names(&gw.requests()[3]), ["mcp__slow__hang", "mcp__slow__ok", "shell", "skill"]);
+    drop(s);
+    assert!(ends(servers[1]).await && ends(children[1]).await, "the server's group outlived its session");
+}
+
+#[tokio::test]
+async fn servers_start_together_within_their_own_timeouts_and_failed_starts_back_off() {
+    let gw = ScriptedGateway::start().await;
+    for text in ["One.", "Two.", "Three."] {
+        gw.push(Reply::sse(anthropic_text(text)));
+    }
+    // `p` and `q` each wait for the other to have started (a fifo opens once both ends are
+    // open), so they start only if they start together; `cat` and `yes` never answer.
+    let servers = "  p:\n    command: sh\n    args: [-c, 'echo go > {dir}/rendezvous && exec python3 {dir}/fake.py']\n    env: {FAKE_TOOLS: x}\n    timeout_secs: 20\n  q:\n    command: sh\n    args: [-c, 'read x < {dir}/rendezvous && exec python3 {dir}/fake.py']\n    env: {FAKE_TOOLS: x}\n    timeout_secs: 20\n  cat:\n    command: cat\n    timeout_secs: 1\n  yes:\n    command: yes\n    timeout_secs: 1\n";
+    let (t, dir) = fake_home(&gw, servers);
+    common::wait::Fifo::new(dir.join("rendezvous"));
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let timed_out = ["mcp server cat: its tools are left out of this turn: initialize timed out after 1 s", "mcp server yes: its tools are left out of this turn: initialize timed out after 1 s"];
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "one", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(system(&ev), timed_out);
+    assert_eq!(tool_names(&gw.requests()[0]), ["mcp__p__x", "mcp__q__x", "shell", "skill"]);
+    // One failure: the next turn tries again at once; two in a row: starts wait 1 s.
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "two", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(system(&ev), timed_out);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "three", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let waits: Vec<(String, f64)> = system(&ev)
+        .into_iter()
+        .map(|text| {
+            let (head, secs) = text.rsplit_once("; next try in ").unwrap();
+            (head.to_string(), secs.strip_suffix(" s").unwrap().parse().unwrap())
+        })
+        .collect();
+    for ((head, secs), server) in waits.iter().zip(["cat", "yes"]) {
+        let want = format!("mcp server {server}: its tools are left out of this turn: not started after its last failure (initialize timed out after 1 s)");
+        assert_eq!(head, &want);
+        assert!(*secs > 0.0 && *secs <= 1.0, "{secs}");
+    }
+    assert_eq!(waits.len(), 2);
+    assert_eq!(tool_names(&gw.requests()[2]), ["mcp__p__x", "mcp__q__x", "shell", "skill"]);
+}
+
+#[tokio::test]
+async fn a_tool_name_two_servers_share_is_offered_once_with_a_system_event() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_use("t1", "mcp__a__b__c", "{}")));
+    gw.push(Reply::sse(anthropic_text("Done.")));
+    let servers = "  a__b:\n    command: python3\n    args: [{dir}/fake.py]\n    env: {FAKE_TOOLS: \"c,d\", FAKE_LABEL: AB}\n  a:\n    command: python3\n    args: [{dir}/fake.py]\n    env: {FAKE_TOOLS: b__c, FAKE_LABEL: A}\n";
+    let (t, _dir) = fake_home(&gw, servers);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "call it", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(system(&ev), ["mcp server a__b: tool `c` left out: `mcp__a__b__c` is already the name of tool `b__c` of mcp server a"]);
+    let reqs = gw.requests();
+    assert_eq!(tool_names(&reqs[0]), ["mcp__a__b__c", "mcp__a__b__d", "shell", "skill"]);
+    assert_eq!(body(&reqs[0])["tools"][0]["description"], "A b__c");
+    assert_eq!(results(&reqs[1]), [("A b__c".to_string(), false)]);
+}
+
+#[tokio::test]
+async fn a_server_that_exits_at_start_points_to_its_log() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("One.")));
+    let (t, _dir) = fake_home(&gw, "  gone:\n    command: python3\n    args: [{dir}/missing.py]\n");
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "one", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(
+        system(&ev),
+        ["mcp server gone: its tools are left out of this turn: initialize failed: the server exited (or closed its stdin/stdout) before answering; its stderr is in .cicy/logs/mcp-gone.log"]
+    );
+    let log = std::fs::read_to_string(t.workspace(&id).join(".cicy/logs/mcp-gone.log")).unwrap();
+    assert!(log.contains("missing.py': [Errno 2] No such file or directory"), "{log}");
 }

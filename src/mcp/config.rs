@@ -26,19 +26,11 @@ pub struct McpServerConfig {
     pub args: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// Limit of each `tools/list` and `tools/call` request, in seconds; at least 1. Starting
-    /// the server (spawn and `initialize`) gets [`McpServerConfig::start_timeout_secs`].
+    /// Limit of a start (spawn and `initialize`) and of each `tools/list` and `tools/call`
+    /// request, in seconds; at least 1. A server that never answers costs a turn at most this
+    /// long, so a server that downloads itself first (`npx`) needs it higher than its calls do.
     #[serde(default = "default_timeout")]
     pub timeout_secs: u64,
-}
-
-impl McpServerConfig {
-    /// The limit of a start (spawn and `initialize`): `timeout_secs`, but at least
-    /// [`DEFAULT_TIMEOUT_SECS`], as a cold start (`npx` fetching the package, a busy machine)
-    /// is slower than a call and a short `timeout_secs` is meant for calls.
-    pub fn start_timeout_secs(&self) -> u64 {
-        self.timeout_secs.max(DEFAULT_TIMEOUT_SECS)
-    }
 }
 
 fn default_timeout() -> u64 {
@@ -108,7 +100,6 @@ mod tests {
     fn yaml_defaults_and_unknown_keys() {
         let c: McpServerConfig = serde_yaml::from_str("command: node\n").unwrap();
         assert_eq!(c, server("node", 60));
-        assert_eq!((server("n", 1).start_timeout_secs(), server("n", 90).start_timeout_secs()), (60, 90));
         let c: McpServerConfig =
             serde_yaml::from_str("command: node\nargs: [a, b]\nenv: {K: v}\ntimeout_secs: 5\n").unwrap();
         assert_eq!((c.args, c.env, c.timeout_secs), (vec!["a".to_string(), "b".to_string()], BTreeMap::from([("K".to_string(), "v".to_string())]), 5));

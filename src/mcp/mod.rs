@@ -32,6 +32,10 @@ pub enum McpError {
     Spawn { command: String, source: std::io::Error },
     #[error("initialize failed: {0}")]
     Initialize(String),
+    /// The server closed its stdin or stdout before answering `initialize` (a missing script,
+    /// a crash at start); `log` is its stderr log relative to the workspace.
+    #[error("initialize failed: the server exited (or closed its stdin/stdout) before answering; its stderr is in {log}")]
+    ExitedAtStart { log: String },
     #[error("{what} timed out after {secs} s")]
     Timeout { what: String, secs: u64 },
     /// Found dead when the call came, or the session closed while the call ran (one text:

@@ -3,16 +3,19 @@
 //! Owns one slot per configured server, its connection and its failure count. A server starts
 //! on the first need (the turn-start listing), stays running for as long as the [`Pool`] (the
 //! `Session`) lives, and is stopped when a turn finds it removed from meta.yaml or its entry
-//! changed (then started again with the new entry). A crash is reported to the call that finds
-//! it (`error: mcp server <name>: …`) and the server is started again on the next need; after
-//! a second failure in a row (a crash or a failed start with no successful answer in between)
-//! starts are spaced 1 s, 2 s, 4 s … at most 60 s apart, counted from the last failure.
+//! changed (then started again with the new entry). A crash, or a request that times out (the
+//! server is then killed), is reported to the call that finds it (`error: mcp server <name>: …`)
+//! and the server is started again on the next need; after a second failure in a row (a crash,
+//! a timeout or a failed start with no successful answer in between) starts are spaced 1 s,
+//! 2 s, 4 s … at most 60 s apart, counted from the last failure. The servers of a turn are
+//! started and listed concurrently.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
@@ -52,6 +55,8 @@ struct Slot {
 #[derive(Debug, Default)]
 struct State {
     conn: Option<Connection>,
+    /// Counts starts, so a request that failed on an older connection does not stop a newer one.
+    started: u64,
     /// Failures since the last successful answer.
     failures: u32,
     /// When the last one happened and what it was.
@@ -59,6 +64,7 @@ struct State {
 }
 
 impl State {
+    /// Drops the connection (which kills the server's process group) and counts a failure.
     fn fail(&mut self, what: String) {
         self.conn = None;
         self.failures += 1;
@@ -97,21 +103,32 @@ impl Pool {
 
     /// The tools of the servers in `servers` (a role's `mcp_servers`), for one turn: each
     /// server is started if it does not run and asked for all its tools (`tools/list`,
-    /// following `nextCursor`). Servers not in `servers` are stopped first. A server that
-    /// cannot be listed, and a tool whose `mcp__<server>__<tool>` name the APIs would refuse,
-    /// is left out of the turn with a `system` event saying why. Cancelling `cancel` stops the
-    /// listing; what was listed so far is returned.
+    /// following `nextCursor`), all servers concurrently, each within its own `timeout_secs`.
+    /// Servers not in `servers` are stopped first. A server that cannot be listed, a tool
+    /// whose `mcp__<server>__<tool>` name the APIs would refuse, and a tool whose full name an
+    /// earlier tool already has (servers in name order, then each server's order) are left out
+    /// of the turn with a `system` event saying why. Cancelling `cancel` stops the listing;
+    /// the servers listed by then are returned.
     pub async fn tools(&self, servers: &BTreeMap<String, McpServerConfig>, events: &Emitter, cancel: &CancellationToken) -> Vec<Arc<dyn Tool>> {
         let slots = self.sync(servers);
+        // All servers at once: a turn waits about the longest start or listing, not their sum.
+        let listings = join_all(slots.iter().map(|slot| async move {
+            tokio::select! {
+                r = self.list(slot) => Some(r),
+                () = cancel.cancelled() => None,
+            }
+        }))
+        .await;
+        // Which server and tool each offered full name came from: server `a__b`'s tool `c` and
+        // server `a`'s tool `b__c` are both `mcp__a__b__c`; the first in server-name order,
+        // then the server's own order, keeps it.
+        let mut taken: BTreeMap<String, (String, String)> = BTreeMap::new();
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for slot in slots {
-            let listed = tokio::select! {
-                r = self.list(&slot) => r,
-                () = cancel.cancelled() => break,
-            };
+        for (slot, listed) in slots.iter().zip(listings) {
             let listed = match listed {
-                Ok(listed) => listed,
-                Err(e) => {
+                None => continue,
+                Some(Ok(listed)) => listed,
+                Some(Err(e)) => {
                     tracing::warn!(server = %slot.name, error = %e, "mcp server left out of this turn");
                     events.emit(EventKind::System { text: format!("mcp server {}: its tools are left out of this turn: {e}", slot.name) });
                     continue;
@@ -125,7 +142,20 @@ impl Pool {
                     text: format!("mcp server {}: tool `{tool}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)", slot.name),
                 });
             }
-            tools.extend(offered);
+            for tool in offered {
+                if let Some((server, first)) = taken.get(&tool.full_name) {
+                    tracing::warn!(tool = %tool.full_name, "mcp tool left out: its name is taken");
+                    events.emit(EventKind::System {
+                        text: format!(
+                            "mcp server {}: tool `{}` left out: `{}` is already the name of tool `{first}` of mcp server {server}",
+                            slot.name, tool.tool, tool.full_name
+                        ),
+                    });
+                    continue;
+                }
+                taken.insert(tool.full_name.clone(), (slot.name.clone(), tool.tool.clone()));
+                tools.push(Arc::new(tool));
+            }
         }
         tools
     }
@@ -141,13 +171,13 @@ impl Pool {
         };
         let secs = slot.config.timeout_secs;
         let call = async {
-            let peer = self.peer(&slot, true).await?;
+            let (peer, started) = self.peer(&slot, true).await?;
             let mut params = CallToolRequestParams::new(tool.to_string());
             params.arguments = Some(args);
             match tokio::time::timeout(Duration::from_secs(secs), peer.call_tool(params)).await {
                 Ok(Ok(result)) => Ok(result),
-                Ok(Err(e)) => Err(self.failed(&slot, e).await),
-                Err(_) => Err(McpError::Timeout { what: format!("tool {tool}"), secs }),
+                Ok(Err(e)) => Err(self.failed(&slot, started, e).await),
+                Err(_) => Err(self.timed_out(&slot, started, format!("tool {tool}")).await),
             }
         };
         let outcome = tokio::select! {
@@ -187,15 +217,15 @@ impl Pool {
 
     /// All tools of `slot`'s server, each `tools/list` page within its timeout.
     async fn list(&self, slot: &Slot) -> Result<Vec<rmcp::model::Tool>, McpError> {
-        let peer = self.peer(slot, false).await?;
+        let (peer, started) = self.peer(slot, false).await?;
         let secs = slot.config.timeout_secs;
         match tokio::time::timeout(Duration::from_secs(secs), peer.list_all_tools()).await {
             Ok(Ok(tools)) => {
                 slot.state.lock().await.failures = 0;
                 Ok(tools)
             }
-            Ok(Err(e)) => Err(self.failed(slot, e).await),
-            Err(_) => Err(McpError::Timeout { what: "tools/list".into(), secs }),
+            Ok(Err(e)) => Err(self.failed(slot, started, e).await),
+            Err(_) => Err(self.timed_out(slot, started, "tools/list".into()).await),
         }
     }
 
@@ -203,11 +233,12 @@ impl Pool {
     /// backoff says wait). A server found dead is an error for a call (`at_call`) — the call
     /// was meant for the process that died — and is started again on the next need; the
     /// turn-start listing starts it again at once.
-    async fn peer(&self, slot: &Slot, at_call: bool) -> Result<Peer<RoleClient>, McpError> {
+    /// Also returns the start it belongs to, for [`Pool::failed`] and [`Pool::timed_out`].
+    async fn peer(&self, slot: &Slot, at_call: bool) -> Result<(Peer<RoleClient>, u64), McpError> {
         let mut state = slot.state.lock().await;
         if let Some(conn) = &state.conn {
             if conn.alive() {
-                return Ok(conn.peer());
+                return Ok((conn.peer(), state.started));
             }
             state.fail("the server exited".into());
             if at_call {
@@ -222,7 +253,8 @@ impl Pool {
                 tracing::info!(server = %slot.name, pid = ?conn.pid(), "mcp server started");
                 let peer = conn.peer();
                 state.conn = Some(conn);
-                Ok(peer)
+                state.started += 1;
+                Ok((peer, state.started))
             }
             Err(e) => {
                 state.fail(e.to_string());
@@ -231,25 +263,41 @@ impl Pool {
         }
     }
 
-    /// The error of a failed request; a closed session counts as a crash, so the next need
-    /// starts the server again.
-    async fn failed(&self, slot: &Slot, e: ServiceError) -> McpError {
+    /// The error of a failed request on start `started`; a closed session counts as a crash,
+    /// so the next need starts the server again.
+    async fn failed(&self, slot: &Slot, started: u64, e: ServiceError) -> McpError {
         let mut state = slot.state.lock().await;
         let dead = matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_))
             || state.conn.as_ref().is_some_and(|c| !c.alive());
         if dead {
             tracing::warn!(server = %slot.name, error = %e, "mcp server exited during a request");
-            state.fail("the server exited".into());
+            // A request on an older start: its failure was counted and a newer start runs.
+            if state.started == started {
+                state.fail("the server exited".into());
+            }
             return McpError::Exited;
         }
         McpError::Request(e.to_string())
+    }
+
+    /// The error of a request on start `started` that got no answer in time. A server that
+    /// hangs on one request usually answers no other (one thread, or stuck), so it counts as a
+    /// failure: its process group is killed and the next need starts it again.
+    async fn timed_out(&self, slot: &Slot, started: u64, what: String) -> McpError {
+        let e = McpError::Timeout { what, secs: slot.config.timeout_secs };
+        let mut state = slot.state.lock().await;
+        if state.started == started && state.conn.is_some() {
+            tracing::warn!(server = %slot.name, error = %e, "mcp server killed: a request timed out");
+            state.fail(e.to_string());
+        }
+        e
     }
 }
 
 /// The tools of server `server` the model can be offered, and the names of those left out
 /// because `mcp__<server>__<tool>` is not a valid tool name.
-fn offered_tools(pool: &Pool, server: &str, listed: Vec<rmcp::model::Tool>) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
-    let mut offered: Vec<Arc<dyn Tool>> = Vec::new();
+fn offered_tools(pool: &Pool, server: &str, listed: Vec<rmcp::model::Tool>) -> (Vec<McpTool>, Vec<String>) {
+    let mut offered = Vec::new();
     let mut left_out = Vec::new();
     for tool in listed {
         let name = full_name(server, &tool.name);
@@ -257,14 +305,14 @@ fn offered_tools(pool: &Pool, server: &str, listed: Vec<rmcp::model::Tool>) -> (
             left_out.push(tool.name.to_string());
             continue;
         }
-        offered.push(Arc::new(McpTool {
+        offered.push(McpTool {
             pool: pool.clone(),
             server: server.to_string(),
             tool: tool.name.to_string(),
             full_name: name,
             description: tool.description.as_deref().or(tool.title.as_deref()).unwrap_or_default().to_string(),
             input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-        }));
+        });
     }
     (offered, left_out)
 }

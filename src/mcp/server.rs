@@ -3,14 +3,14 @@
 //! Owns starting a server (spawn in the workspace without the gateway's API key variables,
 //! stderr appended to `<workspace>/.cicy/logs/mcp-<server>.log`, `initialize` within the
 //! server's timeout) and telling whether it is still alive. The child is in its own process
-//! group (a Ctrl-C at the terminal cancels the turn, not the server) and is killed when the
-//! connection is dropped. Restarts and backoff are the pool's.
+//! group (a Ctrl-C at the terminal cancels the turn, not the server); the group is killed when
+//! the connection is dropped or its start fails. Restarts and backoff are the pool's.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use rmcp::service::{Peer, RunningService};
+use rmcp::service::{ClientInitializeError, Peer, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 
@@ -22,27 +22,47 @@ pub fn log_path(workspace: &Path, name: &str) -> PathBuf {
     workspace.join(".cicy").join("logs").join(format!("mcp-{name}.log"))
 }
 
-/// A started and initialized server.
+/// A started and initialized server. Dropping it ends the session and kills the server's
+/// process group.
 pub(super) struct Connection {
     service: RunningService<RoleClient, ()>,
-    pid: Option<u32>,
+    group: Option<Group>,
+}
+
+/// The process group of a server (its leader's pid: the child is started with
+/// `process_group(0)`), SIGKILLed when dropped, so a server started through a wrapper (`npx`,
+/// `sh -c`) leaves no process behind. rmcp kills and reaps the leader itself; this reaches the
+/// rest of the group. The group id stays taken while any member lives, so the kill cannot reach
+/// another group unless all members are gone and the id was reused in between.
+#[derive(Debug)]
+struct Group(u32);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let Ok(pgid) = libc::pid_t::try_from(self.0) else {
+            return;
+        };
+        // SAFETY: kill takes a pid (negative: a process group) and a signal number. ESRCH (the
+        // group is gone) is the common case after a crash and needs nothing.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
 }
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("pid", &self.pid).finish_non_exhaustive()
+        f.debug_struct("Connection").field("pid", &self.pid()).finish_non_exhaustive()
     }
 }
 
 impl Connection {
-    /// Starts server `name` and runs `initialize`, all within its
-    /// [`McpServerConfig::start_timeout_secs`]. A line
+    /// Starts server `name` and runs `initialize`, all within its `timeout_secs`. A line
     /// `--- <time> starting <command> <args…>` goes into the log first, so each start's stderr
-    /// can be told apart.
+    /// can be told apart. A start that fails kills the child's process group.
     ///
     /// Errors: [`McpError::Log`] when the log file cannot be opened, [`McpError::Spawn`] when
-    /// the program cannot be started, [`McpError::Initialize`] when the handshake fails and
-    /// [`McpError::Timeout`] when it does not finish in time.
+    /// the program cannot be started, [`McpError::ExitedAtStart`] when the server closed its
+    /// pipes (it exited) before answering, [`McpError::Initialize`] when the handshake fails
+    /// otherwise and [`McpError::Timeout`] when it does not finish in time.
     pub async fn start(name: &str, config: &McpServerConfig, workspace: &Path, hidden_env: &[String]) -> Result<Self, McpError> {
         let path = log_path(workspace, name);
         let header = format!("--- {} starting {} {}\n", crate::fsutil::now_rfc3339(), config.command, config.args.join(" "));
@@ -57,14 +77,20 @@ impl Connection {
             .stderr(Stdio::from(log))
             .spawn()
             .map_err(|source| McpError::Spawn { command: config.command.clone(), source })?;
-        let pid = transport.id();
-        let timeout_secs = config.start_timeout_secs();
-        let service = match tokio::time::timeout(Duration::from_secs(timeout_secs), ().serve(transport)).await {
+        let group = transport.id().map(Group);
+        let secs = config.timeout_secs;
+        let service = match tokio::time::timeout(Duration::from_secs(secs), ().serve(transport)).await {
             Ok(Ok(service)) => service,
+            // The pipe ended (read or write side): the process is gone or about to be (rmcp
+            // drops it), and why is in its stderr. rmcp's wording depends on which side it hit
+            // first, so it is not repeated.
+            Ok(Err(ClientInitializeError::ConnectionClosed(_) | ClientInitializeError::TransportError { .. })) => {
+                return Err(McpError::ExitedAtStart { log: format!(".cicy/logs/mcp-{name}.log") });
+            }
             Ok(Err(e)) => return Err(McpError::Initialize(e.to_string())),
-            Err(_) => return Err(McpError::Timeout { what: "initialize".into(), secs: timeout_secs }),
+            Err(_) => return Err(McpError::Timeout { what: "initialize".into(), secs }),
         };
-        Ok(Self { service, pid })
+        Ok(Self { service, group })
     }
 
     /// Whether the session still runs: the process has not closed its end and rmcp has not
@@ -80,7 +106,7 @@ impl Connection {
 
     /// The server's process id, when the OS gave one.
     pub fn pid(&self) -> Option<u32> {
-        self.pid
+        self.group.as_ref().map(|g| g.0)
     }
 }
 
