@@ -161,12 +161,6 @@ impl Capture {
     }
 }
 
-/// The integration tests' bounded waits on a process's end, as `crate::tools` includes them.
-#[cfg(test)]
-#[allow(dead_code)] // the unit tests use part of it
-#[path = "../../tests/common/wait.rs"]
-mod wait;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,7 +229,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let pid: i32 = std::fs::read_to_string(d.path().join("bg.pid")).unwrap().trim().parse().unwrap();
-        assert!(super::wait::exited_within(pid, Duration::from_secs(10)).await, "the background sleep was not killed");
+        assert!(crate::tools::wait::exited_within(pid, Duration::from_secs(10)).await, "the background sleep was not killed");
     }
 
     #[tokio::test]
