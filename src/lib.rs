@@ -29,4 +29,5 @@ pub mod role;
 pub mod serve;
 pub mod tools;
 pub mod turn;
+pub mod unique_map;
 pub mod wake;

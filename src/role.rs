@@ -129,7 +129,7 @@ pub struct RoleMeta {
     #[serde(default)]
     pub skill_guard: crate::tools::skill_guard::Mode,
     /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (DESIGN.md §12).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::unique_map::deserialize")]
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
 }
 

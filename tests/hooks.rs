@@ -295,6 +295,54 @@ async fn a_deny_at_after_response_aborts_the_turn_as_blocked() {
 }
 
 #[tokio::test]
+async fn a_hook_that_leaves_a_background_child_answers_when_it_exits() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    // The sleep holds the hook's stdout open for 30 s; the answer (empty stdout: allow) is
+    // complete when the script exits, and the sleep is killed.
+    let bg = "sleep 30 &\necho $! > sleep.pid\nexit 0";
+    role_with_hooks(&t, "  before_tool: [{command: hooks/bg.sh, timeout_secs: 3}]\n", &[("bg.sh", bg)]);
+    let (reqs, k, id) = shell_turn(&t, &gw, "echo ran").await;
+    assert_eq!(tool_result(&reqs[1]), json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "ran\nexit code: 0"}));
+    assert_eq!(hook_actions(&k), [("before_tool".into(), "hooks/bg.sh".into(), "allow".into(), None)]);
+    assert!(hook_errors(&k).is_empty(), "{:?}", hook_errors(&k));
+    let pid: i32 = std::fs::read_to_string(t.workspace(&id).join("sleep.pid")).unwrap().trim().parse().unwrap();
+    assert!(common::wait::exited_within(pid, std::time::Duration::from_secs(10)).await, "the hook's background sleep was not killed");
+}
+
+#[tokio::test]
+async fn a_hook_printing_more_than_1_mib_fails_naming_the_limit() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    role_with_hooks(&t, "  before_tool: [{command: hooks/big.sh}]\n", &[("big.sh", "head -c 2000000 /dev/zero | tr '\\0' x")]);
+    let (reqs, k, id) = shell_turn(&t, &gw, "touch ran").await;
+    let why = "its stdout went over the limit of 1 MiB (a hook answers with one JSON object)";
+    assert_eq!(
+        tool_result(&reqs[1]),
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": format!("error: blocked by hook hooks/big.sh: {why}"), "is_error": true})
+    );
+    assert_eq!(hook_errors(&k), [format!("hook hooks/big.sh (before_tool): {why}")]);
+    assert!(!t.workspace(&id).join("ran").exists());
+}
+
+#[tokio::test]
+async fn a_command_with_arguments_fails_saying_commands_take_none() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    role_with_hooks(&t, "  before_tool: [{command: \"python3 h/x.py\"}]\n", &[]);
+    let (reqs, k, id) = shell_turn(&t, &gw, "touch ran").await;
+    let why = format!(
+        "cannot start {}: No such file or directory (os error 2); commands run without a shell and take no arguments: put `python3 h/x.py` in a script",
+        t.workspace(&id).join("python3 h/x.py").display()
+    );
+    assert_eq!(
+        tool_result(&reqs[1]),
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": format!("error: blocked by hook python3 h/x.py: {why}"), "is_error": true})
+    );
+    assert_eq!(hook_errors(&k), [format!("hook python3 h/x.py (before_tool): {why}")]);
+}
+
+#[tokio::test]
 async fn a_bad_hook_in_meta_yaml_is_an_error_naming_the_file_and_field() {
     let gw = ScriptedGateway::start().await;
     let t = TestHome::new(&gw.url(), 0);

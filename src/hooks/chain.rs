@@ -233,8 +233,13 @@ async fn run_one(cx: &Context, name: HookName, spec: &HookSpec, payload: &Map<St
             }
         }
         Ran::Exited { signal, .. } => format!("killed by signal {}", signal.unwrap_or(0)),
+        Ran::StdoutOverLimit => format!("its stdout went over the limit of {} MiB (a hook answers with one JSON object)", runner::STDOUT_LIMIT >> 20),
         Ran::TimedOut => format!("timed out after {} s", spec.timeout.as_secs()),
-        Ran::NotStarted(e) => e,
+        Ran::NotFound(e) if spec.command.contains(char::is_whitespace) => format!(
+            "{e}; commands run without a shell and take no arguments: put `{}` in a script",
+            spec.command.trim()
+        ),
+        Ran::NotFound(e) | Ran::NotStarted(e) => e,
     };
     cx.events.emit(EventKind::Error { kind: "hook".to_string(), message: format!("hook {} ({}): {failure}", spec.command, name.as_str()) });
     Some(match spec.on_error {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::unique_map::UniqueMap;
+
 /// The hook points of a turn (CMDC's 13). `on_turn_end` is accepted as another name of
 /// `after_turn`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -132,9 +134,10 @@ pub struct HookSpec {
 }
 
 /// meta.yaml `hooks:`: per hook name, its hooks in the order they run (priority, then meta.yaml
-/// order). Deserializing validates (see [`HooksConfig::validate`]).
+/// order). Deserializing validates (see [`HooksConfig::validate`]); a hook name written twice is
+/// an error (``duplicate key `before_tool` ``, [`UniqueMap`]), not a silent drop of the first.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(try_from = "BTreeMap<String, Vec<RawSpec>>")]
+#[serde(try_from = "UniqueMap<Vec<RawSpec>>")]
 pub struct HooksConfig {
     by_name: BTreeMap<HookName, Vec<HookSpec>>,
 }
@@ -174,11 +177,11 @@ impl HooksConfig {
     }
 }
 
-impl TryFrom<BTreeMap<String, Vec<RawSpec>>> for HooksConfig {
+impl TryFrom<UniqueMap<Vec<RawSpec>>> for HooksConfig {
     type Error = String;
 
-    fn try_from(raw: BTreeMap<String, Vec<RawSpec>>) -> Result<Self, String> {
-        Self::validate(raw)
+    fn try_from(raw: UniqueMap<Vec<RawSpec>>) -> Result<Self, String> {
+        Self::validate(raw.0)
     }
 }
 

@@ -19,11 +19,11 @@ pub mod skill;
 pub mod task;
 pub mod skill_guard;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
-/// shared so the unit tests here wait the same way instead of polling.
+/// shared so the unit tests here (and `crate::hooks::runner`'s) wait the same way instead of polling.
 #[cfg(test)]
 #[allow(dead_code)] // the unit tests use part of it
 #[path = "../../tests/common/wait.rs"]
-mod wait;
+pub(crate) mod wait;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
