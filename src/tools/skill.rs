@@ -572,7 +572,7 @@ mod tests {
         let ctx = ToolContext { skill_guard: Some(guard), ..context(dir.path()) };
         install(dir.path(), "ok", "---\nallowed-tools: ls\n---\n");
         install(dir.path(), "bad", "---\ndescription: use when: editing\nallowed-tools: ls\n---\nbody\n");
-        assert_eq!(run(&json!({"name": "ok"}), &ctx).await.is_error, false);
+        assert_eq!(run(&json!({"name": "ok"}), &ctx).await, output("---\nallowed-tools: ls\n---\n", false));
         let refused = format!(
             "skill \"bad\" cannot be used: its front matter could not be parsed: mapping values are not allowed in this context at line 1 column 22; fix {} (the skill is not active)",
             dir.path().join("bad/SKILL.md").display()
