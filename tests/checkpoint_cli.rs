@@ -107,7 +107,7 @@ async fn save_ls_load_rm_round_trip_the_messages_byte_for_byte() {
 }
 
 #[tokio::test]
-async fn load_and_save_are_refused_while_a_turn_holds_the_lock() {
+async fn load_and_save_are_refused_with_exit_1_while_a_turn_holds_the_lock() {
     let (h, gw) = setup().await;
     let h = h.path();
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save"]).await;
@@ -116,7 +116,7 @@ async fn load_and_save_are_refused_while_a_turn_holds_the_lock() {
     let lock = cicy::lock::TurnLock::try_acquire(&ws(h), "w-1").unwrap();
     for args in [vec!["checkpoint", "w-1", "load", id.as_str()], vec!["checkpoint", "w-1", "save"]] {
         let o = cicy(h, &gw.url(), &args).await;
-        assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", "error: a turn is running for w-1; try again when it has ended\n"));
+        assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (1, "", "error: a turn is running for w-1; try again when it has ended\n"));
     }
     drop(lock);
     assert_eq!(names(&checkpoints(h)), [id]);
@@ -173,4 +173,51 @@ async fn a_save_killed_mid_way_leaves_no_checkpoint() {
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(names(&checkpoints(h)), [o.stdout.trim_end().to_string()]);
+}
+
+#[tokio::test]
+async fn a_corrupt_checkpoint_is_refused_with_nothing_changed() {
+    let (h, gw) = setup().await;
+    let h = h.path();
+    chat(h, &gw, "one").await;
+    std::fs::create_dir_all(ws(h).join(".cicy/memory")).unwrap();
+    std::fs::write(ws(h).join(".cicy/memory/fact_a.md"), "A\n").unwrap();
+    let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save"]).await;
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let id = o.stdout.trim_end().to_string();
+    let cp = checkpoints(h).join(&id);
+    chat(h, &gw, "two").await;
+    std::fs::write(ws(h).join("AGENTS.md"), "edited\n").unwrap();
+    let link = || std::fs::read_link(ws(h).join(".cicy/history/current.json")).unwrap();
+    let active = link();
+
+    // memory/ replaced by a file.
+    std::fs::remove_dir_all(cp.join("memory")).unwrap();
+    std::fs::write(cp.join("memory"), "x").unwrap();
+    let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "load", &id]).await;
+    let refused = format!("error: {}: not a folder; the checkpoint was not loaded and nothing was changed\n", cp.join("memory").display());
+    assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", refused.as_str()));
+    // current.json deleted while meta.json says 2 messages: not an empty conversation.
+    std::fs::remove_file(cp.join("memory")).unwrap();
+    std::fs::remove_file(cp.join("current.json")).unwrap();
+    let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "load", &id]).await;
+    let refused = format!(
+        "error: {}: missing, but meta.json says the conversation had 2 messages; the checkpoint was not loaded and nothing was changed\n",
+        cp.join("current.json").display()
+    );
+    assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", refused.as_str()));
+
+    assert_eq!(link(), active);
+    assert_eq!(std::fs::read_to_string(ws(h).join("AGENTS.md")).unwrap(), "edited\n");
+    assert_eq!(names(&checkpoints(h)), [id]);
+}
+
+#[tokio::test]
+async fn a_label_with_a_control_character_is_refused() {
+    let (h, gw) = setup().await;
+    let h = h.path();
+    let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save", "--label", "a\tb\nc"]).await;
+    let refused = "error: bad label \"a\\tb\\nc\": it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`\n";
+    assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", refused));
+    assert!(!checkpoints(h).exists());
 }

@@ -12,14 +12,18 @@
 //! never talks to the gateway and never edits a checkpoint after it is renamed into place.
 
 pub mod auto;
+mod load;
+
+pub use load::{load, Loaded};
 
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore, ReplyFile};
+use crate::conversation::history::{HistoryError, HistoryStore};
 use crate::fsutil;
 
 /// `meta.json` `schema_version` this version writes and reads (CMDC: 1).
@@ -33,6 +37,10 @@ pub const BEFORE_LOAD: &str = "before-load";
 
 /// Prefix of a checkpoint (or a removal) in progress; never listed, deleted by the next save.
 const TMP_PREFIX: &str = ".tmp-";
+/// Mode of the folders a save creates: the copies are as private as the agent's own files.
+const PRIVATE_DIR: u32 = 0o700;
+/// Mode of `meta.json`, and of a copy whose source's mode could not be read.
+const PRIVATE_FILE: u32 = 0o600;
 
 /// `meta.json` of a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +88,13 @@ pub enum CheckpointError {
     Corrupt { path: PathBuf, message: String },
     #[error("{path}: schema_version {found} is not supported (this version reads {SCHEMA_VERSION}); nothing was changed")]
     Schema { path: PathBuf, found: u32 },
+    #[error("{path}: {problem}; the checkpoint was not loaded and nothing was changed")]
+    Unloadable { path: PathBuf, problem: String },
+    #[error("bad label {0:?}: it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`")]
+    BadLabel(String),
+    /// A load that failed after it had begun to change the agent's files.
+    #[error("{source}; loading checkpoint {id} stopped there: {changed}; load checkpoint {before} (before-load) to go back")]
+    PartlyLoaded { id: String, source: Box<CheckpointError>, changed: String, before: String },
     #[error(transparent)]
     History(#[from] HistoryError),
 }
@@ -112,27 +127,36 @@ pub struct SaveOptions {
 
 /// Saves a checkpoint of the agent in `workspace` and returns its meta. Call it holding the
 /// turn lock. Stale `.tmp-*` entries (a save or removal that was killed) are deleted first.
+/// The folders it creates are 0700 and each copy keeps its source's permission bits
+/// (meta.json 0600): the history and AGENTS.md are private, so are their copies.
 ///
-/// Errors: [`CheckpointError::Io`] naming the file; [`CheckpointError::Corrupt`] when the
-/// active current.json cannot be parsed (its message count is recorded). Nothing is left in
-/// `checkpoints/` on an error but a `.tmp-*` folder the next save deletes.
+/// Errors: [`CheckpointError::BadLabel`] for a label that is empty or has a control character
+/// (checked before anything is written); [`CheckpointError::Io`] naming the file;
+/// [`CheckpointError::Corrupt`] when the active current.json cannot be parsed (its message
+/// count is recorded). Nothing is left in `checkpoints/` on an error but a `.tmp-*` folder
+/// the next save deletes.
 pub fn save(workspace: &Path, opts: &SaveOptions) -> Result<Meta, CheckpointError> {
+    if let Some(label) = &opts.label {
+        if label.trim().is_empty() || label.chars().any(char::is_control) {
+            return Err(CheckpointError::BadLabel(label.clone()));
+        }
+    }
     let root = dir(workspace);
-    fs::create_dir_all(&root).map_err(io(&root))?;
+    fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(&root).map_err(io(&root))?;
     remove_stale(&root)?;
     let unix = fsutil::unix_now();
     let id = format!("{unix}-{:06x}", rand::random::<u32>() & 0xff_ffff);
     let tmp = root.join(format!("{TMP_PREFIX}{id}"));
-    fs::create_dir(&tmp).map_err(io(&tmp))?;
+    fs::DirBuilder::new().mode(PRIVATE_DIR).create(&tmp).map_err(io(&tmp))?;
 
     let store = HistoryStore::new(workspace);
     let conv_id = store.active_conversation();
     let mut message_count = 0;
     if let Some(conv) = &conv_id {
         let conv_dir = store.conversation_dir(conv);
-        if let Some(bytes) = read_optional(&conv_dir.join("current.json"))? {
+        if let Some((bytes, mode)) = read_optional(&conv_dir.join("current.json"))? {
             message_count = count_messages(&conv_dir.join("current.json"), &bytes)?;
-            write_new(&tmp.join("current.json"), &bytes)?;
+            write_new(&tmp.join("current.json"), &bytes, mode)?;
         }
         copy_optional(&conv_dir.join("reply.json"), &tmp.join("reply.json"))?;
     }
@@ -151,7 +175,7 @@ pub fn save(workspace: &Path, opts: &SaveOptions) -> Result<Meta, CheckpointErro
     };
     let meta_path = tmp.join("meta.json");
     let bytes = serde_json::to_vec_pretty(&meta).map_err(|e| io(&meta_path)(e.into()))?;
-    write_new(&meta_path, &bytes)?;
+    write_new(&meta_path, &bytes, PRIVATE_FILE)?;
     sync_filesystem(&tmp)?;
     let done = root.join(&id);
     fs::rename(&tmp, &done).map_err(io(&done))?;
@@ -184,58 +208,6 @@ pub fn list(workspace: &Path) -> Result<Vec<Listed>, CheckpointError> {
     }
     out.sort_by(|(ma, a), (mb, b)| (b.unix, mb, &b.id).cmp(&(a.unix, ma, &a.id)));
     Ok(out.into_iter().map(|(_, l)| l).collect())
-}
-
-/// What [`load`] did.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The checkpoint of the state before the load (label `before-load`).
-    pub before: Meta,
-    /// The checkpoint loaded.
-    pub meta: Meta,
-    /// The new conversation holding the checkpoint's messages.
-    pub conv_id: String,
-    pub message_count: usize,
-}
-
-/// Loads checkpoint `id` into the agent `agent_id` in `workspace`: saves a `before-load`
-/// checkpoint, then makes the checkpoint's history the active conversation under a NEW
-/// conversation id (its messages, ids and counters as saved; the old conversation stays on
-/// disk, as after `/clear`), writes its reply.json there, and puts back AGENTS.md,
-/// `.cicy/plan.json` and the memory files as saved (a file the checkpoint does not hold is
-/// removed: the saved state had none). Call it holding the turn lock.
-///
-/// Errors: [`CheckpointError::NotFound`] / [`CheckpointError::BadId`]; a meta.json or
-/// current.json that cannot be parsed or has another schema version (checked before anything
-/// is written); I/O errors naming the file.
-pub fn load(workspace: &Path, agent_id: &str, id: &str) -> Result<Loaded, CheckpointError> {
-    let cp = find(workspace, id)?;
-    let meta = read_meta(&cp.join("meta.json"))?;
-    let current_path = cp.join("current.json");
-    let saved: Option<CurrentFile> = match read_optional(&current_path)? {
-        Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt { path: current_path.clone(), message: e.to_string() })?),
-        None => None,
-    };
-    // A reply.json that no longer parses is not worth refusing the load for: the new
-    // conversation gets an idle one instead.
-    let reply: Option<ReplyFile> = read_optional(&cp.join("reply.json"))?.and_then(|b| serde_json::from_slice(&b).ok());
-
-    let before = save(workspace, &SaveOptions { label: Some(BEFORE_LOAD.to_string()), ..SaveOptions::default() })?;
-
-    let store = HistoryStore::new(workspace);
-    let fresh = CurrentFile::new(agent_id, saved.as_ref().map_or("", |c| c.model.as_str()));
-    let current = match saved {
-        Some(c) => CurrentFile { conversation_id: fresh.conversation_id.clone(), agent_id: agent_id.to_string(), ..c },
-        None => fresh,
-    };
-    store.start(&current)?;
-    if let Some(r) = reply {
-        store.save_reply(&ReplyFile { conversation_id: current.conversation_id.clone(), ..r })?;
-    }
-    restore_file(&cp.join("AGENTS.md"), &workspace.join("AGENTS.md"))?;
-    restore_file(&cp.join("plan.json"), &plan_path(workspace))?;
-    restore_memory(&cp.join("memory"), &memory_dir(workspace))?;
-    Ok(Loaded { before, meta, conv_id: current.conversation_id, message_count: current.messages.len() })
 }
 
 /// Removes checkpoint `id`: renamed to `.tmp-rm-<id>` first, so a crash mid-removal leaves no
@@ -332,18 +304,24 @@ fn remove_stale(root: &Path) -> Result<(), CheckpointError> {
     Ok(())
 }
 
-fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
-    match fs::read(path) {
-        Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(path)(e)),
-    }
+/// The bytes of `path` and its permission bits (`None` when it does not exist).
+fn read_optional(path: &Path) -> Result<Option<(Vec<u8>, u32)>, CheckpointError> {
+    let mut f = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(path)(e)),
+    };
+    let mode = f.metadata().map_or(PRIVATE_FILE, |m| m.mode() & 0o777);
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(io(path))?;
+    Ok(Some((bytes, mode)))
 }
 
-/// Writes a new file inside a checkpoint being built. No per-file rename or fsync: the folder's
-/// rename makes the whole checkpoint visible at once, after one [`sync_filesystem`].
-fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let mut f = fs::File::create(path).map_err(io(path))?;
+/// Writes a new file with permission bits `mode` inside a checkpoint being built. No per-file
+/// rename or fsync: the folder's rename makes the whole checkpoint visible at once, after one
+/// [`sync_filesystem`].
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<(), CheckpointError> {
+    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(path).map_err(io(path))?;
     f.write_all(bytes).map_err(io(path))
 }
 
@@ -361,7 +339,7 @@ fn sync_filesystem(dir: &Path) -> Result<(), CheckpointError> {
 
 fn copy_optional(from: &Path, to: &Path) -> Result<(), CheckpointError> {
     match read_optional(from)? {
-        Some(bytes) => write_new(to, &bytes),
+        Some((bytes, mode)) => write_new(to, &bytes, mode),
         None => Ok(()),
     }
 }
@@ -384,7 +362,7 @@ fn copy_memory(from: &Path, to: &Path) -> Result<(), CheckpointError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(io(from)(e)),
     };
-    fs::create_dir_all(to).map_err(io(to))?;
+    fs::DirBuilder::new().recursive(true).mode(PRIVATE_DIR).create(to).map_err(io(to))?;
     for entry in entries {
         let entry = entry.map_err(io(from))?;
         let Ok(name) = entry.file_name().into_string() else { continue };
@@ -396,51 +374,6 @@ fn copy_memory(from: &Path, to: &Path) -> Result<(), CheckpointError> {
             copy_memory(&entry.path(), &to.join(&name))?;
         } else if kind.is_file() {
             copy_optional(&entry.path(), &to.join(&name))?;
-        }
-    }
-    Ok(())
-}
-
-/// Puts `saved` back at `live` atomically (not rewritten when the bytes are the same), or
-/// removes `live` when the checkpoint has no such file.
-fn restore_file(saved: &Path, live: &Path) -> Result<(), CheckpointError> {
-    match read_optional(saved)? {
-        Some(bytes) if read_optional(live)?.as_deref() == Some(bytes.as_slice()) => Ok(()),
-        Some(bytes) => fsutil::write_atomic(live, &bytes).map_err(io(live)),
-        None => match fs::remove_file(live) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io(live)(e)),
-        },
-    }
-}
-
-/// Makes the memory state in `live` the one saved in `saved`, file by file (each write atomic);
-/// locks and the backoff file stay, as a memory flush of another process may hold them.
-fn restore_memory(saved: &Path, live: &Path) -> Result<(), CheckpointError> {
-    let names = |d: &Path| -> Result<Vec<(String, bool)>, CheckpointError> {
-        match fs::read_dir(d) {
-            Ok(entries) => Ok(entries
-                .flatten()
-                .filter_map(|e| Some((e.file_name().into_string().ok()?, e.file_type().ok()?.is_dir())))
-                .filter(|(n, is_dir)| is_memory_state(n, *is_dir))
-                .collect()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(io(d)(e)),
-        }
-    };
-    let keep = names(saved)?;
-    for (name, is_dir) in names(live)? {
-        if !keep.iter().any(|(n, d)| *n == name && *d == is_dir) {
-            let path = live.join(&name);
-            if is_dir { fs::remove_dir_all(&path) } else { fs::remove_file(&path) }.map_err(io(&path))?;
-        }
-    }
-    for (name, is_dir) in keep {
-        if is_dir {
-            restore_memory(&saved.join(&name), &live.join(&name))?;
-        } else {
-            restore_file(&saved.join(&name), &live.join(&name))?;
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
 use super::*;
+use crate::conversation::history::CurrentFile;
 use crate::conversation::message::{ContentBlock, Message};
 use serde_json::json;
 
@@ -147,4 +148,106 @@ fn a_checkpoint_with_an_unknown_schema_is_not_loaded() {
     let err = load(ws.path(), "w-1", &m.checkpoint_id).unwrap_err();
     assert_eq!(err.to_string(), format!("{}: schema_version 2 is not supported (this version reads 1); nothing was changed", meta_path.display()));
     assert_eq!(list(ws.path()).unwrap().len(), 1);
+}
+
+/// The active conversation id and AGENTS.md, to show a refused load changed nothing.
+fn live_state(ws: &Path) -> (Option<String>, String) {
+    (HistoryStore::new(ws).active_conversation(), read(&ws.join("AGENTS.md")))
+}
+
+#[test]
+fn a_corrupt_or_incomplete_checkpoint_is_refused_before_anything_changes() {
+    type Break = fn(&Path);
+    let cases: [(&str, Break, &str); 6] = [
+        ("memory", |cp| {
+            fs::remove_dir_all(cp.join("memory")).unwrap();
+            fs::write(cp.join("memory"), "x").unwrap();
+        }, "not a folder; the checkpoint was not loaded and nothing was changed"),
+        ("current.json", |cp| fs::remove_file(cp.join("current.json")).unwrap(),
+         "missing, but meta.json says the conversation had 3 messages; the checkpoint was not loaded and nothing was changed"),
+        ("current.json", |cp| {
+            let mut c: serde_json::Value = serde_json::from_slice(&fs::read(cp.join("current.json")).unwrap()).unwrap();
+            c["messages"].as_array_mut().unwrap().pop();
+            fs::write(cp.join("current.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+        }, "holds 2 messages, but meta.json says 3; the checkpoint was not loaded and nothing was changed"),
+        ("reply.json", |cp| fs::write(cp.join("reply.json"), "{").unwrap(),
+         "could not be parsed (EOF while parsing an object at line 1 column 1); nothing was changed"),
+        ("AGENTS.md", |cp| {
+            fs::remove_file(cp.join("AGENTS.md")).unwrap();
+            fs::create_dir(cp.join("AGENTS.md")).unwrap();
+        }, "not a regular file; the checkpoint was not loaded and nothing was changed"),
+        ("memory/fact_a.md", |cp| {
+            fs::remove_file(cp.join("memory/fact_a.md")).unwrap();
+            std::os::unix::fs::symlink("/etc/passwd", cp.join("memory/fact_a.md")).unwrap();
+        }, "not a regular file; the checkpoint was not loaded and nothing was changed"),
+    ];
+    for (file, break_it, problem) in cases {
+        let (ws, _) = workspace();
+        let m = save(ws.path(), &SaveOptions::default()).unwrap();
+        let cp = dir(ws.path()).join(&m.checkpoint_id);
+        fs::write(ws.path().join("AGENTS.md"), "changed\n").unwrap();
+        let before = live_state(ws.path());
+        break_it(&cp);
+        let err = load(ws.path(), "w-1", &m.checkpoint_id).unwrap_err();
+        let sep = if problem.starts_with("could not") { " " } else { ": " };
+        assert_eq!(err.to_string(), format!("{}{sep}{problem}", cp.join(file).display()));
+        assert_eq!(live_state(ws.path()), before);
+        // No before-load checkpoint either.
+        assert_eq!(list(ws.path()).unwrap().len(), 1, "{file}");
+    }
+}
+
+#[test]
+fn a_load_that_fails_midway_says_what_changed_and_names_the_before_load_checkpoint() {
+    let (ws, cur) = workspace();
+    let m = save(ws.path(), &SaveOptions::default()).unwrap();
+    fs::write(ws.path().join("AGENTS.md"), "changed\n").unwrap();
+    // A folder now stands where the checkpoint's memory file goes back.
+    let live = memory_dir(ws.path()).join("fact_a.md");
+    fs::remove_file(&live).unwrap();
+    fs::create_dir(&live).unwrap();
+    let err = load(ws.path(), "w-1", &m.checkpoint_id).unwrap_err();
+    let listed = list(ws.path()).unwrap();
+    assert_eq!(listed.len(), 2);
+    let before = &listed.iter().find(|l| l.id != m.checkpoint_id).unwrap().id;
+    let CheckpointError::PartlyLoaded { source, .. } = &err else { panic!("{err}") };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{source}; loading checkpoint {} stopped there: the active conversation, AGENTS.md and plan.json were changed and the memory files may be partly changed; load checkpoint {before} (before-load) to go back",
+            m.checkpoint_id
+        )
+    );
+    assert!(source.to_string().starts_with(&format!("{}: ", live.display())), "{source}");
+    assert_ne!(HistoryStore::new(ws.path()).active_conversation(), Some(cur.conversation_id));
+    assert_eq!(read(&ws.path().join("AGENTS.md")), "# Role\nAda\n");
+}
+
+#[test]
+fn checkpoint_folders_are_private_and_copies_keep_their_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let (ws, cur) = workspace();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    fs::set_permissions(ws.path().join("AGENTS.md"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(memory_dir(ws.path()).join("fact_a.md"), fs::Permissions::from_mode(0o640)).unwrap();
+    let m = save(ws.path(), &SaveOptions::default()).unwrap();
+    let cp = dir(ws.path()).join(&m.checkpoint_id);
+    let conv = HistoryStore::new(ws.path()).conversation_dir(&cur.conversation_id);
+    assert_eq!(mode(&conv.join("current.json")), 0o600);
+    let modes: Vec<u32> = ["", "memory", "memory/_archive", "current.json", "reply.json", "AGENTS.md", "meta.json", "memory/fact_a.md"]
+        .iter()
+        .map(|p| mode(&cp.join(p)))
+        .collect();
+    assert_eq!(modes, [0o700, 0o700, 0o700, 0o600, 0o600, 0o600, 0o600, 0o640]);
+    assert_eq!(mode(&dir(ws.path())), 0o700);
+}
+
+#[test]
+fn a_label_with_a_control_character_is_refused_before_anything_is_written() {
+    let (ws, _) = workspace();
+    for label in ["a\tb\nc", "", "  "] {
+        let err = save(ws.path(), &SaveOptions { label: Some(label.into()), ..SaveOptions::default() }).unwrap_err();
+        assert_eq!(err.to_string(), format!("bad label {label:?}: it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`"));
+    }
+    assert!(!dir(ws.path()).exists());
 }

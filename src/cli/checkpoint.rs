@@ -1,8 +1,8 @@
 //! `cicy-agent checkpoint <id> save [--label L] | ls | load <c> | rm <c>` (DESIGN.md §12).
 //!
-//! `save` and `load` hold the agent's turn lock, so they are refused while a turn runs (in this
-//! or another process, `serve` included: it takes the same lock per turn and re-reads the
-//! history before the next one). `ls` and `rm` take no lock. Listings go to stdout, notes to
+//! `save` and `load` hold the agent's turn lock, so they are refused (exit 1) while a turn runs
+//! (in this or another process, `serve` included: it takes the same lock per turn and re-reads
+//! the history before the next one). `ls` and `rm` take no lock. Listings go to stdout, notes to
 //! stderr.
 
 use std::io::Write;
@@ -33,13 +33,17 @@ pub enum Action {
 
 pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Result<ExitCode> {
     let ws = super::open_registry(home)?.get(id)?.workspace;
+    // A busy agent is a refusal (exit 1, as `chat` gives), not a command that could not run.
     let lock = || match TurnLock::try_acquire(&ws, id) {
-        Err(LockError::Busy { .. }) => anyhow::bail!("a turn is running for {id}; try again when it has ended"),
-        other => other.context("cannot take the turn lock"),
+        Err(LockError::Busy { .. }) => {
+            eprintln!("error: a turn is running for {id}; try again when it has ended");
+            Ok(None)
+        }
+        other => other.map(Some).context("cannot take the turn lock"),
     };
     match action {
         Action::Save { label } => {
-            let _lock = lock()?;
+            let Some(_lock) = lock()? else { return Ok(ExitCode::from(1)) };
             let meta = checkpoint::save(&ws, &SaveOptions { label, ..SaveOptions::default() })?;
             writeln!(out, "{}", meta.checkpoint_id)?;
             let deleted = checkpoint::gc(&ws, cicy::fsutil::unix_now(), &meta.checkpoint_id)?;
@@ -68,7 +72,7 @@ pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Resul
             }
         }
         Action::Load { checkpoint: cp } => {
-            let _lock = lock()?;
+            let Some(_lock) = lock()? else { return Ok(ExitCode::from(1)) };
             let loaded = checkpoint::load(&ws, id, &cp)?;
             writeln!(
                 out,

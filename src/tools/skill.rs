@@ -3,7 +3,7 @@
 //! `$CICY_HOME/skills/<folder>/SKILL.md` (DESIGN.md §12, CMDC "project > global").
 //!
 //! Owns finding installed skills, reading their YAML front matter (`name`, `description`,
-//! `allowed_tools`) and the tool's list and read results. Read-only: it never installs, edits
+//! `allowed_tools`, also spelt `allowed-tools`, a list or a comma-separated string) and the tool's list and read results. Read-only: it never installs, edits
 //! or removes a skill, and it knows nothing of prompt assembly beyond handing [`list_skills`]
 //! to the assembler. A skill the tool reads becomes active for `super::skill_guard`.
 //!
@@ -81,7 +81,8 @@ impl Tool for Skill {
 /// `name`: the whole SKILL.md of the skill whose folder, or else front-matter name, equals it,
 /// followed by an `[note: N bytes were not valid UTF-8 …]` line when the file has such bytes.
 /// Errors: `name` not a string, empty, containing `/`, `\` or `..`, or starting with `.`; no
-/// such skill (the error lists the installed names); an unreadable file.
+/// such skill (the error lists the installed names); an unreadable file; a SKILL.md whose front
+/// matter does not parse (the error gives the parse error; the skill does not become active).
 pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
     match input.get("name") {
         None | Some(Value::Null) => ToolOutput::ok(list_text(&ctx.skills_dir, &project_dir(&ctx.workspace))),
@@ -117,6 +118,10 @@ pub(crate) struct Installed {
     pub(crate) info: SkillInfo,
     /// Front-matter `allowed_tools` (`None`: not given, the skill restricts nothing).
     pub(crate) allowed_tools: Option<Vec<String>>,
+    /// Why its SKILL.md could not be read or its front matter parsed (`None`: it was). Such a
+    /// skill is listed with the problem but cannot be read or become active: what it meant to
+    /// allow is unknown, so under `skill_guard: strict` it must not lift the guard.
+    pub(crate) problem: Option<String>,
 }
 
 /// Both layers merged as [`list_skills`] describes.
@@ -148,8 +153,8 @@ fn scan(skills_dir: &Path) -> Vec<Installed> {
             let path = entry.path().join("SKILL.md");
             // `is_file` follows symlinks, so a skill linked in from elsewhere counts.
             (!folder.starts_with('.') && path.is_file()).then(|| {
-                let (info, allowed_tools) = read_info(&folder, &path);
-                Installed { info, allowed_tools, folder, dir: skills_dir.to_path_buf() }
+                let (info, allowed_tools, problem) = read_info(&folder, &path);
+                Installed { info, allowed_tools, problem, folder, dir: skills_dir.to_path_buf() }
             })
         })
         .collect();
@@ -157,7 +162,7 @@ fn scan(skills_dir: &Path) -> Vec<Installed> {
     skills
 }
 
-fn read_info(folder: &str, path: &Path) -> (SkillInfo, Option<Vec<String>>) {
+fn read_info(folder: &str, path: &Path) -> (SkillInfo, Option<Vec<String>>, Option<String>) {
     let parsed = match fs::read(path) {
         Ok(bytes) => front_matter(&normalize(&bytes)),
         Err(err) => Err(format!("SKILL.md could not be read: {err}")),
@@ -173,14 +178,15 @@ fn read_info(folder: &str, path: &Path) -> (SkillInfo, Option<Vec<String>>) {
                 },
                 description: one_line(front.description.as_deref().unwrap_or_default()),
             };
-            (info, front.allowed_tools)
+            (info, front.allowed_tools.map(|t| t.0), None)
         }
         Err(problem) => {
+            let problem = one_line(&problem);
             let info = SkillInfo {
                 name: folder.to_owned(),
-                description: format!("({})", one_line(&problem)),
+                description: format!("({problem})"),
             };
-            (info, None)
+            (info, None, Some(problem))
         }
     }
 }
@@ -192,7 +198,39 @@ struct FrontMatter {
     description: Option<String>,
     /// CMDC SkillGuard: the tools this skill allows (Claude Code spells it `allowed-tools`).
     #[serde(alias = "allowed-tools")]
-    allowed_tools: Option<Vec<String>>,
+    allowed_tools: Option<ToolList>,
+}
+
+/// `allowed_tools` as a YAML list (`[ls, read_file]`) or, as Claude Code writes it, one string
+/// split on commas and whitespace (`ls, read_file`); empty pieces are dropped.
+#[derive(Debug)]
+struct ToolList(Vec<String>);
+
+impl<'de> Deserialize<'de> for ToolList {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = ToolList;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of tool names or a string of names separated by commas")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<ToolList, E> {
+                let names = text.split(|c: char| c == ',' || c.is_whitespace()).filter(|t| !t.is_empty());
+                Ok(ToolList(names.map(str::to_owned).collect()))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ToolList, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(ToolList(names))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 /// Parses a leading `---` … `---` block. Text without one has empty front matter; an
@@ -272,6 +310,13 @@ fn read_skill(ctx: &ToolContext, name: &str) -> ToolOutput {
         return ToolOutput::error(format!("unknown skill {name:?}; {installed}"));
     };
     let path = skill.dir.join(&skill.folder).join("SKILL.md");
+    if let Some(problem) = &skill.problem {
+        return ToolOutput::error(format!(
+            "skill {:?} cannot be used: its {problem}; fix {} (the skill is not active)",
+            skill.info.name,
+            path.display()
+        ));
+    }
     match fs::read(&path) {
         Ok(bytes) => {
             let mut text = normalize(&bytes);
@@ -504,5 +549,37 @@ mod tests {
                 output(&rejected, true)
             );
         }
+    }
+
+    #[test]
+    fn allowed_tools_may_be_a_claude_code_style_string() {
+        let dir = tempfile::tempdir().unwrap();
+        install(dir.path(), "a", "---\nallowed-tools: ls, read_file\n---\n");
+        install(dir.path(), "b", "---\nallowed_tools: \"grep  glob,,shell\"\n---\n");
+        install(dir.path(), "c", "---\nallowed-tools: [ls]\n---\n");
+        install(dir.path(), "d", "---\nallowed-tools: {ls: 1}\n---\n");
+        let all = scan_all(dir.path(), &dir.path().join("none"));
+        let got: Vec<(Option<Vec<String>>, Option<String>)> = all.iter().map(|s| (s.allowed_tools.clone(), s.problem.clone())).collect();
+        let tools = |t: &[&str]| Some(t.iter().map(|t| t.to_string()).collect::<Vec<_>>());
+        let bad = "front matter could not be parsed: allowed-tools: invalid type: map, expected a list of tool names or a string of names separated by commas at line 1 column 16";
+        assert_eq!(got, [(tools(&["ls", "read_file"]), None), (tools(&["grep", "glob", "shell"]), None), (tools(&["ls"]), None), (None, Some(bad.to_string()))]);
+    }
+
+    #[tokio::test]
+    async fn a_skill_whose_front_matter_does_not_parse_is_not_read_and_not_activated() {
+        let dir = tempfile::tempdir().unwrap();
+        let guard = std::sync::Arc::new(super::super::skill_guard::Guard::for_tests(super::super::skill_guard::Mode::Strict));
+        let ctx = ToolContext { skill_guard: Some(guard), ..context(dir.path()) };
+        install(dir.path(), "ok", "---\nallowed-tools: ls\n---\n");
+        install(dir.path(), "bad", "---\ndescription: use when: editing\nallowed-tools: ls\n---\nbody\n");
+        assert_eq!(run(&json!({"name": "ok"}), &ctx).await, output("---\nallowed-tools: ls\n---\n", false));
+        let refused = format!(
+            "skill \"bad\" cannot be used: its front matter could not be parsed: mapping values are not allowed in this context at line 1 column 22; fix {} (the skill is not active)",
+            dir.path().join("bad/SKILL.md").display()
+        );
+        assert_eq!(run(&json!({"name": "bad"}), &ctx).await, output(&refused, true));
+        // The guard still allows only `ok`'s tools: the broken skill lifted nothing.
+        let blocked = super::super::skill_guard::refusal(&ctx, "shell").map(|o| o.content);
+        assert_eq!(blocked.as_deref(), Some("error: tool 'shell' is not in the active skills' allowed_tools (ls)"));
     }
 }

@@ -7,7 +7,9 @@
 //! the last compaction on), so the rule survives restarts and follows `/clear` and
 //! `/compact` **[chosen]**; a skill read earlier in the same batch counts for the later calls.
 //! CMDC's rules: no active skill, or any active skill without `allowed_tools`, means
-//! unrestricted. The `skill` tool itself is always allowed, so the model can load another
+//! unrestricted. A skill whose SKILL.md front matter does not parse never becomes active (the
+//! `skill` tool refuses to read it), so it cannot lift a `strict` guard **[chosen]**. The
+//! `skill` tool itself is always allowed, so the model can load another
 //! skill (which only widens the union) **[chosen]**. `warn` runs the call and emits a `system`
 //! event instead (CMDC `enforce_mode: :warn`). It never edits the history or a skill.
 
@@ -58,6 +60,12 @@ impl Guard {
         Self { mode, active: Mutex::new(active) }
     }
 
+    /// A guard of `mode` with no active skill, for other modules' tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(mode: Mode) -> Self {
+        Self::new(mode, Vec::new())
+    }
+
     /// The allowed tools, sorted, when the active skills restrict them; `None` when not.
     fn allowed(&self) -> Option<BTreeSet<String>> {
         let active = self.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -96,6 +104,8 @@ fn active_in(window: &[Message], skills: &[Installed]) -> Vec<(String, Option<Ve
         }
         let Some(wanted) = input.get("name").and_then(|v| v.as_str()) else { continue };
         let entry = match skill::find(skills, wanted) {
+            // Its front matter no longer parses: what it allows is unknown, so it lifts nothing.
+            Some(s) if s.problem.is_some() => continue,
             Some(s) => (s.info.name.clone(), s.allowed_tools.clone()),
             None => (wanted.to_string(), None),
         };
@@ -207,6 +217,27 @@ mod tests {
             ]),
         ];
         assert_eq!(active_in(&window, &[]), [("pdf".to_string(), None)]);
+    }
+
+    #[test]
+    fn a_skill_whose_front_matter_no_longer_parses_is_not_active() {
+        let dir = tempfile::tempdir().unwrap();
+        for (folder, text) in [("pdf", "---\nallowed-tools: read_file\n---\n"), ("free", "---\nname: [x\n---\n")] {
+            std::fs::create_dir_all(dir.path().join(folder)).unwrap();
+            std::fs::write(dir.path().join(folder).join("SKILL.md"), text).unwrap();
+        }
+        let skills = skill::scan_all(dir.path(), &dir.path().join("none"));
+        let window = vec![
+            Message::assistant(vec![
+                ContentBlock::ToolUse { id: "a".into(), name: "skill".into(), input: json!({"name": "pdf"}) },
+                ContentBlock::ToolUse { id: "b".into(), name: "skill".into(), input: json!({"name": "free"}) },
+            ]),
+            Message::user_blocks(vec![
+                ContentBlock::ToolResult { tool_use_id: "a".into(), content: "# PDF".into(), is_error: false },
+                ContentBlock::ToolResult { tool_use_id: "b".into(), content: "read before it broke".into(), is_error: false },
+            ]),
+        ];
+        assert_eq!(active_in(&window, &skills), [("pdf".to_string(), Some(vec!["read_file".to_string()]))]);
     }
 
     #[test]
