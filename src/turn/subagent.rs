@@ -52,7 +52,7 @@ fn under_parent_policy(template: &mut role::RoleTemplate, parent: &TurnMaterials
     let servers = &parent.template.meta.mcp_servers;
     template.meta.mcp_servers.retain(|name, config| servers.get(name) == Some(config));
     template.meta.hooks = parent.template.meta.hooks.clone();
-    template.meta.skill_guard = parent.template.meta.skill_guard.clone();
+    template.meta.skill_guard = parent.template.meta.skill_guard;
     template.slug = parent.template.slug.clone();
 }
 
