@@ -90,13 +90,13 @@ async fn through_serve_and_in_process_print_the_same_and_exit_the_same() {
         &["clear", "w-1"],
         &["chat", "w-1", "/compact"],
     ];
+    // The archive's name carries the second it was made in, which two runs need not share.
+    let archive = regex::Regex::new(r"current\.\d+\.json").unwrap();
     for args in steps {
         let a = cicy_without_gateway(remote.root(), args).await;
         let mut local_args = args.to_vec();
         local_args.push("--local");
         let b = cicy_local(local.root(), &gw.url(), &local_args).await;
-        // The archive's name carries the second it was made in, which two runs need not share.
-        let archive = regex::Regex::new(r"current\.\d+\.json").unwrap();
         let mask = |t: &str| archive.replace_all(&mask_uuids(t), "current.<unix>.json").into_owned();
         assert_eq!((a.code, mask(&a.stderr)), (b.code, mask(&b.stderr)), "{args:?}: exit code and stderr");
         if args.contains(&"--json") {
