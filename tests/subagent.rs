@@ -189,6 +189,31 @@ async fn a_child_of_another_role_gets_no_tool_its_parent_lacks() {
 }
 
 #[tokio::test]
+async fn under_a_strict_skill_guard_a_child_gets_only_what_the_active_skills_allow() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_tool_uses(&[("toolu_0", "skill", r#"{"name": "delegating"}"#)])));
+    gw.push(Reply::sse(task_call("toolu_1", "Run something.", "general-purpose")));
+    // The child's fresh conversation has no active skill; the parent's guard still limits it.
+    gw.push(Reply::sse(anthropic_tool_uses(&[("toolu_c1", "shell", r#"{"command": "echo ESCAPED > escaped.txt"}"#)])));
+    gw.push(Reply::sse(anthropic_text("No shell here.")));
+    gw.push(Reply::sse(anthropic_text("done")));
+    let (t, id) = planner(&gw, "skill_guard: strict\n");
+    let skill = t.workspace(&id).join(".cicy/skills/delegating");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(skill.join("SKILL.md"), "---\nname: delegating\nallowed_tools: [task]\n---\nDelegate.\n").unwrap();
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 5);
+    assert_eq!(tool_names(&reqs[2]), ["skill"], "the active skill allows `task` (not offered to a child) and `skill` always runs");
+    assert_eq!(last_result(&reqs[3]), ("error: tool `shell` is not available to this agent (available: skill)".to_string(), true));
+    assert_eq!(last_result(&reqs[4]), ("No shell here.".to_string(), false));
+    assert!(!t.workspace(&id).join("escaped.txt").exists());
+}
+
+#[tokio::test]
 async fn a_child_past_its_timeout_is_stopped_and_the_parent_goes_on() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(task_call("toolu_1", "Take forever.", "general-purpose")));

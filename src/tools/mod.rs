@@ -166,9 +166,14 @@ impl ToolSet {
 
     /// This set without tool `name` (a sub-agent's tools are its parent's minus `task`).
     pub fn without(&self, name: &str) -> ToolSet {
+        self.only(|n| n != name)
+    }
+
+    /// This set with only the tools whose name `keep` accepts.
+    pub fn only(&self, keep: impl Fn(&str) -> bool) -> ToolSet {
         ToolSet {
-            tools: self.tools.iter().filter(|t| t.name() != name).cloned().collect(),
-            undefined: self.undefined.iter().filter(|n| *n != name).cloned().collect(),
+            tools: self.tools.iter().filter(|t| keep(t.name())).cloned().collect(),
+            undefined: self.undefined.iter().filter(|n| keep(n)).cloned().collect(),
         }
     }
 

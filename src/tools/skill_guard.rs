@@ -126,6 +126,16 @@ pub fn activate(ctx: &ToolContext, name: &str, allowed_tools: Option<Vec<String>
     }
 }
 
+/// In `strict` mode, the tools a sub-agent (`task`) started under this guard may have: what
+/// the active skills allow, and `skill`. `None` when nothing restricts them. Without it a
+/// child, whose fresh conversation has no active skill, would be a way around the guard.
+pub fn child_limit(ctx: &ToolContext) -> Option<BTreeSet<String>> {
+    let guard = ctx.skill_guard.as_ref().filter(|g| g.mode == Mode::Strict)?;
+    let mut allowed = guard.allowed()?;
+    allowed.insert(skill::NAME.to_string());
+    Some(allowed)
+}
+
 /// The error result for a call of `tool` the guard blocks, `None` when it may run:
 /// `error: tool 'X' is not in the active skills' allowed_tools (a, b)`. In `warn` mode the
 /// same text (without `error: `) is a `system` event and the call runs.

@@ -23,7 +23,7 @@ use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::conversation::message::Role;
 use crate::event::{preview, Emitter, EventKind, SubagentOutcome, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::role::{self, ToolConfig};
-use crate::tools::plan;
+use crate::tools::{plan, skill_guard};
 use crate::tools::task::{self, Spawn, GENERAL_PURPOSE};
 use crate::tools::{ToolContext, ToolOutput, ToolSet};
 
@@ -93,10 +93,17 @@ impl Spawner {
     }
 
     async fn run_child(&self, description: &str, subagent_type: &str, ctx: &ToolContext) -> ToolOutput {
-        let m = match self.materials(subagent_type) {
+        let mut m = match self.materials(subagent_type) {
             Ok(m) => m,
             Err(e) => return ToolOutput::error(e),
         };
+        if let Some(allowed) = skill_guard::child_limit(ctx) {
+            m.tools = m.tools.only(|n| allowed.contains(n));
+            m.template.tools.retain(|n| allowed.contains(n));
+            // MCP tools are listed when the child's turn starts: only the servers of allowed
+            // tools are kept (a kept server offers all its tools).
+            m.template.meta.mcp_servers.retain(|server, _| allowed.iter().any(|n| n.starts_with(&format!("mcp__{server}__"))));
+        }
         let id = uuid::Uuid::new_v4().to_string();
         let mut child = self.seed.subagent(HistoryStore::at(self.seed.store.dir().join(&id)));
         child.current = CurrentFile::new(&self.seed.record.id, &m.model);
