@@ -75,11 +75,11 @@ pub enum RegistryError {
     /// one conversation and identity.
     #[error("{path} is already the workspace of agent {other}; give this agent its own --workspace")]
     WorkspaceTaken { path: PathBuf, other: String },
-    /// A `--workspace` given at create that holds the cicy home or another agent's workspace:
-    /// the file tools, confined to the workspace, could then read the API token or rewrite
-    /// another agent's history.
-    #[error("{path} holds {what}; give this agent a workspace of its own outside it")]
-    WorkspaceHolds { path: PathBuf, what: String },
+    /// A `--workspace` given at create that holds the cicy home or another agent's workspace, or
+    /// lies inside either (but for the home's `workers/<name>`): the file tools, confined to the
+    /// workspace, could then read the API token, edit roles, or rewrite another agent's state.
+    #[error("{path} {why}; give this agent a workspace of its own outside it")]
+    WorkspaceHolds { path: PathBuf, why: String },
     #[error("agent {id}: the config column is not valid JSON: {message}")]
     BadConfig { id: String, message: String },
 }
@@ -349,8 +349,8 @@ impl Registry {
                 if let Some(other) = owner(&w) {
                     return Err(RegistryError::WorkspaceTaken { path: w, other });
                 }
-                if let Some(what) = held_by(&w, &path, &taken) {
-                    return Err(RegistryError::WorkspaceHolds { path: w, what });
+                if let Some(why) = misplaced(&w, &path, &taken) {
+                    return Err(RegistryError::WorkspaceHolds { path: w, why });
                 }
                 w
             }
@@ -454,16 +454,32 @@ fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Whether two workspace paths name the same folder; through symlinks and `..` when both exist.
-/// What `workspace` would hold that no agent's workspace may: the home of the registry at `db`
-/// (its folder), or another agent's workspace (of `taken`). Compared through symlinks where the
-/// paths exist.
-fn held_by(workspace: &Path, db: &Path, taken: &[(String, PathBuf)]) -> Option<String> {
+/// Why `workspace` may not be an agent's, if it may not: it holds the home of the registry at
+/// `db` (its folder) or another agent's workspace (of `taken`), or lies inside one of them — the
+/// home's `workers/<name>` excepted, where default workspaces live. Compared through symlinks
+/// where the paths exist.
+fn misplaced(workspace: &Path, db: &Path, taken: &[(String, PathBuf)]) -> Option<String> {
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let outer = real(workspace);
-    if let Some(home) = db.parent().filter(|home| real(home).starts_with(&outer)) {
-        return Some(format!("the cicy home {} (its API token, registry and every agent's files)", home.display()));
+    let ws = real(workspace);
+    let home = db.parent().map(|h| (h, real(h)));
+    let the_home = |h: &Path| format!("the cicy home {} (its API token, registry, roles and every agent's files)", h.display());
+    if let Some((h, _)) = home.as_ref().filter(|(_, h)| h.starts_with(&ws)) {
+        return Some(format!("holds {}", the_home(h)));
     }
-    taken.iter().find(|(_, t)| real(t).starts_with(&outer)).map(|(id, t)| format!("the workspace of agent {id} ({})", t.display()))
+    let agent = taken.iter().find_map(|(id, t)| {
+        let other = real(t);
+        if other.starts_with(&ws) {
+            Some(format!("holds the workspace of agent {id} ({})", t.display()))
+        } else if ws.starts_with(&other) {
+            Some(format!("is inside the workspace of agent {id} ({})", t.display()))
+        } else {
+            None
+        }
+    });
+    agent.or_else(|| {
+        let (h, _) = home.filter(|(_, h_real)| ws.starts_with(h_real) && ws.parent() != Some(h_real.join("workers").as_path()))?;
+        Some(format!("is inside {}; only {} is for workspaces there", the_home(h), h.join("workers/<name>").display()))
+    })
 }
 
 fn same_path(a: &Path, b: &Path) -> bool {

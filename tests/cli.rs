@@ -235,7 +235,9 @@ async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
 #[tokio::test]
 async fn an_error_names_its_cause_once() {
     let h = home();
-    let file = h.path().join("a-file");
+    // Outside the home: a workspace inside it is refused before the folder is made.
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("a-file");
     std::fs::write(&file, "not a folder").unwrap();
     let o = cicy(h.path(), "", &["create", "X", "--workspace", file.to_str().unwrap()], None).await;
     assert_eq!(o.code, 2);

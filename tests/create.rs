@@ -52,16 +52,22 @@ async fn a_workspace_that_holds_the_home_or_another_agents_workspace_is_refused(
     let home = outer.path().join("home");
     let o = cicy(&home, "", &["create", "first"], None).await;
     assert_eq!((o.code, o.stdout.as_str()), (0, "w-1\n"), "{}", o.stderr);
-    for (ws, what) in [
-        (home.clone(), format!("the cicy home {} (its API token, registry and every agent's files)", home.display())),
-        (outer.path().to_path_buf(), format!("the cicy home {} (its API token, registry and every agent's files)", home.display())),
-        (home.join("workers"), format!("the workspace of agent w-1 ({})", home.join("workers/w-1").display())),
+    let the_home = format!("the cicy home {} (its API token, registry, roles and every agent's files)", home.display());
+    let w1 = format!("the workspace of agent w-1 ({})", home.join("workers/w-1").display());
+    let only_workers = format!("; only {} is for workspaces there", home.join("workers/<name>").display());
+    for (ws, why) in [
+        (home.clone(), format!("holds {the_home}")),
+        (outer.path().to_path_buf(), format!("holds {the_home}")),
+        (home.join("roles/assistant"), format!("is inside {the_home}{only_workers}")),
+        (home.join("skills"), format!("is inside {the_home}{only_workers}")),
+        (home.join("workers/w-1/.cicy/memory"), format!("is inside {w1}")),
+        (home.join("workers/w-1/sub"), format!("is inside {w1}")),
     ] {
         let o = cicy(&home, "", &["create", "greedy", "--workspace", ws.to_str().unwrap()], None).await;
-        let expected = format!("error: {} holds {what}; give this agent a workspace of its own outside it\n", ws.display());
+        let expected = format!("error: {} {why}; give this agent a workspace of its own outside it\n", ws.display());
         assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", expected.as_str()), "{}", ws.display());
     }
-    // A workspace beside the home, or inside another agent's, is fine.
+    // A workspace beside the home is fine.
     let beside = outer.path().join("project");
     let o = cicy(&home, "", &["create", "beside", "--workspace", beside.to_str().unwrap()], None).await;
     assert_eq!((o.code, o.stdout.as_str()), (0, "w-2\n"), "{}", o.stderr);
