@@ -236,15 +236,6 @@ async fn a_server_that_cannot_start_is_left_out_with_a_system_event() {
     std::fs::write(meta, text).unwrap();
     let id = t.create("tester", None);
     let mut s = t.open(&id);
-    let system = |ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>| -> Vec<String> {
-        kinds(ev)
-            .into_iter()
-            .filter_map(|k| match k {
-                EventKind::System { text } => Some(text),
-                _ => None,
-            })
-            .collect()
-    };
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "one", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
     let failed = "mcp server broken: its tools are left out of this turn: cannot start `cicy-no-such-mcp-server`: No such file or directory (os error 2)";

@@ -43,11 +43,9 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard for the next batch of `session`'s turn: `None` when the role's `skill_guard` is
-    /// off (or its template cannot be read, which has already failed the turn's start).
-    pub fn for_batch(session: &Session) -> Option<Arc<Self>> {
-        let tools = crate::role::ToolConfig::load(&session.home).ok()?;
-        let mode = crate::role::load_template(&session.home, &session.record.role_template, &tools).ok()?.meta.skill_guard;
+    /// The guard for the next batch of `session`'s turn, whose role (read at the turn's start)
+    /// says `mode`: `None` when it is off.
+    pub fn for_batch(session: &Session, mode: Mode) -> Option<Arc<Self>> {
         if mode == Mode::Off {
             return None;
         }

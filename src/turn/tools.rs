@@ -193,7 +193,7 @@ pub(crate) fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_
             questions,
             timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
         }),
-        skill_guard: crate::tools::skill_guard::Guard::for_batch(session),
+        skill_guard: crate::tools::skill_guard::Guard::for_batch(session, m.template.meta.skill_guard),
     }
 }
 
