@@ -213,6 +213,16 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX msg_call_to ON msg_call (to_agent, state);
     CREATE INDEX msg_call_from ON msg_call (from_p, state);",
+    // DESIGN.md §13 idle autonomy: the job an agent's autonomy runs now, one row per agent
+    // (`crate::autonomy::lease`), so another process can report it.
+    "CREATE TABLE lease (
+        agent_id    TEXT PRIMARY KEY,
+        job         TEXT NOT NULL,
+        pid         INTEGER,
+        pgid        INTEGER,
+        priority    INTEGER NOT NULL,
+        started_at  TEXT NOT NULL
+    );",
 ];
 
 /// How long a connection waits for another process's write transaction before SQLite reports
@@ -599,7 +609,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 4);
+        assert_eq!(v, 5);
     }
 
     #[test]
@@ -624,7 +634,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (4); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (5); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 

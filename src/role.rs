@@ -131,6 +131,9 @@ pub struct RoleMeta {
     /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (DESIGN.md §12).
     #[serde(default, deserialize_with = "crate::unique_map::deserialize")]
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
+    /// Idle autonomy for agents of this role (DESIGN.md §13, `crate::autonomy::settings`).
+    #[serde(default)]
+    pub autonomy: crate::autonomy::settings::AutonomyConfig,
 }
 
 /// A loaded role template.
@@ -256,6 +259,7 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
         }
     }
     crate::mcp::config::validate(&meta.mcp_servers).map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
+    meta.autonomy.validate().map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
     Ok(meta)
 }
 

@@ -99,6 +99,7 @@ mod tests {
                 "cron_job",
                 "delivery",
                 "delivery_state",
+                "lease",
                 "member",
                 "member_principal",
                 "message",
@@ -124,7 +125,7 @@ mod tests {
         let db = WakeDb::open(&home).unwrap();
         db.conn
             .execute_batch(
-                "DROP TABLE msg_call; DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
+                "DROP TABLE lease; DROP TABLE msg_call; DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
                  DROP TABLE conversation; DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
                  INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
                  VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');",

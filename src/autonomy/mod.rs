@@ -1,0 +1,17 @@
+//! Idle autonomy (DESIGN.md §13, from the idle seed): what an agent does when nothing is asked
+//! of it, and how it gives way when something is.
+//!
+//! - `ledger`: the append-only `intents.jsonl`.
+//! - `lease`: the row in `cicy.db` naming the job autonomy runs now.
+//! - `priority`: the table `sched-priority.json`.
+//! - `settings`: the role's `autonomy:` block and the agent's switch.
+//! - `plan`: what a tick would run, `min_gap`, starvation.
+//!
+//! This module decides and records; it runs nothing. serve's actor runs what a tick picks
+//! (`crate::serve`).
+
+pub mod lease;
+pub mod ledger;
+pub mod plan;
+pub mod priority;
+pub mod settings;
