@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod ask;
+pub mod autonomy;
 pub mod checkpoint;
 pub mod command;
 pub mod compact;

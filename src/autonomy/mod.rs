@@ -1,0 +1,3 @@
+//! Idle autonomy (DESIGN.md §13).
+
+pub mod guard;
