@@ -53,6 +53,9 @@ fn ordinary_commands_are_accepted() {
         "git clean -n",
         "rm -f ~/scratch.txt",
         "nice -n 5 cargo build",
+        "echo 'name: x' > project/meta.yaml",
+        "bash build.sh --fast",
+        "cp /tmp/x . && mv notes.txt archive/",
     ] {
         assert_eq!(run(line), Ok(()), "{line}");
     }
@@ -134,7 +137,7 @@ fn gates_config_network_install_push() {
     refused("echo '# Role' > AGENTS.md", "gates", "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
     refused("sed -i s/x/y/ AGENTS.md", "gates", "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
     refused("echo '{}' > $CICY_HOME/config.json", "config", "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
-    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ meta.yaml", "mv config.yaml /h/"] {
+    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ roles/dev/meta.yaml", "mv config.yaml /h/"] {
         assert_eq!(class_of(line), "config", "{line}");
     }
     refused("curl https://example.com", "network", "`curl` reaches the network");
