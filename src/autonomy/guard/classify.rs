@@ -105,7 +105,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         .collect();
     let mut argv = sc.argv.as_slice();
     // Wrappers, innermost last (`sudo env X=1 nice rm …`).
-    for _ in 0..shell::MAX_DEPTH {
+    let mut wrappers = 0;
+    loop {
         let Some(first) = argv.first() else { return out };
         let Some(prog) = first.literal() else {
             out.push(unparsed(format!("the program `{}` is not a fixed word", first.source)));
@@ -113,6 +114,11 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         };
         let name = base(&prog);
         let Some(spec) = wrapper(name) else { break };
+        wrappers += 1;
+        if wrappers > shell::MAX_DEPTH {
+            out.push(unparsed(format!("more than {} wrapper programs around one command", shell::MAX_DEPTH)));
+            return out;
+        }
         let rest = &argv[1..];
         let s = scan(rest, &spec);
         if name == "env" && (s.has("S") || s.has("split-string") || s.has("C") || s.has("chdir")) {
@@ -469,11 +475,13 @@ pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: 
         if how != Write::Modify && (t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)) {
             return Err(refusal("memory", format!("{on} would delete or overwrite the agent's memory (.cicy/memory)")));
         }
-        if t.matches(&places.workspace.join("AGENTS.md")) {
+        // "At or inside": `cp x AGENTS.md` is also checked as `AGENTS.md/x` (the destination
+        // may be a folder), which must not fall to a weaker rule first.
+        if t.at_or_inside(&places.workspace.join("AGENTS.md")) {
             return Err(refusal("gates", format!("{on} would change AGENTS.md, the agent's <role> block (an injection gate)")));
         }
         let roles = places.home.join("roles");
-        let config = ["config.json", "config.yaml", "lite-config.json"].iter().any(|f| t.matches(&places.home.join(f)));
+        let config = ["config.json", "config.yaml", "lite-config.json"].iter().any(|f| t.at_or_inside(&places.home.join(f)));
         if config || t.at_or_inside(&roles) || (how == Write::Delete && t.at_or_above(&roles)) || role_meta(&t) {
             return Err(refusal("config", format!("{on} would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)")));
         }

@@ -190,39 +190,24 @@ impl Walker {
     fn command(&mut self, c: &Command) {
         match c {
             Command::Simple(s) => self.simple(s),
-            Command::Compound(cc, redirects) => {
-                let mut sc = Simple::default();
-                if let Some(r) = redirects {
-                    r.0.iter().for_each(|r| self.redirect(r, &mut sc));
-                }
-                self.compound(cc);
-                if !sc.writes.is_empty() {
-                    sc.cwds = self.cwds.clone();
-                    self.items.push(Item::Run(sc));
-                }
-            }
-            Command::Function(f) => {
-                // The body is checked as if it ran: a function defined is a function called.
-                let ast::FunctionBody(cc, redirects) = &f.body;
-                let mut sc = Simple::default();
-                if let Some(r) = redirects {
-                    r.0.iter().for_each(|r| self.redirect(r, &mut sc));
-                }
-                self.compound(cc);
-                if !sc.writes.is_empty() {
-                    sc.cwds = self.cwds.clone();
-                    self.items.push(Item::Run(sc));
-                }
-            }
-            Command::ExtendedTest(t, redirects) => {
-                self.test_expr(&t.expr);
-                if let Some(r) = redirects {
-                    let mut sc = Simple::default();
-                    r.0.iter().for_each(|r| self.redirect(r, &mut sc));
-                    sc.cwds = self.cwds.clone();
-                    self.items.push(Item::Run(sc));
-                }
-            }
+            Command::Compound(cc, redirects) => self.redirected(redirects.as_ref(), |w| w.compound(cc)),
+            // The body is checked as if it ran: a function defined is a function called.
+            Command::Function(f) => self.redirected(f.body.1.as_ref(), |w| w.compound(&f.body.0)),
+            Command::ExtendedTest(t, redirects) => self.redirected(redirects.as_ref(), |w| w.test_expr(&t.expr)),
+        }
+    }
+
+    /// Walks `body`, then lists the writing redirects of the compound command around it as a
+    /// command of their own (`{ …; } > file`).
+    fn redirected(&mut self, redirects: Option<&ast::RedirectList>, body: impl FnOnce(&mut Self)) {
+        let mut sc = Simple::default();
+        if let Some(r) = redirects {
+            r.0.iter().for_each(|r| self.redirect(r, &mut sc));
+        }
+        body(self);
+        if !sc.writes.is_empty() {
+            sc.cwds = self.cwds.clone();
+            self.items.push(Item::Run(sc));
         }
     }
 

@@ -114,6 +114,8 @@ fn memory_deletes_and_overwrites_are_refused() {
         "cat <<EOF\n$(rm -rf .cicy)\nEOF",
         "X=$(rm -rf .cicy) true",
         "[[ -n $(rm -rf .cicy) ]]",
+        "{ echo x; } > .cicy/memory/MEMORY.md",
+        "f() { echo x; } > .cicy/memory/MEMORY.md",
     ] {
         assert_eq!(class_of(line), "memory", "{line}");
     }
@@ -135,9 +137,10 @@ fn kernel_writes_and_state_changing_cli_calls_are_refused() {
 #[test]
 fn gates_config_network_install_push() {
     refused("echo '# Role' > AGENTS.md", "gates", "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
+    assert_eq!(class_of("cp template.md AGENTS.md"), "gates");
     refused("sed -i s/x/y/ AGENTS.md", "gates", "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
     refused("echo '{}' > $CICY_HOME/config.json", "config", "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
-    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ roles/dev/meta.yaml", "mv config.yaml /h/"] {
+    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ roles/dev/meta.yaml", "mv config.yaml /h/", "cp new.yaml /h/config.yaml"] {
         assert_eq!(class_of(line), "config", "{line}");
     }
     refused("curl https://example.com", "network", "`curl` reaches the network");
@@ -165,6 +168,8 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(17))), "unparsed");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(16))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
     assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
 }
