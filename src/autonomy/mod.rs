@@ -6,10 +6,12 @@
 //! - `priority`: the table `sched-priority.json`.
 //! - `settings`: the role's `autonomy:` block and the agent's switch.
 //! - `plan`: what a tick would run, `min_gap`, starvation.
+//! - `guard`: the guardrails a wish passes when it is written.
 //!
 //! This module decides and records; it runs nothing. serve's actor runs what a tick picks
 //! (`crate::serve`).
 
+pub mod guard;
 pub mod lease;
 pub mod ledger;
 pub mod plan;
