@@ -6,6 +6,7 @@
 //! - `priority`: the table `sched-priority.json`.
 //! - `settings`: the role's `autonomy:` block and the agent's switch.
 //! - `plan`: what a tick would run, `min_gap`, starvation.
+//! - `report`: the ⑩⑪⑫ report of `intents <id> status` and the API.
 //!
 //! This module decides and records; it runs nothing. serve's actor runs what a tick picks
 //! (`crate::serve`).
@@ -14,4 +15,5 @@ pub mod lease;
 pub mod ledger;
 pub mod plan;
 pub mod priority;
+pub mod report;
 pub mod settings;
