@@ -11,6 +11,7 @@
 //! This module decides and records; it runs nothing. serve's actor runs what a tick picks
 //! (`crate::serve`).
 
+pub mod guard;
 pub mod lease;
 pub mod ledger;
 pub mod plan;

@@ -113,7 +113,7 @@ pub struct CallOptions {
     pub max_tokens: u32,
     /// Sent as `X-Cicy-Session-Id` (the conversation id).
     pub session_id: String,
-    /// Sent as `X-Cicy-Aux: compact|memory` on aux calls.
+    /// Sent as `X-Cicy-Aux: compact|memory|guard` on aux calls.
     pub aux: Option<AuxKind>,
     /// Whole call including retries and waits (e.g. 90 s for compact); `None` = no limit.
     pub timeout: Option<Duration>,
@@ -185,6 +185,15 @@ impl GatewayClient {
             ..RetryPolicy::default()
         };
         Ok(Self { http, url, display_url, auth, settings, policy })
+    }
+
+    /// This client making one attempt per call: no retry, a connection failure included. For an
+    /// aux call whose failure is an answer in itself (the wish guard's judge: failure refuses).
+    pub fn without_retries(&self) -> Self {
+        let mut client = self.clone();
+        client.policy.max_retries = 0;
+        client.policy.connect_retry_budget = Some(Duration::ZERO);
+        client
     }
 
     /// The endpoint this client posts to.

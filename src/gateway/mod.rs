@@ -57,6 +57,8 @@ impl ApiStyle {
 pub enum AuxKind {
     Compact,
     Memory,
+    /// The wish guard's judge (DESIGN.md §13).
+    Guard,
 }
 
 impl AuxKind {
@@ -64,6 +66,7 @@ impl AuxKind {
         match self {
             AuxKind::Compact => "compact",
             AuxKind::Memory => "memory",
+            AuxKind::Guard => "guard",
         }
     }
 }

@@ -1,0 +1,492 @@
+//! The refused classes of a `run` line, by program and target (DESIGN.md §13 "Guardrails at
+//! write time").
+//!
+//! Owns: what each simple command means ([`effects`]: the program run after wrappers, the paths
+//! it deletes, overwrites or modifies, the command lines it runs in turn, or a refusal of its
+//! own) and the rules on the paths ([`check_target`]). Must not parse shell syntax (that is
+//! `shell.rs`) nor touch the filesystem.
+
+use std::path::{Path, PathBuf};
+
+use super::opts::{scan, Spec};
+use super::paths::{self, Target};
+use super::shell::{self, Arg, Item, Simple, Write};
+use super::Refusal;
+
+/// The places the rules protect, lexically normalised.
+#[derive(Debug, Clone)]
+pub struct Places {
+    pub workspace: PathBuf,
+    pub home: PathBuf,
+    /// `<workspace>/.cicy`
+    pub cicy: PathBuf,
+    /// `<workspace>/.cicy/memory`
+    pub memory: PathBuf,
+}
+
+impl Places {
+    pub fn new(workspace: &Path, home: &Path) -> Self {
+        let workspace = paths::normalize(workspace);
+        let cicy = workspace.join(".cicy");
+        Self { memory: cicy.join("memory"), cicy, home: paths::normalize(home), workspace }
+    }
+
+    /// The escaped workspace: the first working directory of a `run` line.
+    pub fn start_cwd(&self) -> String {
+        globset::escape(&self.workspace.to_string_lossy())
+    }
+}
+
+/// What one simple command does.
+#[derive(Debug, Clone)]
+pub enum Effect {
+    /// Refused whatever its targets.
+    Refuse(Refusal),
+    /// The program run (basename, after wrappers).
+    Program(String),
+    /// A path written; `what` names the writer for reasons (e.g. "`rm`", "a redirect").
+    Target { how: Write, arg: Arg, cwds: Vec<String>, what: String },
+    /// Commands it runs in turn (`bash -c`, `find -exec`, `xargs`).
+    Nested(Vec<Item>),
+}
+
+pub fn refusal(class: &str, reason: String) -> Refusal {
+    Refusal { class: class.to_string(), reason }
+}
+
+fn unparsed(reason: String) -> Effect {
+    Effect::Refuse(refusal("unparsed", reason))
+}
+
+/// Programs that only reach other machines (DESIGN.md §13 "network egress").
+const NETWORK: &[&str] = &[
+    "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet", "ftp", "lftp", "socat", "aria2c", "http",
+    "https", "xh", "mosh", "gh", "ping", "traceroute", "dig", "nslookup", "whois",
+];
+
+/// Shells whose `-c` text (or stdin) is classified in turn.
+const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
+
+/// Programs that run the rest of their arguments as a command, and how their own options look.
+fn wrapper(name: &str) -> Option<Spec> {
+    let spec = |short_value: &'static str, long_value: &'static [&'static str]| Some(Spec { short_value, long_value, ..Spec::default() });
+    match name {
+        "env" => spec("uCS", &["unset", "chdir", "split-string"]),
+        "nice" => spec("n", &["adjustment"]),
+        "timeout" => spec("ks", &["kill-after", "signal"]),
+        "nohup" | "setsid" | "command" | "builtin" | "busybox" => spec("", &[]),
+        "exec" => spec("a", &[]),
+        "sudo" => spec("CDghpRrTtUu", &["user", "group", "host", "prompt", "chdir", "close-from", "other-user", "role", "type"]),
+        "doas" => spec("uC", &[]),
+        "stdbuf" => spec("ioe", &["input", "output", "error"]),
+        "time" => spec("fo", &["format", "output"]),
+        "ionice" => spec("cnpPu", &["class", "classdata"]),
+        "xargs" => Some(Spec {
+            short_value: "adEILnPs",
+            short_optional: "eil",
+            long_value: &["arg-file", "delimiter", "max-lines", "max-args", "max-procs", "max-chars", "process-slot-var"],
+            permute: false,
+        }),
+        _ => None,
+    }
+}
+
+/// The basename of a program path.
+fn base(prog: &str) -> &str {
+    prog.rsplit('/').next().unwrap_or(prog)
+}
+
+/// What `sc` does; its redirects come first.
+pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
+    let mut out: Vec<Effect> = sc
+        .writes
+        .iter()
+        .map(|(how, arg)| Effect::Target { how: *how, arg: arg.clone(), cwds: sc.cwds.clone(), what: "a redirect".into() })
+        .collect();
+    let mut argv = sc.argv.as_slice();
+    // Wrappers, innermost last (`sudo env X=1 nice rm …`).
+    for _ in 0..shell::MAX_DEPTH {
+        let Some(first) = argv.first() else { return out };
+        let Some(prog) = first.literal() else {
+            out.push(unparsed(format!("the program `{}` is not a fixed word", first.source)));
+            return out;
+        };
+        let name = base(&prog);
+        let Some(spec) = wrapper(name) else { break };
+        let rest = &argv[1..];
+        let s = scan(rest, &spec);
+        if name == "env" && (s.has("S") || s.has("split-string") || s.has("C") || s.has("chdir")) {
+            out.push(unparsed(format!("`env -{}` changes how the command is read or where it runs", if s.has("C") || s.has("chdir") { "C" } else { "S" })));
+            return out;
+        }
+        let mut start = s.positionals.first().copied().unwrap_or(rest.len());
+        match name {
+            // NAME=VALUE words before the command.
+            "env" | "sudo" => {
+                while rest.get(start).and_then(Arg::literal).is_some_and(|t| t.contains('=') && !t.starts_with('=')) {
+                    start += 1;
+                }
+            }
+            "timeout" => start += 1,
+            "xargs" => {
+                // The command gets arguments read from stdin: unknown at write time.
+                let mut inner: Vec<Arg> = rest.get(start..).unwrap_or_default().to_vec();
+                if inner.is_empty() {
+                    inner.push(Arg::lit("echo"));
+                }
+                inner.push(Arg::unknown("<stdin>"));
+                out.push(Effect::Nested(vec![Item::Run(Simple { argv: inner, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
+                return out;
+            }
+            _ => {}
+        }
+        argv = rest.get(start..).unwrap_or_default();
+    }
+    let Some(prog) = argv.first().and_then(Arg::literal) else {
+        if let Some(first) = argv.first() {
+            out.push(unparsed(format!("the program `{}` is not a fixed word", first.source)));
+        }
+        return out;
+    };
+    let name = base(&prog).to_string();
+    out.push(Effect::Program(name.clone()));
+    let args = &argv[1..];
+    let target = |how: Write, arg: &Arg| Effect::Target { how, arg: arg.clone(), cwds: sc.cwds.clone(), what: format!("`{name}`") };
+    let each = |how: Write, idx: &[usize]| idx.iter().map(|&i| target(how, &args[i])).collect::<Vec<_>>();
+    if let Some(what) = installs(&name, args) {
+        out.push(Effect::Refuse(refusal("install", format!("`{what}` installs dependencies"))));
+        return out;
+    }
+    match name.as_str() {
+        "eval" => out.push(unparsed("`eval` runs text that is only built when it runs".into())),
+        "alias" if args.iter().any(|a| a.text().is_none_or(|t| t.contains('='))) => {
+            out.push(unparsed("`alias` defines a command the guard cannot follow".into()))
+        }
+        "cicy-agent" => out.extend(cicy_agent(args)),
+        "git" => out.extend(git(args, sc)),
+        n if NETWORK.contains(&n) => out.push(Effect::Refuse(refusal("network", format!("`{n}` reaches the network")))),
+        n if SHELLS.contains(&n) => out.push(shell_text(n, args, sc, places, depth)),
+        "rm" | "rmdir" | "unlink" | "shred" => {
+            let s = scan(args, &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() });
+            out.extend(each(Write::Delete, &s.positionals));
+        }
+        "truncate" => {
+            let s = scan(args, &Spec { short_value: "sr", long_value: &["size", "reference"], permute: true, ..Spec::default() });
+            out.extend(each(Write::Overwrite, &s.positionals));
+        }
+        "cp" | "mv" | "install" | "ln" => {
+            let s = scan(args, &Spec { short_value: "tSmogZ", long_value: &["target-directory", "suffix", "mode", "owner", "group"], permute: true, ..Spec::default() });
+            let (sources, dest) = match s.value(args, "t").or_else(|| s.value(args, "target-directory")) {
+                Some(dir) => (s.positionals.clone(), Some(dir)),
+                None if name == "install" && (s.has("d") || s.has("directory")) => {
+                    out.extend(each(Write::Modify, &s.positionals));
+                    (Vec::new(), None)
+                }
+                None if name == "ln" && s.positionals.len() == 1 => (s.positionals.clone(), Some(Arg::lit("."))),
+                None => match s.positionals.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => (rest.to_vec(), Some(args[*last].clone())),
+                    _ => (Vec::new(), None),
+                },
+            };
+            if let Some(dest) = dest {
+                // The destination may be a folder: each source lands inside it under its name
+                // (replacing a file of that name), and the folder itself gains an entry (or is
+                // the file replaced, when it is not a folder: then the folder names above hold).
+                for &i in &sources {
+                    if let Some(name) = args[i].literal().and_then(|t| Path::new(&t).file_name().map(|n| n.to_string_lossy().into_owned())) {
+                        // Reasons name the destination as written.
+                        let mut inside = dest.clone();
+                        inside.pieces.push(shell::Piece::Lit(format!("/{name}")));
+                        out.push(target(Write::Overwrite, &inside));
+                    }
+                }
+                out.push(target(Write::Modify, &dest));
+            }
+            if name == "mv" {
+                out.extend(each(Write::Delete, &sources));
+            }
+        }
+        "tee" => {
+            let s = scan(args, &Spec { long_value: &["output-error"], permute: true, ..Spec::default() });
+            let how = if s.has("a") || s.has("append") { Write::Modify } else { Write::Overwrite };
+            out.extend(each(how, &s.positionals));
+        }
+        "sed" => {
+            let s = scan(args, &Spec { short_value: "eflE", short_optional: "i", long_value: &["expression", "file", "line-length"], permute: true });
+            if s.has("i") || s.has("in-place") || s.opts.iter().any(|o| o.name.starts_with("in-place")) {
+                let script_given = s.has("e") || s.has("f") || s.has("expression") || s.has("file");
+                let files = if script_given { &s.positionals[..] } else { s.positionals.get(1..).unwrap_or_default() };
+                out.extend(each(Write::Overwrite, files));
+            }
+        }
+        "dd" => {
+            let notrunc = args.iter().filter_map(Arg::text).any(|t| t.starts_with("conv=") && t.contains("notrunc"));
+            for a in args {
+                if a.text().is_none_or(|t| t.starts_with("of=")) {
+                    let mut file = a.clone();
+                    match file.pieces.first_mut() {
+                        Some(shell::Piece::Lit(t) | shell::Piece::Glob(t)) if t.starts_with("of=") => *t = t[3..].to_string(),
+                        _ => file.pieces.insert(0, shell::Piece::Unknown),
+                    }
+                    out.push(target(if notrunc { Write::Modify } else { Write::Overwrite }, &file));
+                }
+            }
+        }
+        "touch" | "mkdir" => {
+            let s = scan(args, &Spec { short_value: "rdtm", long_value: &["reference", "date", "mode"], permute: true, ..Spec::default() });
+            out.extend(each(Write::Modify, &s.positionals));
+        }
+        "chmod" | "chown" | "chgrp" => {
+            let s = scan(args, &Spec { permute: true, ..Spec::default() });
+            let skip = usize::from(!s.opts.iter().any(|o| o.name == "reference"));
+            out.extend(each(Write::Modify, s.positionals.get(skip..).unwrap_or_default()));
+        }
+        "find" => out.extend(find(args, sc)),
+        _ => {}
+    }
+    out
+}
+
+/// The package-manager command line `name args` names when it installs something, e.g.
+/// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`.
+fn installs(name: &str, args: &[Arg]) -> Option<String> {
+    let s = scan(args, &Spec { permute: true, ..Spec::default() });
+    let word = |n: usize| s.positionals.get(n).and_then(|&i| args[i].literal());
+    let sub = word(0);
+    let is = |subs: &[&str]| sub.as_deref().is_some_and(|x| subs.contains(&x));
+    let versioned = |stem: &str| name.strip_prefix(stem).is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    let hit = match name {
+        _ if versioned("pip") => is(&["install", "download"]),
+        "pipx" => is(&["install", "inject", "upgrade"]),
+        _ if versioned("python") => {
+            // `python -m pip install …` (also `-mpip`).
+            let m = args.iter().position(|a| a.literal().as_deref() == Some("-m"));
+            let module = match m {
+                Some(i) => args.get(i + 1).and_then(Arg::literal),
+                None => args.iter().filter_map(Arg::literal).find_map(|t| t.strip_prefix("-m").map(str::to_string)),
+            };
+            let after = m.map_or(1, |i| i + 2);
+            return (module.as_deref() == Some("pip") && args.iter().skip(after).filter_map(Arg::literal).any(|t| t == "install"))
+                .then(|| format!("{name} -m pip install"));
+        }
+        "uv" => is(&["add", "sync"]) || (is(&["pip", "tool"]) && matches!(word(1).as_deref(), Some("install" | "sync"))),
+        "npm" => is(&["install", "i", "in", "ci", "add", "isntall", "update", "up"]),
+        "pnpm" | "bun" => is(&["install", "i", "add", "update", "up"]),
+        "yarn" => sub.is_none() || is(&["install", "add", "up", "upgrade"]),
+        "cargo" => is(&["install", "add"]),
+        "apt" | "apt-get" | "aptitude" | "dnf" | "yum" | "zypper" | "brew" | "snap" | "gem" | "conda" | "mamba" | "micromamba" => is(&["install"]),
+        "apk" => is(&["add"]),
+        "go" => is(&["install", "get"]),
+        "poetry" | "pdm" => is(&["add", "install"]),
+        "composer" => is(&["require", "install"]),
+        "pacman" => args.iter().filter_map(Arg::literal).any(|t| t.starts_with("-S") || t == "--sync"),
+        "dpkg" => args.iter().filter_map(Arg::literal).any(|t| t == "-i" || t == "--install"),
+        _ => false,
+    };
+    hit.then(|| match (name, sub) {
+        ("yarn", None) => "yarn".to_string(),
+        ("pacman", _) => "pacman -S".to_string(),
+        ("dpkg", _) => "dpkg -i".to_string(),
+        ("uv", Some(sub)) if sub == "pip" || sub == "tool" => format!("uv {sub} {}", word(1).unwrap_or_default()),
+        (_, Some(sub)) => format!("{name} {sub}"),
+        (_, None) => name.to_string(),
+    })
+}
+
+/// `bash -c TEXT`, `bash <<EOF`, `bash script.sh`.
+fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Effect {
+    let s = scan(args, &Spec { short_value: "oO", long_value: &["rcfile", "init-file"], ..Spec::default() });
+    let text = if s.has("c") {
+        match s.positionals.first().map(|&i| &args[i]) {
+            Some(a) => match a.text() {
+                Some(t) => t,
+                None => return unparsed(format!("`{name} -c` runs `{}`, which is only known when it runs", a.source)),
+            },
+            None => return unparsed(format!("`{name} -c` without a command")),
+        }
+    } else if !s.positionals.is_empty() {
+        // A script file, like `python3 script.py`: its content is not the guard's to read.
+        return Effect::Program(name.to_string());
+    } else {
+        match &sc.stdin {
+            Some(t) => t.clone(),
+            None => return unparsed(format!("`{name}` reads its commands from stdin")),
+        }
+    };
+    Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1))
+}
+
+/// `cicy-agent`: only the read-only subcommands may run.
+fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
+    if args.iter().filter_map(Arg::literal).any(|t| matches!(t.as_str(), "-h" | "--help" | "-V" | "--version")) {
+        return Vec::new();
+    }
+    let s = scan(args, &Spec { long_value: &["at", "file", "role-template", "role", "model", "master", "workspace", "api-style", "label", "from", "thread", "before", "limit", "members", "description", "title", "timeout", "keep", "port", "bind"], permute: true, ..Spec::default() });
+    let word = |n: usize| s.positionals.get(n).map(|&i| &args[i]);
+    let Some(sub) = word(0) else { return Vec::new() };
+    let (Some(sub), action) = (sub.literal(), word(2).and_then(Arg::literal)) else {
+        return vec![unparsed(format!("`cicy-agent {}` is not a fixed subcommand", sub.source))];
+    };
+    let group_action = word(1).and_then(Arg::literal);
+    let read_only = match sub.as_str() {
+        "ls" | "roles" | "show" | "status" | "history" | "inbox" | "time" | "msgs" | "help" => true,
+        "memory" => matches!(action.as_deref(), Some("ls" | "show" | "check" | "search")),
+        "todo" | "checkpoint" => action.as_deref() == Some("ls"),
+        "intents" => matches!(action.as_deref(), Some("ls" | "status")) || (action.as_deref() == Some("tick") && s.has("dry-run")),
+        "group" => matches!(group_action.as_deref(), Some("messages" | "tasks")),
+        _ => false,
+    };
+    if read_only {
+        return Vec::new();
+    }
+    let shown = match (sub.as_str(), &action, &group_action) {
+        ("memory" | "todo" | "checkpoint" | "intents", Some(a), _) => format!("{sub} {a}"),
+        ("group", _, Some(a)) => format!("{sub} {a}"),
+        _ => sub.clone(),
+    };
+    vec![Effect::Refuse(refusal("kernel", format!("`cicy-agent {shown}` changes the runtime's state (only read-only subcommands may run)")))]
+}
+
+/// `git`: push, the network subcommands, and what `clean`/`rm`/`mv` remove.
+fn git(args: &[Arg], sc: &Simple) -> Vec<Effect> {
+    let g = scan(args, &Spec { short_value: "Cc", long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix"], ..Spec::default() });
+    let Some(&sub_i) = g.positionals.first() else { return Vec::new() };
+    let Some(sub) = args[sub_i].literal() else {
+        return vec![unparsed(format!("`git {}` is not a fixed subcommand", args[sub_i].source))];
+    };
+    let rest = &args[sub_i + 1..];
+    let first_rest = || scan(rest, &Spec { permute: true, ..Spec::default() }).positionals.first().and_then(|&i| rest[i].literal());
+    let network = |what: String| vec![Effect::Refuse(refusal("network", format!("`git {what}` reaches the network")))];
+    match sub.as_str() {
+        "push" => return vec![Effect::Refuse(refusal("push", "`git push` publishes commits to another repository".into()))],
+        "fetch" | "pull" | "clone" | "ls-remote" | "send-email" | "request-pull" => return network(sub),
+        "remote" if first_rest().as_deref() == Some("update") => return network("remote update".into()),
+        "submodule" if matches!(first_rest().as_deref(), Some("update" | "add" | "sync")) => {
+            return network(format!("submodule {}", first_rest().unwrap_or_default()))
+        }
+        "archive" if rest.iter().filter_map(Arg::text).any(|t| t.starts_with("--remote")) => return network("archive --remote".into()),
+        _ => {}
+    }
+    // `git -C DIR` runs in DIR: the targets below are relative to it.
+    let cwds: Vec<String> = match g.value(args, "C") {
+        None => sc.cwds.clone(),
+        Some(dir) => match sc.cwds.iter().map(|c| dir.pattern(c)).collect::<Option<Vec<_>>>() {
+            Some(c) => c,
+            None => return vec![unparsed(format!("`git -C {}` runs in a folder that is only known when it runs", dir.source))],
+        },
+    };
+    let target = |how: Write, arg: Arg| Effect::Target { how, arg, cwds: cwds.clone(), what: format!("`git {sub}`") };
+    match sub.as_str() {
+        "clean" => {
+            let s = scan(rest, &Spec { short_value: "e", long_value: &["exclude"], permute: true, ..Spec::default() });
+            if s.has("n") || s.has("dry-run") {
+                return Vec::new();
+            }
+            if s.positionals.is_empty() {
+                return vec![target(Write::Delete, Arg::lit("."))];
+            }
+            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
+        }
+        "rm" => {
+            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
+            if s.has("cached") {
+                return Vec::new();
+            }
+            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
+        }
+        "mv" => {
+            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
+            let Some((last, sources)) = s.positionals.split_last() else { return Vec::new() };
+            let mut out: Vec<Effect> = sources.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect();
+            out.push(target(Write::Overwrite, rest[*last].clone()));
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// `find START… EXPR`: `-delete` removes what is under each start; `-exec`/`-execdir`/`-ok`
+/// commands run with `{}` standing for each start (the whole tree they may reach);
+/// `-fprint`-style actions write a file.
+fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
+    let mut i = 0;
+    // Leading options -H -L -P -D … -O…
+    while args.get(i).and_then(Arg::text).is_some_and(|t| matches!(t.as_str(), "-H" | "-L" | "-P") || t.starts_with("-O")) {
+        i += 1;
+    }
+    if args.get(i).and_then(Arg::text).as_deref() == Some("-D") {
+        i += 2;
+    }
+    let mut starts = Vec::new();
+    while let Some(a) = args.get(i) {
+        if a.text().is_some_and(|t| t.starts_with('-') || t == "(" || t == "!") {
+            break;
+        }
+        starts.push(a.clone());
+        i += 1;
+    }
+    if starts.is_empty() {
+        starts.push(Arg::lit("."));
+    }
+    let what = "`find`".to_string();
+    let mut out = Vec::new();
+    while let Some(a) = args.get(i) {
+        i += 1;
+        let Some(t) = a.text() else { continue };
+        match t.as_str() {
+            "-delete" => {
+                out.extend(starts.iter().map(|s| Effect::Target { how: Write::Delete, arg: s.clone(), cwds: sc.cwds.clone(), what: what.clone() }))
+            }
+            "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
+                if let Some(f) = args.get(i) {
+                    out.push(Effect::Target { how: Write::Overwrite, arg: f.clone(), cwds: sc.cwds.clone(), what: what.clone() });
+                }
+            }
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                let end = args[i..].iter().position(|a| matches!(a.text().as_deref(), Some(";" | "+"))).map_or(args.len(), |p| i + p);
+                let inner = &args[i..end];
+                for start in &starts {
+                    let argv = inner.iter().map(|a| if a.text().as_deref() == Some("{}") { start.clone() } else { a.clone() }).collect();
+                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
+                }
+                i = end + 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The rules on one path a command writes (first match wins): memory, gates, config, kernel.
+pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: &Places) -> Result<(), Refusal> {
+    for cwd in cwds {
+        let Some(pattern) = arg.pattern(cwd) else {
+            return Err(refusal("unparsed", format!("{what} on `{}`: the path is only known when it runs", arg.source)));
+        };
+        let t = Target::new(&pattern).map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
+        let on = format!("{what} on `{}`", arg.source);
+        let any_memory = t.pattern.contains("/.cicy/memory/") || t.pattern.ends_with("/.cicy/memory");
+        if how != Write::Modify && (t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)) {
+            return Err(refusal("memory", format!("{on} would delete or overwrite the agent's memory (.cicy/memory)")));
+        }
+        if t.matches(&places.workspace.join("AGENTS.md")) {
+            return Err(refusal("gates", format!("{on} would change AGENTS.md, the agent's <role> block (an injection gate)")));
+        }
+        let roles = places.home.join("roles");
+        let config = ["config.json", "config.yaml", "lite-config.json"].iter().any(|f| t.matches(&places.home.join(f)));
+        if config || t.at_or_inside(&roles) || (how == Write::Delete && t.at_or_above(&roles)) || t.file_name() == Some("meta.yaml") {
+            return Err(refusal("config", format!("{on} would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)")));
+        }
+        if t.file_name() == Some("cicy-agent") {
+            return Err(refusal("kernel", format!("{on} would replace the cicy-agent binary")));
+        }
+        if t.at_or_inside(&places.cicy) || (how == Write::Delete && t.at_or_above(&places.cicy)) {
+            return Err(refusal("kernel", format!("{on} would write the runtime's own files (.cicy/)")));
+        }
+        let in_home = t.matches(&places.home) || t.inside(&places.home);
+        if in_home && !t.inside(&places.workspace) && !t.matches(&places.workspace) {
+            return Err(refusal("kernel", format!("{on} would write the runtime's home ($CICY_HOME)")));
+        }
+    }
+    Ok(())
+}

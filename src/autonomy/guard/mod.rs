@@ -1,0 +1,139 @@
+//! Guardrails at write time (DESIGN.md §13): whether a wish may be written, and which running
+//! intents are never killed.
+//!
+//! A wish's `run` line is parsed as bash and every simple command it would run is classified by
+//! program and target ([`check_run`], pure); its `what`/`why` prose goes to an aux call, the
+//! judge ([`judge`]), whose failure refuses. [`check`] does both, the parse first so a refused
+//! command costs no gateway call. Owns the refused classes and the never-killed test of a `run`
+//! line ([`never_killed`]). Must not touch the ledger, the scheduler or any file: callers write
+//! the `refused` line with [`Refusal`]'s text.
+//!
+//! Classes (the `class` of a [`Refusal`]): `memory`, `kernel`, `model`, `migrate`, `handoff`,
+//! `gates`, `limits`, `network`, `install`, `push`, `config` (DESIGN.md §13); `unparsed` for a
+//! `run` line the guard cannot follow safely (a syntax error, `eval`, a program or a written
+//! path that is only known when it runs); `judge` when the judge call failed or its answer could
+//! not be read. `model`, `migrate`, `handoff` and `limits` have no command of their own: only the
+//! judge names them.
+
+mod classify;
+mod judge;
+mod opts;
+mod paths;
+mod shell;
+
+use std::path::Path;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::gateway::GatewayClient;
+use classify::{Effect, Places};
+use shell::Item;
+
+pub use judge::{user_text as judge_user_text, verdict as judge_verdict, CLASSES as JUDGE_CLASSES, MAX_TOKENS as JUDGE_MAX_TOKENS, SYSTEM_TEXT as JUDGE_SYSTEM_TEXT, TIMEOUT as JUDGE_TIMEOUT};
+
+/// A refusal: `class` is one of the classes of the module doc; `reason` is one sentence for
+/// the ledger's `refused_reason` and the writer of the wish. Displayed as `<class>: <reason>`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {reason}")]
+pub struct Refusal {
+    pub class: String,
+    pub reason: String,
+}
+
+/// Where the agent lives. Both paths absolute; they are normalised lexically, never resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardCtx<'a> {
+    /// The agent's workspace: relative paths of a `run` line start here.
+    pub workspace: &'a Path,
+    /// `$CICY_HOME`.
+    pub home: &'a Path,
+}
+
+/// Whom the judge asks: the agent's gateway client and model; the call's session id is
+/// `guard-<agent_id>`.
+#[derive(Debug, Clone, Copy)]
+pub struct Judge<'a> {
+    pub client: &'a GatewayClient,
+    pub model: &'a str,
+    pub agent_id: &'a str,
+}
+
+/// Classifies a wish's `run` command line (bash syntax) by program and target; the first
+/// refused simple command, in the order bash would run them, gives the refusal. Pure: no file
+/// is read and no process started.
+///
+/// Walked: lists (`;`, `&&`, `||`, `&`), pipelines, subshells, `{ }`, `if`/`for`/`while`/`case`,
+/// function bodies, `$(…)`/backticks, `<(…)`, unquoted here-documents, and the text of
+/// `bash|sh|… -c '…'` or a here-document fed to a shell (recursively). Wrappers (`env`, `nice`,
+/// `timeout`, `nohup`, `command`, `exec`, `sudo`, `doas`, `stdbuf`, `time`, `setsid`, `ionice`,
+/// `builtin`, `busybox`, `xargs`) are looked through. Paths are taken relative to the workspace
+/// (and to every directory a `cd` may have entered), globs are matched as if `dotglob` were set,
+/// and `~`/`$HOME` stand for any directory.
+pub fn check_run(run: &str, ctx: &GuardCtx) -> Result<(), Refusal> {
+    let places = Places::new(ctx.workspace, ctx.home);
+    let items = shell::walk(run, &[places.start_cwd()], &places.home.to_string_lossy(), 0);
+    check_items(&items, &places, 0)
+}
+
+fn check_items(items: &[Item], places: &Places, depth: usize) -> Result<(), Refusal> {
+    for item in items {
+        match item {
+            Item::Unparsed(reason) => return Err(classify::refusal("unparsed", reason.clone())),
+            Item::Run(sc) => {
+                for effect in classify::effects(sc, places, depth) {
+                    match effect {
+                        Effect::Refuse(r) => return Err(r),
+                        Effect::Program(_) => {}
+                        Effect::Target { how, arg, cwds, what } => classify::check_target(how, &arg, &cwds, &what, places)?,
+                        Effect::Nested(inner) => check_items(&inner, places, depth + 1)?,
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The aux call `X-Cicy-Aux: guard` on `what`/`why` ([`JUDGE_SYSTEM_TEXT`], [`JUDGE_TIMEOUT`],
+/// one attempt). Any failure — HTTP error, timeout, cancel, an answer that is not a JSON object,
+/// a verdict other than allow/refuse — is a refusal of class `judge`.
+pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &CancellationToken) -> Result<(), Refusal> {
+    judge::judge(target, what, why, cancel).await
+}
+
+/// [`check_run`] on `run` first (no gateway call when it refuses), then [`judge`] on the prose.
+pub async fn check(what: &str, why: Option<&str>, run: Option<&str>, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<(), Refusal> {
+    if let Some(run) = run {
+        check_run(run, ctx)?;
+    }
+    judge::judge(judge, what, why, cancel).await
+}
+
+/// The seed's never-killed list for a `run` line (DESIGN.md §13 "Never killed"): true when any
+/// simple command it may run has program `git` (argv[0]'s basename, after the wrappers of
+/// [`check_run`]) or writes (redirects or a known writer such as `cp`, `mv`, `tee`, `rm`) under
+/// the workspace's `.cicy/history`, `.cicy/checkpoints` or `.cicy/memory`. A line that does not
+/// parse is not protected.
+pub fn never_killed(run: &str, ctx: &GuardCtx) -> bool {
+    let places = Places::new(ctx.workspace, ctx.home);
+    let items = shell::walk(run, &[places.start_cwd()], &places.home.to_string_lossy(), 0);
+    let protected = ["history", "checkpoints", "memory"].map(|d| places.cicy.join(d));
+    protects(&items, &places, &protected, 0)
+}
+
+fn protects(items: &[Item], places: &Places, protected: &[std::path::PathBuf], depth: usize) -> bool {
+    items.iter().any(|item| match item {
+        Item::Unparsed(_) => false,
+        Item::Run(sc) => classify::effects(sc, places, depth).into_iter().any(|effect| match effect {
+            Effect::Program(p) => p == "git",
+            Effect::Target { arg, cwds, .. } => {
+                cwds.iter().filter_map(|c| arg.pattern(c)).filter_map(|p| paths::Target::new(&p).ok()).any(|t| protected.iter().any(|d| t.at_or_inside(d)))
+            }
+            Effect::Nested(inner) => protects(&inner, places, protected, depth + 1),
+            Effect::Refuse(_) => false,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+//! Unit tests of the guard's `run` classification and the never-killed list.
+
+use std::path::Path;
+
+use super::*;
+
+const WS: &str = "/h/workers/w-1";
+const HOME: &str = "/h";
+
+fn ctx() -> GuardCtx<'static> {
+    GuardCtx { workspace: Path::new(WS), home: Path::new(HOME) }
+}
+
+fn run(line: &str) -> Result<(), Refusal> {
+    check_run(line, &ctx())
+}
+
+#[track_caller]
+fn refused(line: &str, class: &str, reason: &str) {
+    assert_eq!(run(line), Err(Refusal { class: class.into(), reason: reason.into() }), "{line}");
+}
+
+#[track_caller]
+fn class_of(line: &str) -> String {
+    match run(line) {
+        Ok(()) => "accepted".into(),
+        Err(r) => r.class,
+    }
+}
+
+#[test]
+fn ordinary_commands_are_accepted() {
+    for line in [
+        "echo hi > notes.txt",
+        "git status",
+        "ls -la",
+        "cargo test",
+        "python3 script.py",
+        "git -C sub log --oneline | head -5",
+        "cat .cicy/memory/MEMORY.md",
+        "echo done >> log.txt && sleep 30",
+        "cp -r .cicy/memory backup/",
+        "rm -rf build target/debug",
+        "find . -name '*.tmp' -print",
+        "bash -c 'echo hi > out.txt'",
+        "sed -i s/a/b/ notes.txt",
+        "for f in *.md; do wc -l \"$f\"; done",
+        "cicy-agent memory w-1 ls",
+        "cicy-agent intents w-1 status",
+        "cicy-agent todo w-1 ls",
+        "cicy-agent status w-1",
+        "echo x > /dev/null 2>&1",
+        "git clean -n",
+        "rm -f ~/scratch.txt",
+        "nice -n 5 cargo build",
+    ] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+}
+
+#[test]
+fn memory_deletes_and_overwrites_are_refused() {
+    refused("rm -rf .cicy/memory", "memory", "`rm` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused("echo > .cicy/memory/MEMORY.md", "memory", "a redirect on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)");
+    for line in [
+        "rm -rf .cicy",
+        "rm -rf .",
+        "rm -rf ~",
+        "rm -rf /",
+        "rm -rf .cicy/*",
+        "rm -rf .cicy/mem*",
+        "rm -rf \"$HOME\"",
+        "rm -rf /h/workers/w-1/sub/../.cicy/memory",
+        "cd .cicy && rm -rf memory",
+        "cd /tmp; rm -rf .cicy",
+        "shred -u .cicy/memory/x.md",
+        "truncate -s 0 .cicy/memory/MEMORY.md",
+        "unlink .cicy/memory/MEMORY.md",
+        "mv .cicy/memory /tmp/old",
+        "find .cicy -delete",
+        "find . -name x -exec rm -rf {} \\;",
+        "git clean -fdx",
+        "sudo -u root env X=1 nice -n 5 rm -rf .cicy/memory",
+        "bash -c 'rm -rf .cicy/memory'",
+        "sh -c \"cd .cicy; rm -r memory\"",
+        "echo $(rm -rf .cicy/memory)",
+        "ls `rm -rf .cicy`",
+        "(rm -rf .cicy)",
+        "true && { rm -rf .cicy/memory; }",
+        "bash <<'EOF'\nrm -rf .cicy/memory\nEOF",
+        "rm -rf $CICY_HOME",
+        "rm -rf ${HOME}/.cicy",
+        "tee .cicy/memory/MEMORY.md < /dev/null",
+        "cp /dev/null .cicy/memory/MEMORY.md",
+        "rm -rf /h/workers/w-2/.cicy/memory",
+        "rm -rf .cicy/{memory,x}",
+        "rm -rf {.cicy/memory,x}",
+        "rm -rf *",
+        "rm -rf -- .c\\icy",
+        "cd ~ && rm -rf .cicy",
+        "git -C .cicy/memory clean -fdx",
+        "ls > >(rm -rf .cicy)",
+        "cat <(rm -rf .cicy)",
+        "f() { rm -rf .cicy; }; f",
+        "exec rm -rf .cicy",
+        "time rm -rf .cicy",
+        ": > .cicy/memory/MEMORY.md",
+        "if true; then rm -rf .cicy; fi",
+        "while false; do rm -rf .cicy; done",
+        "case x in x) rm -rf .cicy;; esac",
+        "cat <<EOF\n$(rm -rf .cicy)\nEOF",
+        "X=$(rm -rf .cicy) true",
+        "[[ -n $(rm -rf .cicy) ]]",
+    ] {
+        assert_eq!(class_of(line), "memory", "{line}");
+    }
+}
+
+#[test]
+fn kernel_writes_and_state_changing_cli_calls_are_refused() {
+    refused("cicy-agent memory w-1 forget x", "kernel", "`cicy-agent memory forget` changes the runtime's state (only read-only subcommands may run)");
+    refused("cicy-agent create x", "kernel", "`cicy-agent create` changes the runtime's state (only read-only subcommands may run)");
+    refused("echo x >> .cicy/intents.jsonl", "kernel", "a redirect on `.cicy/intents.jsonl` would write the runtime's own files (.cicy/)");
+    refused("cp build/cicy-agent /usr/local/bin/cicy-agent", "kernel", "`cp` on `/usr/local/bin/cicy-agent` would replace the cicy-agent binary");
+    refused("rm -rf .cicy/history", "kernel", "`rm` on `.cicy/history` would write the runtime's own files (.cicy/)");
+    refused("echo x > /h/cicy.db", "kernel", "a redirect on `/h/cicy.db` would write the runtime's home ($CICY_HOME)");
+    for line in ["echo x >> .cicy/memory/MEMORY.md", "touch .cicy/x", "mkdir -p .cicy/checkpoints/x", "/opt/bin/cicy-agent chat w-1 hi", "cicy-agent todo w-1 add x --at +1h"] {
+        assert_eq!(class_of(line), "kernel", "{line}");
+    }
+}
+
+#[test]
+fn gates_config_network_install_push() {
+    refused("echo '# Role' > AGENTS.md", "gates", "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
+    refused("sed -i s/x/y/ AGENTS.md", "gates", "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
+    refused("echo '{}' > $CICY_HOME/config.json", "config", "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
+    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ meta.yaml", "mv config.yaml /h/"] {
+        assert_eq!(class_of(line), "config", "{line}");
+    }
+    refused("curl https://example.com", "network", "`curl` reaches the network");
+    refused("git pull", "network", "`git pull` reaches the network");
+    for line in ["wget x", "ssh host", "scp a b:", "rsync -a x y", "nc -l 80", "git fetch origin", "git clone x", "git ls-remote x", "git remote update", "git submodule update --init", "echo x | timeout 5 ncat h 1"] {
+        assert_eq!(class_of(line), "network", "{line}");
+    }
+    refused("pip install x", "install", "`pip install` installs dependencies");
+    refused("python3 -m pip install requests", "install", "`python3 -m pip install` installs dependencies");
+    for line in ["pip3 install x", "uv pip install x", "uv add x", "npm i x", "pnpm add x", "yarn", "yarn add x", "cargo install ripgrep", "cargo add serde", "apt-get -y install x", "brew install x", "gem install x", "go install x@latest", "go get x", "conda install x", "apk add x", "npm ci"] {
+        assert_eq!(class_of(line), "install", "{line}");
+    }
+    refused("git push origin main", "push", "`git push` publishes commits to another repository");
+    refused("git -C repo -c a=b push", "push", "`git push` publishes commits to another repository");
+}
+
+#[test]
+fn what_cannot_be_followed_is_unparsed() {
+    refused("eval \"$CMD\"", "unparsed", "`eval` runs text that is only built when it runs");
+    refused("$PROG x", "unparsed", "the program `$PROG` is not a fixed word");
+    refused("rm -rf \"$DIR\"", "unparsed", "`rm` on `\"$DIR\"`: the path is only known when it runs");
+    refused("echo 'rm -rf .cicy' | bash", "unparsed", "`bash` reads its commands from stdin");
+    refused("bash -c \"$X\"", "unparsed", "`bash -c` runs `\"$X\"`, which is only known when it runs");
+    assert_eq!(class_of("echo 'unterminated"), "unparsed");
+    assert_eq!(class_of("for x in"), "unparsed");
+    assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
+    assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
+    assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
+    assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
+}
+
+#[test]
+fn the_first_refused_command_in_run_order_wins() {
+    assert_eq!(class_of("curl x; pip install y"), "network");
+    assert_eq!(class_of("pip install y && curl x"), "install");
+}
+
+#[test]
+fn never_killed_follows_the_seed_list() {
+    let c = ctx();
+    assert!(never_killed("git status", &c));
+    assert!(never_killed("git -C x log", &c));
+    assert!(!never_killed("sleep 30", &c));
+    assert!(never_killed("cp a .cicy/history/x", &c));
+    assert!(!never_killed("echo hi > notes.txt", &c));
+    assert!(never_killed("nice -n 5 /usr/bin/git gc", &c));
+    assert!(never_killed("sleep 1; echo x >> .cicy/checkpoints/log", &c));
+    assert!(never_killed("bash -c 'cd sub && git fetch'", &c));
+    assert!(!never_killed("echo x > .cicy/intents/a/log", &c));
+    assert!(!never_killed("echo 'unterminated", &c));
+}
+
+#[test]
+fn refusal_displays_class_and_reason() {
+    let r = Refusal { class: "push".into(), reason: "no".into() };
+    assert_eq!(r.to_string(), "push: no");
+}
