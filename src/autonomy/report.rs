@@ -11,6 +11,11 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::home::Home;
+use crate::registry::{AgentRecord, Registry, RegistryError};
+use crate::role::{self, RoleError, ToolConfig};
+use crate::wake::db::{WakeDb, WakeDbError};
+
 use super::lease::Lease;
 use super::ledger::{unix_of, By, Folded, Intent, Ledger, LedgerError, Needs, Skipped};
 use super::plan::{self, Decision, Inputs, RoutineRuns, DAY_SECS};
@@ -129,10 +134,7 @@ impl Report {
             })
             .collect();
         squeezed.sort_by(|a, b| b.preempted_count.cmp(&a.preempted_count).then_with(|| b.hours.unwrap_or(0.0).total_cmp(&a.hours.unwrap_or(0.0))));
-        let decision = match (priorities, switch_on) {
-            (Err(why), _) | (_, Err(why)) => Decision::Off { why },
-            (Ok(priorities), Ok(switch_on)) => plan::decide(&Inputs { folded, priorities, config, switch_on, routines, now }),
-        };
+        let decision = decide(folded, priorities, config, switch_on, routines, now);
         let (enabled, off_reason) = match &decision {
             Decision::Off { why } => (false, Some(why.clone())),
             Decision::Run(_) | Decision::Rest => (true, None),
@@ -190,6 +192,14 @@ impl Report {
             out.push_str(&format!("ledger: skipped unreadable line(s) {} (see `intents <id> ls --json`)\n", lines.join(", ")));
         }
         out
+    }
+}
+
+/// [`plan::decide`], off with the reason when the table or the switch cannot be read.
+fn decide(folded: &Folded, priorities: Result<&Priorities, String>, config: &AutonomyConfig, switch_on: Result<bool, String>, routines: &RoutineRuns, now: i64) -> Decision {
+    match (priorities, switch_on) {
+        (Err(why), _) | (_, Err(why)) => Decision::Off { why },
+        (Ok(priorities), Ok(switch_on)) => plan::decide(&Inputs { folded, priorities, config, switch_on, routines, now }),
     }
 }
 
@@ -258,6 +268,62 @@ pub fn load(workspace: &Path, config: &AutonomyConfig, lease: Option<Lease>, now
     let routines = RoutineRuns::load(workspace);
     let report = Report::build(Sources { folded: &folded, priorities: priorities.as_ref().map_err(Clone::clone), config, switch_on, routines: &routines, lease, now });
     Ok((report, folded))
+}
+
+/// What a tick of the agent of `workspace` would do at `now` (`intents <id> tick --dry-run`),
+/// from the same files as [`load`]; it ignores a lease (a tick starts nothing while one is
+/// held, and the report shows it).
+///
+/// Errors: the ledger exists but cannot be read.
+pub fn dry_run(workspace: &Path, config: &AutonomyConfig, now: i64) -> Result<Decision, LedgerError> {
+    let folded = Ledger::of_workspace(workspace).read()?;
+    let priorities = Priorities::load(workspace).map_err(|e| e.to_string());
+    let switch_on = settings::switch_on(workspace).map_err(|e| e.to_string());
+    Ok(decide(&folded, priorities.as_ref().map_err(Clone::clone), config, switch_on, &RoutineRuns::load(workspace), now))
+}
+
+/// Why an agent's report could not be built; each error names its file.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Role(#[from] RoleError),
+    #[error(transparent)]
+    Db(#[from] WakeDbError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// The role's `autonomy:` block for `record` (its role template, read now).
+///
+/// Errors: the role template or the tool configuration cannot be read.
+pub fn role_config(home: &Home, record: &AgentRecord) -> Result<AutonomyConfig, RoleError> {
+    Ok(role::load_template(home, &record.role_template, &ToolConfig::load(home)?)?.meta.autonomy)
+}
+
+/// Agent `id`'s report at `now` (unix seconds) from its registry row, its role, its lease in
+/// `cicy.db` and its workspace's files, with the folded ledger.
+///
+/// Errors: an unknown agent, a role or `cicy.db` that cannot be read, an unreadable ledger.
+pub fn of_agent(home: &Home, id: &str, now: i64) -> Result<(Report, Folded), ReportError> {
+    let registry = Registry::open(&home.db_path())?;
+    let record = registry.get(id)?;
+    let config = role_config(home, &record)?;
+    let lease = WakeDb::from_registry(registry)?.lease_of(id)?;
+    Ok(load(&record.workspace, &config, lease, now)?)
+}
+
+impl Report {
+    /// The report as `GET /api/agents/{id}/autonomy` and `intents <id> status --json` give it:
+    /// its fields plus `intents`, every intent's latest state in the order first wished.
+    pub fn to_json(&self, intents: &[Intent]) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let serde_json::Value::Object(m) = &mut v {
+            m.insert("intents".into(), serde_json::to_value(intents).unwrap_or_default());
+        }
+        v
+    }
 }
 
 #[cfg(test)]
