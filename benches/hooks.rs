@@ -44,6 +44,7 @@ echo '{\"action\":\"modify\",\"text\":\"changed\"}'\n").unwrap();
         subagent: None,
         user: None,
         skill_guard: None,
+        wish_judge: None,
     };
     let events = Emitter::new("w-1", |_| {});
     let ids = TurnIds { agent_id: "w-1", conv_id: "c-1", turn_id: "t-1", workspace: &ws };

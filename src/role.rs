@@ -65,6 +65,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     crate::tools::files::GREP,
     crate::tools::files::GLOB,
     crate::tools::files::LS,
+    crate::tools::wish::NAME,
 ];
 
 /// cicy: 200 tool rounds per turn unless meta.yaml says otherwise.

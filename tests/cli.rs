@@ -39,7 +39,7 @@ async fn create_ls_roles_show() {
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
     assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [agents, broadcast, fork, inbox, msg, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(
-        o.stdout.contains("developer\tDeveloper\ttools: [ask_user, edit_file, glob, grep, inbox, ls, read_file, reply, send, shell, skill, sleep_until, task, todo, write_file, write_todos]"),
+        o.stdout.contains("developer\tDeveloper\ttools: [ask_user, edit_file, glob, grep, inbox, ls, read_file, reply, send, shell, skill, sleep_until, task, todo, wish, write_file, write_todos]"),
         "{}",
         o.stdout
     );

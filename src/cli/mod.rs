@@ -10,6 +10,7 @@ mod exit;
 mod group;
 mod history;
 mod inbox;
+mod intents;
 mod line;
 mod memory;
 mod outbox;
@@ -229,6 +230,16 @@ enum Command {
         #[arg(allow_hyphen_values = true)]
         json: String,
     },
+    /// Write an intent for an agent's idle time (DESIGN.md §13), checked by the guardrails
+    /// first; prints `<iid> pending`, or `<iid> refused: <class>: <reason>` and exits 1.
+    Wish(intents::WishArgs),
+    /// An agent's idle intents (DESIGN.md §13): ls, status, approve <iid>, drop <iid>, off, on,
+    /// rm, tick --dry-run.
+    Intents {
+        id: String,
+        #[command(subcommand)]
+        action: intents::Action,
+    },
     /// Print the active conversation: the window from the last compaction on.
     History {
         id: String,
@@ -427,6 +438,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Group { action } => group::run(&home, action, &mut std::io::stdout().lock()),
         Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
         Command::OutboxSend { json } => Ok(outbox::send(&json)),
+        Command::Wish(args) => intents::wish(&home, args, &mut std::io::stdout().lock()),
+        Command::Intents { id, action } => intents::run(&home, &id, action, &mut std::io::stdout().lock()),
     }
 }
 

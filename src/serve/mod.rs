@@ -374,6 +374,7 @@ fn router(hub: Hub) -> Router {
         .route("/api/agents/{id}/steer", post(routes::steer))
         .route("/api/agents/{id}/respond", post(routes::respond))
         .route("/api/agents/{id}/events", get(routes::agent_events))
+        .route("/api/agents/{id}/autonomy", get(routes::autonomy))
         .route("/api/events", get(routes::all_events))
         .route("/api/agents/{id}/todos", get(wake_routes::todos).post(wake_routes::add_todo))
         .route("/api/agents/{id}/todos/{n}", axum::routing::delete(wake_routes::remove_todo))

@@ -368,6 +368,18 @@ pub async fn all_events(State(hub): State<Hub>) -> SseResponse {
     Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
 }
 
+/// `GET /api/agents/{id}/autonomy` (DESIGN.md §13 "Reports"): the ⑩⑪⑫ report of
+/// [`crate::autonomy::report::Report`] (`enabled`, `off_reason`, `tick_secs`, `lease`, `mine`,
+/// `mine_total`, `now`, `waiting`, `squeezed`, `skipped`) plus `intents`, every intent's latest
+/// state. Read from the files and `cicy.db`, as `intents <id> status --json` does.
+pub async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
+    agent(&hub, &id)?;
+    let now = i64::try_from(fsutil::unix_now()).unwrap_or(i64::MAX);
+    let (report, folded) =
+        fsutil::blocking(|| crate::autonomy::report::of_agent(&hub.shared.home, &id, now)).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(report.to_json(&folded.intents)))
+}
+
 /// `GET /api/health` (no token): `{ok, instance_id, pid, agents}`.
 pub async fn health(State(hub): State<Hub>) -> Json<Value> {
     Json(json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()}))

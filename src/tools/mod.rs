@@ -18,6 +18,7 @@ pub mod shell;
 pub mod skill;
 pub mod task;
 pub mod skill_guard;
+pub mod wish;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here (and `crate::hooks::runner`'s) wait the same way instead of polling.
 #[cfg(test)]
@@ -66,6 +67,8 @@ pub struct ToolContext {
     pub user: Option<ask_user::User>,
     /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
     pub skill_guard: Option<Arc<skill_guard::Guard>>,
+    /// What `wish` checks a wish with (DESIGN.md §13); `None` where `wish` is not enabled.
+    pub wish_judge: Option<Arc<wish::WishJudge>>,
 }
 
 #[cfg(test)]
@@ -85,6 +88,7 @@ impl ToolContext {
             subagent: None,
             user: None,
             skill_guard: None,
+            wish_judge: None,
         }
     }
 }
@@ -127,6 +131,7 @@ fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
         task::NAME => Some(Arc::new(task::Task)),
         ask_user::NAME => Some(Arc::new(ask_user::AskUser)),
         plan::NAME => Some(Arc::new(plan::WriteTodos)),
+        wish::NAME => Some(Arc::new(wish::Wish)),
         files::READ_FILE | files::WRITE_FILE | files::EDIT_FILE | files::GREP | files::GLOB | files::LS => files::builtin(name),
         other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
     }

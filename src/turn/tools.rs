@@ -194,6 +194,14 @@ pub(crate) fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_
             timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
         }),
         skill_guard: crate::tools::skill_guard::Guard::for_batch(session, m.template.meta.skill_guard),
+        wish_judge: m.tools.has(crate::tools::wish::NAME).then(|| {
+            Arc::new(crate::tools::wish::WishJudge {
+                home: session.home.root().to_path_buf(),
+                client: session.client.clone(),
+                model: m.model.clone(),
+                agent_id: session.record.id.clone(),
+            })
+        }),
     }
 }
 

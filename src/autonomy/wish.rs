@@ -1,0 +1,325 @@
+//! Writing to the ledger on a person's or the agent's word (DESIGN.md §13 "wish", "needs",
+//! "Off"): a new wish, checked by the guardrails before it is written; `approve` and `drop` of
+//! an intent; and the pickup check of a line nobody checked (one written by hand).
+//!
+//! Owns the wish's validation, the `checked` mark of a line that passed the guardrails, and the
+//! lines these changes append. Must not touch: what the guardrails refuse (`super::guard`), the
+//! tick, running anything.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use super::guard::{self, GuardCtx, Judge, Refusal};
+use super::ledger::{By, Intent, Ledger, LedgerError, Needs, Status};
+use super::priority::{Class, Priorities, PriorityError, WISH_PRIORITIES};
+
+/// **[chosen]** At most 2000 characters in `what` (and in `why`): a wish is a sentence or a
+/// paragraph, and both go to the guard's judge whole.
+pub const MAX_WHAT_CHARS: usize = 2000;
+
+/// The key of [`Intent::extra`] that marks a line the guardrails passed: hex SHA-256 of
+/// `what \0 why \0 run` (an absent field is empty). A line edited by hand after the check no
+/// longer matches and is checked again at pickup.
+pub const CHECKED_KEY: &str = "checked";
+
+/// A wish as the `wish` tool or `cicy-agent wish` gives it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WishInput {
+    pub what: String,
+    pub why: Option<String>,
+    /// A bash command line; `None`: the intent is a model turn.
+    pub run: Option<String>,
+    /// 4–7 ([`WISH_PRIORITIES`]); `None`: the table's `intent` priority, kept within 4–7.
+    pub priority: Option<u8>,
+    /// Seconds from a start before the intent may start again.
+    pub min_gap: u64,
+    pub needs: Needs,
+}
+
+/// A wish, an approval or a drop that was not written. Each names the field, or the intent and
+/// the ledger file.
+#[derive(Debug, thiserror::Error)]
+pub enum WishError {
+    #[error("what: is blank; say what the intent is")]
+    BlankWhat,
+    #[error("{field}: {chars} characters; at most {MAX_WHAT_CHARS}")]
+    TooLong { field: &'static str, chars: usize },
+    #[error("priority: {0} is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)")]
+    Priority(u8),
+    #[error("run: is blank; give a command, or leave run out for a model turn")]
+    BlankRun,
+    /// The default priority comes from the table, which cannot be read.
+    #[error("{0} (a wish without a priority takes the table's `intent` one)")]
+    Table(#[from] PriorityError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// Cancelled while the guardrails' judge was asked; nothing was written.
+    #[error("cancelled before the wish was checked; nothing written")]
+    Cancelled,
+    #[error("{path}: no intent {id}")]
+    Unknown { path: PathBuf, id: String },
+    #[error("{path}: intent {id} is already {status}; only an unfinished intent can be {action}")]
+    Finished { path: PathBuf, id: String, status: &'static str, action: &'static str },
+}
+
+/// The `checked` value for these fields: hex SHA-256 of `what \0 why \0 run`.
+pub fn checked_value(what: &str, why: Option<&str>, run: Option<&str>) -> String {
+    let text = format!("{what}\0{}\0{}", why.unwrap_or(""), run.unwrap_or(""));
+    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether the guardrails passed this intent as it reads now (its `checked` matches its
+/// `what`, `why` and `run`).
+pub fn is_checked(intent: &Intent) -> bool {
+    let want = checked_value(&intent.what, intent.why.as_deref(), intent.run.as_deref());
+    intent.extra.get(CHECKED_KEY).and_then(|v| v.as_str()) == Some(want.as_str())
+}
+
+fn mark_checked(intent: &mut Intent) {
+    let value = checked_value(&intent.what, intent.why.as_deref(), intent.run.as_deref());
+    intent.extra.insert(CHECKED_KEY.to_string(), value.into());
+}
+
+/// DESIGN.md §13 "Hand-written lines are checked at pickup": runs the guardrails on an intent
+/// that is not [`is_checked`] and returns it with `checked` set, for the tick to append before
+/// it starts the intent.
+///
+/// Errors: the guardrails' [`Refusal`] (append [`refused`] of it; the intent must not run).
+pub async fn check_at_pickup(intent: &Intent, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, Refusal> {
+    guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), ctx, judge, cancel).await?;
+    let mut checked = intent.clone();
+    mark_checked(&mut checked);
+    Ok(checked)
+}
+
+/// The line of `intent` refused by the guardrails: status `refused`, `refused_reason` = the
+/// refusal's text (`<class>: <reason>`), `done_at` = `now` (RFC 3339).
+pub fn refused(intent: &Intent, refusal: &Refusal, now: &str) -> Intent {
+    let mut line = intent.clone();
+    line.status = Status::Refused;
+    line.refused_reason = Some(refusal.to_string());
+    line.done_at = Some(now.to_string());
+    line.extra.remove(CHECKED_KEY);
+    line
+}
+
+/// Validates `input`, runs the guardrails on it, and appends one line to the ledger of
+/// `workspace`: status `pending` with `checked`, or `refused` with the reason. A judge that
+/// cannot be asked refuses (the guardrails' rule), and that line is written too. `home` is
+/// `$CICY_HOME` (the guardrails refuse writes to its config and roles).
+///
+/// Errors: a field ([`WishError::BlankWhat`], [`WishError::TooLong`],
+/// [`WishError::Priority`], [`WishError::BlankRun`]) or an unreadable priority table, before
+/// anything is asked or written; [`WishError::Cancelled`]; the ledger cannot be written.
+pub async fn wish(workspace: &Path, home: &Path, by: By, input: WishInput, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, WishError> {
+    let mut intent = crate::fsutil::blocking(|| validate(workspace, by, input))?;
+    let ctx = GuardCtx { workspace, home };
+    let verdict = guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), &ctx, judge, cancel).await;
+    if cancel.is_cancelled() {
+        return Err(WishError::Cancelled);
+    }
+    // The id is taken under the ledger's lock, after the judge: two wishes judged at once
+    // still get two ids.
+    crate::fsutil::blocking(|| {
+        Ledger::of_workspace(workspace).update(|folded| {
+            intent.id = folded.next_id();
+            intent.at = crate::fsutil::now_rfc3339();
+            let line = match &verdict {
+                Ok(()) => {
+                    mark_checked(&mut intent);
+                    intent
+                }
+                Err(refusal) => refused(&intent, refusal, &intent.at),
+            };
+            Ok::<_, WishError>((vec![line.clone()], line))
+        })
+    })
+}
+
+/// The intent `input` asks for, without id and time yet.
+fn validate(workspace: &Path, by: By, input: WishInput) -> Result<Intent, WishError> {
+    let WishInput { what, why, run, priority, min_gap, needs } = input;
+    let what = what.trim().to_string();
+    if what.is_empty() {
+        return Err(WishError::BlankWhat);
+    }
+    let why = why.map(|w| w.trim().to_string()).filter(|w| !w.is_empty());
+    for (field, text) in [("what", Some(&what)), ("why", why.as_ref())] {
+        let chars = text.map_or(0, |t| t.chars().count());
+        if chars > MAX_WHAT_CHARS {
+            return Err(WishError::TooLong { field, chars });
+        }
+    }
+    if run.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        return Err(WishError::BlankRun);
+    }
+    let priority = match priority {
+        Some(p) if WISH_PRIORITIES.contains(&p) => p,
+        Some(p) => return Err(WishError::Priority(p)),
+        None => Priorities::load(workspace)?.of(Class::Intent).clamp(*WISH_PRIORITIES.start(), *WISH_PRIORITIES.end()),
+    };
+    Ok(Intent {
+        id: String::new(),
+        at: String::new(),
+        by,
+        what,
+        why,
+        run,
+        priority,
+        min_gap,
+        needs,
+        status: Status::Pending,
+        done_at: None,
+        result: None,
+        preempted_by: None,
+        preempted_count: 0,
+        promoted: None,
+        refused_reason: None,
+        started_at: None,
+        line_at: None,
+        extra: Default::default(),
+    })
+}
+
+/// `intents <id> approve <iid>`: sets `needs` to `none`, so the tick may run the intent. An
+/// intent that needs nothing already is returned as it is, nothing written.
+///
+/// Errors: [`WishError::Unknown`], [`WishError::Finished`] (done, failed, refused, dropped),
+/// the ledger cannot be read or written.
+pub fn approve(workspace: &Path, iid: &str) -> Result<Intent, WishError> {
+    change(workspace, iid, "approved", |i| {
+        (i.needs != Needs::None).then(|| Intent { needs: Needs::None, ..i.clone() })
+    })
+}
+
+/// `intents <id> drop <iid>`: status `dropped`, `done_at` now; the tick never runs it again. A
+/// running intent's process is serve's to stop.
+///
+/// Errors: [`WishError::Unknown`], [`WishError::Finished`] (naming its status), the ledger
+/// cannot be read or written.
+pub fn drop(workspace: &Path, iid: &str) -> Result<Intent, WishError> {
+    change(workspace, iid, "dropped", |i| Some(Intent { status: Status::Dropped, done_at: Some(crate::fsutil::now_rfc3339()), ..i.clone() }))
+}
+
+/// Appends `edit`'s line for the unfinished intent `iid` (none when it returns `None`).
+fn change(workspace: &Path, iid: &str, action: &'static str, edit: impl FnOnce(&Intent) -> Option<Intent>) -> Result<Intent, WishError> {
+    let ledger = Ledger::of_workspace(workspace);
+    let path = ledger.path().to_path_buf();
+    ledger.update(|folded| {
+        let Some(intent) = folded.get(iid) else {
+            return Err(WishError::Unknown { path, id: iid.to_string() });
+        };
+        if intent.status.is_final() {
+            return Err(WishError::Finished { path, id: iid.to_string(), status: intent.status.as_str(), action });
+        }
+        match edit(intent) {
+            Some(line) => Ok((vec![line.clone()], line)),
+            None => Ok((Vec::new(), intent.clone())),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autonomy::ledger::Folded;
+
+    fn input(what: &str) -> WishInput {
+        WishInput { what: what.into(), ..WishInput::default() }
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let err = |i: WishInput| validate(ws, By::Human, i).unwrap_err().to_string();
+        assert_eq!(err(input("  \n")), "what: is blank; say what the intent is");
+        assert_eq!(err(input(&"x".repeat(2001))), "what: 2001 characters; at most 2000");
+        assert_eq!(err(WishInput { why: Some("é".repeat(2001)), ..input("x") }), "why: 2001 characters; at most 2000");
+        assert_eq!(err(WishInput { priority: Some(3), ..input("x") }), "priority: 3 is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)");
+        assert_eq!(err(WishInput { run: Some(" ".into()), ..input("x") }), "run: is blank; give a command, or leave run out for a model turn");
+        let ok = validate(ws, By::Agent, WishInput { why: Some("  ".into()), ..input(" tidy ") }).unwrap();
+        assert_eq!((ok.what.as_str(), ok.why, ok.priority, ok.status), ("tidy", None, 5, Status::Pending));
+        assert_eq!(validate(ws, By::Agent, input(&"é".repeat(2000))).unwrap().what.chars().count(), 2000);
+    }
+
+    #[test]
+    fn the_default_priority_is_the_tables_kept_within_four_to_seven() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let table = crate::autonomy::priority::table_path(ws);
+        std::fs::create_dir_all(table.parent().unwrap()).unwrap();
+        for (intent, want) in [(6, 6), (2, 4), (9, 7)] {
+            std::fs::write(&table, format!(r#"{{"intent":{intent}}}"#)).unwrap();
+            assert_eq!(validate(ws, By::Human, input("x")).unwrap().priority, want);
+        }
+        std::fs::write(&table, "nope").unwrap();
+        let e = validate(ws, By::Human, input("x")).unwrap_err().to_string();
+        assert!(e.contains("sched-priority.json") && e.ends_with("(a wish without a priority takes the table's `intent` one)"), "{e}");
+        assert_eq!(validate(ws, By::Human, WishInput { priority: Some(4), ..input("x") }).unwrap().priority, 4);
+    }
+
+    #[test]
+    fn checked_follows_the_fields_so_a_hand_edit_is_checked_again() {
+        let mut i = validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), run: Some("ls".into()), ..input("list") }).unwrap();
+        assert!(!is_checked(&i));
+        mark_checked(&mut i);
+        assert!(is_checked(&i));
+        assert_eq!(i.extra[CHECKED_KEY], checked_value("list", None, Some("ls")));
+        // what \0 why \0 run: moving text between fields changes the value.
+        assert_ne!(checked_value("a", Some("b"), None), checked_value("a", None, Some("b")));
+        assert_eq!(checked_value("", None, None), "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7");
+        let back = Folded::parse(&i.to_line().unwrap()).intents.remove(0);
+        assert!(is_checked(&back));
+        let edited = Intent { run: Some("rm -rf notes".into()), ..back };
+        assert!(!is_checked(&edited));
+        let r = refused(&edited, &Refusal { class: "delete memory".into(), reason: "no".into() }, "2026-12-02T08:00:00Z");
+        assert_eq!((r.status, r.refused_reason.as_deref(), r.done_at.as_deref()), (Status::Refused, Some("delete memory: no"), Some("2026-12-02T08:00:00Z")));
+        assert!(!r.extra.contains_key(CHECKED_KEY));
+    }
+
+    fn seeded(ws: &Path) -> Ledger {
+        let ledger = Ledger::of_workspace(ws);
+        let lines = [
+            r#"{"id":"i1","at":"2026-12-01T10:00:00Z","by":"human","what":"prune logs","priority":5,"needs":"human","status":"pending"}"#,
+            r#"{"id":"i2","at":"2026-12-01T10:00:00Z","by":"self","what":"tidy","priority":5,"status":"done"}"#,
+        ];
+        ledger.append(Folded::parse(&lines.join("\n")).intents).unwrap();
+        ledger
+    }
+
+    #[test]
+    fn approve_sets_needs_none_once_and_refuses_finished_or_unknown_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = seeded(dir.path());
+        let path = ledger.path().display().to_string();
+        assert_eq!(approve(dir.path(), "i1").unwrap().needs, Needs::None);
+        let lines = std::fs::read_to_string(ledger.path()).unwrap().lines().count();
+        assert_eq!(approve(dir.path(), "i1").unwrap().needs, Needs::None);
+        assert_eq!(std::fs::read_to_string(ledger.path()).unwrap().lines().count(), lines, "a second approve writes nothing");
+        assert_eq!(ledger.read().unwrap().get("i1").unwrap().needs, Needs::None);
+        assert_eq!(approve(dir.path(), "i9").unwrap_err().to_string(), format!("{path}: no intent i9"));
+        assert_eq!(
+            approve(dir.path(), "i2").unwrap_err().to_string(),
+            format!("{path}: intent i2 is already done; only an unfinished intent can be approved")
+        );
+    }
+
+    #[test]
+    fn drop_finishes_an_intent_with_done_at_and_says_the_status_of_a_finished_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = seeded(dir.path());
+        let path = ledger.path().display().to_string();
+        let dropped = drop(dir.path(), "i1").unwrap();
+        assert_eq!(dropped.status, Status::Dropped);
+        assert!(dropped.done_at.as_deref().and_then(crate::autonomy::ledger::unix_of).is_some());
+        assert_eq!(ledger.read().unwrap().get("i1").unwrap().status, Status::Dropped);
+        assert_eq!(
+            drop(dir.path(), "i1").unwrap_err().to_string(),
+            format!("{path}: intent i1 is already dropped; only an unfinished intent can be dropped")
+        );
+        assert_eq!(drop(dir.path(), "x").unwrap_err().to_string(), format!("{path}: no intent x"));
+    }
+}
