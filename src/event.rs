@@ -128,6 +128,11 @@ pub enum EventKind {
     /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
     /// `todo_change`; that name is the wake todos' event above, whose shape differs).
     PlanChange { todos: Vec<crate::tools::plan::Todo> },
+    /// Idle autonomy (DESIGN.md §13): a job of the tick changed. `job` is `intent:<id>` or a
+    /// routine (`selfcheck`, `recall`, `web`); `status` is `running`, `done`, `failed`,
+    /// `interrupted`, `refused` or `promoted`; `detail` the result, the refusal, who preempted
+    /// (`preempted by human`) or the new priority.
+    Autonomy { job: String, status: String, detail: Option<String> },
 }
 
 /// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out

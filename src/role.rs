@@ -207,23 +207,43 @@ pub fn load_template(home: &Home, slug: &str, tools: &ToolConfig) -> Result<Role
         };
         return Err(RoleError::Unknown { slug: slug.to_string(), available: list_templates(home).join(", "), skipped });
     }
-    let pick = |file: &str, packaged_text: Option<&str>| -> Result<(String, String), RoleError> {
-        let path = user_dir.join(file);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Ok((text, path.display().to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((
-                packaged_text.unwrap_or_default().to_string(),
-                format!("packaged roles/{slug}/{file}"),
-            )),
-            Err(source) => Err(RoleError::Read { path, source }),
-        }
-    };
+    let pick = |file: &str, packaged_text: Option<&str>| pick_file(&user_dir, slug, file, packaged_text);
     let (system_md, _) = pick("system.md", packaged.map(|r| r.1))?;
     let (role_md, _) = pick("role.md", packaged.map(|r| r.2))?;
     let (meta_text, meta_source) = pick("meta.yaml", packaged.map(|r| r.3))?;
     let meta = parse_meta(&meta_text, &meta_source)?;
     let expanded = tools.expand(&meta.tools, &meta_source)?;
     Ok(RoleTemplate { slug: slug.to_string(), system_md, role_md, meta, meta_source, tools: expanded })
+}
+
+/// A template file: `$CICY_HOME/roles/<slug>/<file>` when it exists, else the packaged text;
+/// with where it came from, for errors.
+fn pick_file(user_dir: &Path, slug: &str, file: &str, packaged_text: Option<&str>) -> Result<(String, String), RoleError> {
+    let path = user_dir.join(file);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((text, path.display().to_string())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok((packaged_text.unwrap_or_default().to_string(), format!("packaged roles/{slug}/{file}")))
+        }
+        Err(source) => Err(RoleError::Read { path, source }),
+    }
+}
+
+/// Only the meta.yaml of template `slug`, parsed and validated (not its tool names): for a
+/// caller that needs one setting often, such as idle autonomy's tick (DESIGN.md §13).
+///
+/// Errors: as [`load_template`], but an unknown slug is [`RoleError::Unknown`] without the list.
+pub fn load_meta(home: &Home, slug: &str) -> Result<RoleMeta, RoleError> {
+    if !valid_slug(slug) {
+        return Err(RoleError::BadSlug(slug.to_string()));
+    }
+    let packaged = PACKAGED_ROLES.iter().find(|r| r.0 == slug);
+    let user_dir = home.roles_dir().join(slug);
+    if packaged.is_none() && !user_dir.is_dir() {
+        return Err(RoleError::Unknown { slug: slug.to_string(), available: String::new(), skipped: String::new() });
+    }
+    let (text, source) = pick_file(&user_dir, slug, "meta.yaml", packaged.map(|r| r.3))?;
+    parse_meta(&text, &source)
 }
 
 /// Parses meta.yaml text; `source` names the file in errors. Empty text is an empty meta.

@@ -46,6 +46,14 @@ impl WakeDb {
         self.conn.execute("DELETE FROM lease WHERE agent_id = ?1", [agent_id]).map(|_| ()).map_err(|e| self.sql_err(e))
     }
 
+    /// Clears every lease: at serve's start (it owns the home) a row is what a killed serve
+    /// left. Returns how many there were.
+    ///
+    /// Errors: [`WakeDbError::Sql`].
+    pub fn lease_clear_all(&self) -> Result<usize, WakeDbError> {
+        self.conn.execute("DELETE FROM lease", []).map_err(|e| self.sql_err(e))
+    }
+
     /// `agent_id`'s lease, if it holds one.
     ///
     /// Errors: [`WakeDbError::Sql`].

@@ -7,17 +7,21 @@
 //! - `settings`: the role's `autonomy:` block and the agent's switch.
 //! - `plan`: what a tick would run, `min_gap`, starvation.
 //! - `guard`: the guardrails a wish passes when it is written.
+//! - `log`: the human-readable `autonomy.log`.
+//! - `tick`: one tick's decision with the idle checks, the poll, the recovery.
 //! - `report`: the ⑩⑪⑫ report of `intents <id> status` and the API.
 //! - `wish`: writing a wish (checked by the guardrails), approve, drop, the pickup check.
 //!
 //! This module decides and records; it runs nothing. serve's actor runs what a tick picks
-//! (`crate::serve`).
+//! (`crate::serve`, its intent job).
 
 pub mod guard;
 pub mod lease;
 pub mod ledger;
+pub mod log;
 pub mod plan;
 pub mod priority;
 pub mod report;
 pub mod settings;
+pub mod tick;
 pub mod wish;

@@ -24,7 +24,7 @@ pub const PREEMPTIONS_TO_PROMOTE: u32 = 3;
 /// What a tick runs.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
-    Intent(Intent),
+    Intent(Box<Intent>),
     Routine { class: Class, routine: Routine },
 }
 
@@ -133,7 +133,7 @@ pub fn decide(inp: &Inputs<'_>) -> Decision {
         return Decision::Off { why: "switched off with `intents <id> off`".into() };
     }
     if let Some(i) = runnable(inp.folded, inp.now).min_by(|a, b| order(a, b)) {
-        return Decision::Run(Pick::Intent(i.clone()));
+        return Decision::Run(Pick::Intent(Box::new(i.clone())));
     }
     for (class, routine) in inp.config.routines() {
         let last = inp.routines.last_start.get(class.as_str()).copied();

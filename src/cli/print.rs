@@ -106,6 +106,10 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
             None => writeln!(err, "· hook {name} {command}: {action} ({duration_ms} ms)"),
         },
         EventKind::PlanChange { todos } => writeln!(err, "· plan: {}", cicy::tools::plan::summary(todos)),
+        EventKind::Autonomy { job, status, detail } => match detail {
+            Some(d) => writeln!(err, "· autonomy {job} {status}: {}", preview_line(d)),
+            None => writeln!(err, "· autonomy {job} {status}"),
+        },
         EventKind::Error { kind, message } => writeln!(err, "error ({kind}): {message}"),
         EventKind::TurnEnded { outcome } => match outcome {
             cicy::event::TurnOutcome::Completed => Ok(()),

@@ -5,7 +5,11 @@
 //! A turn, retry, `/compact` or `/clear` runs as a job in its own task (`super::job`), which
 //! takes the session and gives it back, so the actor keeps answering (queueing, steering,
 //! cancelling) while it runs. A run is the job an input started plus the follow-ups the queued
-//! inputs start; it ends with `state idle` and `done`. Must not touch HTTP: routes turn
+//! inputs start; it ends with `state idle` and `done`. When the agent is truly idle, a tick
+//! every `autonomy.tick_secs` (30 s) may start an idle-autonomy job (DESIGN.md §13,
+//! `crate::autonomy::tick`); anything of a higher priority that arrives preempts it at once (a
+//! command's group gets SIGTERM, a model turn yields at its next round boundary), except a job
+//! on the never-killed list, which the newcomer waits for. Must not touch HTTP: routes turn
 //! requests into `Op`s and stream the agent's events.
 
 use std::sync::Arc;
@@ -16,7 +20,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::intent_job::{AutoEnd, Preemption};
+use crate::autonomy::tick::{AutoJob, Tick};
 use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
+use crate::autonomy::priority::Class;
 use super::tracker::Tracker;
 use super::wake_job::WakeEnd;
 use crate::agent::Session;
@@ -38,6 +45,11 @@ pub const QUEUED_TEXT: &str = "Queued — will be handled after the current repl
 pub const FLUSH_TEXT: &str = "Processing queued input…";
 /// **[chosen]** How often a run waits for a turn lock a CLI process holds.
 const LOCK_RETRY: Duration = Duration::from_secs(1);
+/// idle: while an autonomy job runs, what must preempt it is also looked for every 0.5 s.
+const PREEMPT_POLL: Duration = Duration::from_millis(500);
+/// **[chosen]** At shutdown a never-killed autonomy job gets this long to finish before it is
+/// stopped like any other.
+const NEVER_KILLED_GRACE: Duration = Duration::from_secs(10);
 
 /// A request to an agent's actor; each carries where its answer goes.
 pub enum Op {
@@ -189,6 +201,11 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         wake_due: None,
         wake_retry_at: None,
         questions: Arc::default(),
+        tick_at: None,
+        tick_every: Duration::from_secs(crate::autonomy::settings::DEFAULT_TICK_SECS),
+        priorities: crate::autonomy::priority::Priorities::default(),
+        resting: false,
+        preemption: None,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -228,14 +245,27 @@ struct Actor {
     wake_retry_at: Option<Instant>,
     /// The agent's open `ask_user` questions: its turns ask, `Op::Respond` answers.
     questions: Arc<crate::ask::Questions>,
+    /// The next idle tick (DESIGN.md §13); armed whenever the actor is idle.
+    tick_at: Option<Instant>,
+    /// The role's `autonomy.tick_secs`, as the last tick read it.
+    tick_every: Duration,
+    /// The priority table, as the last tick read it.
+    priorities: crate::autonomy::priority::Priorities,
+    /// The last tick rested: the next rest writes no line (one line per streak).
+    resting: bool,
+    /// The running autonomy job: what it is and who preempts it; `None` for other jobs.
+    preemption: Option<(Box<AutoJob>, Preemption)>,
 }
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+        self.recover_autonomy();
         loop {
             let idle = self.job.is_none() && self.waiting.is_none();
             let memory_at = if idle { self.memory_due_at() } else { None };
             let drop_at = (idle && self.session.is_some()).then(|| self.last_active + self.shared.session_idle);
+            let tick_at = if idle { Some(*self.tick_at.get_or_insert_with(|| Instant::now() + self.tick_every)) } else { None };
+            let poll_at = self.preemption.is_some().then(|| Instant::now() + PREEMPT_POLL);
             tokio::select! {
                 op = rx.recv() => match op {
                     Some(Op::Shutdown { reply }) => {
@@ -256,6 +286,8 @@ impl Actor {
                     self.wake(Reason::Inbox);
                 }
                 () = sleep_system(memory_at) => self.flush_memory(),
+                () = sleep(tick_at) => self.tick(),
+                () = sleep(poll_at) => self.poll_preempt(),
                 () = sleep(drop_at) => {
                     // Dropped after a long idle period and reopened on demand **[chosen]**.
                     self.session = None;
@@ -297,6 +329,7 @@ impl Actor {
                 let _ = reply.send(admit);
             }
             Op::Prompt { text, reply } => {
+                self.preempt(Class::Human);
                 let queued = self.busy();
                 if queued {
                     self.pending.push(text);
@@ -348,7 +381,10 @@ impl Actor {
                 self.warm();
                 let _ = reply.send(());
             }
-            Op::Wake { reason } => self.wake(reason),
+            Op::Wake { reason } => {
+                self.preempt(crate::autonomy::tick::class_of_wake(reason));
+                self.wake(reason);
+            }
             Op::Recover => self.recover(),
             Op::Note { note } => {
                 let kind = super::wake_job::note_event(note);
@@ -362,9 +398,103 @@ impl Actor {
         }
     }
 
+    /// The idle tick (DESIGN.md §13): when nothing waits, decide and maybe start a job.
+    fn tick(&mut self) {
+        self.tick_at = None;
+        if self.busy() || !self.pending.is_empty() || !self.steering.is_empty() || self.wake_due.is_some() {
+            return;
+        }
+        let (home, record) = (self.shared.home.clone(), self.record.clone());
+        let out = fsutil::blocking(|| crate::autonomy::tick::tick(&home, &record));
+        self.tick_every = out.every;
+        self.priorities = out.priorities;
+        for i in out.promoted {
+            let (job, detail) = (format!("intent:{}", i.id), format!("priority {} (starvation)", i.priority));
+            super::intent_job::note(&self.record.workspace, &format!("{job} promoted to {detail}"));
+            self.emit(EventKind::Autonomy { job, status: "promoted".into(), detail: Some(detail) });
+        }
+        let rest = match out.tick {
+            Tick::Run(job) => {
+                self.resting = false;
+                self.start(Work::Auto(job, Preemption::default()));
+                return;
+            }
+            Tick::NotIdle(_) => return,
+            Tick::Rest => crate::autonomy::log::REST_LINE.to_string(),
+            Tick::Off(why) => format!("off ({why})"),
+            Tick::Error(e) => {
+                if !self.resting {
+                    self.emit(EventKind::Error { kind: "autonomy".into(), message: e.clone() });
+                }
+                format!("waiting: {e}")
+            }
+        };
+        if !self.resting {
+            self.resting = true;
+            super::intent_job::note(&self.record.workspace, &rest);
+        }
+    }
+
+    /// A request of class `by` arrived: the running autonomy job gives way if `by` has the
+    /// smaller number *(idle)*, unless it is on the never-killed list (then `by` waits).
+    fn preempt(&mut self, by: Class) {
+        let Some((job, _)) = &self.preemption else { return };
+        if self.priorities.of(by) >= job.priority {
+            return;
+        }
+        self.stop_auto(by.as_str());
+    }
+
+    /// Stops the running autonomy job for `by` (a class, `drop`, `off`): a command's group gets
+    /// SIGTERM, a model turn yields at its next round boundary. A never-killed job is left to
+    /// finish, with a log line.
+    fn stop_auto(&mut self, by: &str) {
+        let Some((job, preemption)) = &self.preemption else { return };
+        if job.never_killed {
+            super::intent_job::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
+            return;
+        }
+        preemption.set(by);
+        if job.pick.run().is_some() {
+            self.cancel.cancel();
+        } else {
+            self.steering.request_yield();
+        }
+    }
+
+    /// The 0.5 s poll while an autonomy job runs: a drop, the switch, a message.
+    fn poll_preempt(&mut self) {
+        let Some((job, _)) = &self.preemption else { return };
+        let (ws, job) = (self.record.workspace.clone(), job.clone());
+        match fsutil::blocking(|| crate::autonomy::tick::poll(&ws, &job)) {
+            Some(by) if by == Class::Human.as_str() => self.preempt(Class::Human),
+            Some(by) => self.stop_auto(by),
+            None => {}
+        }
+    }
+
+    /// Before the first tick: what a killed serve left of this agent's autonomy, and the
+    /// role's tick period (the first tick comes one period after the start).
+    fn recover_autonomy(&mut self) {
+        let (home, record) = (self.shared.home.clone(), self.record.clone());
+        let (notes, every) = fsutil::blocking(|| {
+            let every = crate::role::load_meta(&home, &record.role_template).map(|m| m.autonomy.tick());
+            (crate::autonomy::tick::recover(&record.workspace), every)
+        });
+        if let Ok(every) = every {
+            self.tick_every = every;
+        }
+        for text in notes {
+            self.emit(EventKind::System { text });
+        }
+    }
+
     /// Drains the outbox outside a turn: no claim, so a reply is shown as a `system` event.
     fn drain_outbox(&mut self) {
-        if self.busy() {
+        // Beside an autonomy command the drain runs (it never touches the session); a
+        // command's `cicy-agent send` must not wait for the command's end.
+        let beside_command = self.preemption.as_ref().is_some_and(|(job, _)| job.pick.run().is_some());
+        if self.busy() && !beside_command {
             return;
         }
         let tracker = match self.tracker() {
@@ -433,6 +563,18 @@ impl Actor {
                     "{cmd} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes"
                 ));
             }
+            if self.preemption.is_some() {
+                // The autonomy job gives way; the stream follows its end and then this turn,
+                // which starts as the job's follow-up (no `done` between them).
+                self.preempt(Class::Human);
+                let tracker = match self.tracker() {
+                    Ok(t) => t,
+                    Err(e) => return Admit::Failed(e.to_string()),
+                };
+                let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
+                self.pending.push(text);
+                return Admit::Started(sub);
+            }
             self.pending.push(text);
             return Admit::Queued;
         }
@@ -458,6 +600,12 @@ impl Actor {
             self.start(Work::Turn(text));
             return "prompted";
         }
+        if self.preemption.is_some() {
+            // Not into the autonomy job's turn: a person's text starts its own turn after it.
+            self.preempt(Class::Human);
+            self.pending.push(text);
+            return "queued";
+        }
         if self.steering.push(text).is_err() {
             return "rejected_full";
         }
@@ -472,6 +620,12 @@ impl Actor {
         self.pending.clear();
         self.steering.clear();
         let waiting = self.waiting.take().is_some();
+        if let Some((job, preemption)) = &self.preemption {
+            if job.never_killed {
+                return false;
+            }
+            preemption.set(Class::Human.as_str());
+        }
         if self.job.is_some() {
             self.cancel.cancel();
             return true;
@@ -554,6 +708,12 @@ impl Actor {
         }
         tracker.set(AgentState::Running);
         self.cancel = CancellationToken::new();
+        self.tick_at = None;
+        self.steering.clear_yield();
+        self.preemption = match &work {
+            Work::Auto(job, preemption) => Some((job.clone(), preemption.clone())),
+            _ => None,
+        };
         let ctx = JobCtx {
             home: self.shared.home.clone(),
             id: self.record.id.clone(),
@@ -573,6 +733,7 @@ impl Actor {
     async fn job_done(&mut self, out: Option<(Work, Result<JobOut, tokio::task::JoinError>)>) {
         let Some((work, out)) = out else { return };
         self.last_active = Instant::now();
+        self.preemption = None;
         let out = match out {
             Ok(out) => out,
             Err(e) => {
@@ -616,6 +777,10 @@ impl Actor {
                     self.wake_due.get_or_insert(Reason::Inbox);
                 }
             }
+            JobEnd::Auto(end) => match end {
+                AutoEnd::Ran(_) | AutoEnd::Refused | AutoEnd::Gone => {}
+                AutoEnd::Failed(e) => self.emit(EventKind::Error { kind: "autonomy".into(), message: e }),
+            },
             JobEnd::Retry(Ok(None)) => {
                 self.emit(EventKind::Error { kind: "retry".into(), message: "no turn to retry".into() });
             }
@@ -734,6 +899,15 @@ impl Actor {
         if let Some((c, h)) = self.flush.take() {
             c.cancel();
             let _ = h.await;
+        }
+        if let Some((job, preemption)) = self.preemption.take() {
+            if job.never_killed {
+                let finished = tokio::time::timeout(NEVER_KILLED_GRACE, join(&mut self.job)).await;
+                if let Ok(Some((_, Ok(out)))) = finished {
+                    self.session = out.session;
+                }
+            }
+            preemption.set("shutdown");
         }
         if self.job.is_some() {
             self.cancel.cancel();

@@ -1,6 +1,6 @@
 //! One piece of work a resident agent runs in its own task: a turn, a retry, `/compact`,
-//! `/clear` (DESIGN.md §9 "Agents"), a wake (§10, `super::wake_job`), and the memory flush
-//! after a run (§8).
+//! `/clear` (DESIGN.md §9 "Agents"), a wake (§10, `super::wake_job`), an idle-autonomy job
+//! (§13, `super::intent_job`), and the memory flush after a run (§8).
 //!
 //! Owns taking the §7 turn lock for the work, opening or re-reading the session under it (so
 //! a CLI process's compaction between two turns is seen, and tool groups a crash left running
@@ -27,7 +27,7 @@ use crate::registry::AgentRecord;
 use crate::turn::{self, Steering};
 
 /// What a job does.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum Work {
     Turn(String),
     Retry,
@@ -35,6 +35,8 @@ pub(super) enum Work {
     Clear,
     /// A wake (DESIGN.md §10) whose todos and conversation are already claimed.
     Wake(Box<crate::wake::run::Prepared>),
+    /// An intent or routine an idle tick picked (DESIGN.md §13), and who preempts it.
+    Auto(Box<crate::autonomy::tick::AutoJob>, super::intent_job::Preemption),
 }
 
 /// How a job ended.
@@ -50,6 +52,7 @@ pub(super) enum JobEnd {
     /// The new conversation's id.
     Clear(Result<String, AgentError>),
     Wake(super::wake_job::WakeEnd),
+    Auto(super::intent_job::AutoEnd),
 }
 
 /// A finished job: the session back (if it could be opened) and how the work ended.
@@ -112,6 +115,9 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
     session.questions = Some(ctx.questions.clone());
     let end = match work {
         Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
+        Work::Auto(job, preemption) => {
+            JobEnd::Auto(super::intent_job::run(&ctx, &mut session, &job, &preemption, &events, &cancel, &steering).await)
+        }
         Work::Turn(text) => JobEnd::Turn(turn::run_turn_with(&mut session, &text, &events, &cancel, &steering).await),
         Work::Retry => JobEnd::Retry(turn::retry_turn_with(&mut session, &events, &cancel, &steering).await),
         Work::Compact { keep } => JobEnd::Compact(command::compact(&mut session, keep, &events, &cancel).await),

@@ -12,6 +12,7 @@ mod drain;
 mod group_routes;
 mod http;
 pub mod instance;
+mod intent_job;
 mod job;
 mod routes;
 mod scheduler;
@@ -219,6 +220,10 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .map_err(|e| ServeError::Client(e.to_string()))?;
     let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
+    // Autonomy leases a killed serve left (DESIGN.md §13); each actor recovers its intents.
+    if let Err(e) = crate::fsutil::blocking(|| wake_db.lease_clear_all()) {
+        tracing::error!(error = %e, "cannot clear the autonomy leases of the last serve");
+    }
     let (scheduler, unstarted) = scheduler::channel();
     let (new_agents, mut provisioned) = tokio::sync::mpsc::unbounded_channel::<AgentRecord>();
     let hub = Hub {

@@ -127,6 +127,59 @@ pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
     // `group` drops here, SIGKILLs any background job still in it and removes its record.
 }
 
+/// A command started by [`spawn_logged`]: its output goes to a file, not to the caller.
+pub(crate) struct Logged {
+    child: Child,
+    group: Group,
+}
+
+/// Starts `job` as [`run`] does (`bash -lc`, a process group of its own, recorded under
+/// `ctx.running_dir`), with stdout and stderr appended to `log`: idle autonomy's intents
+/// (DESIGN.md §13), whose lease needs the group's id while the command runs. `job.timeout` and
+/// `job.output_limit` are not used; [`Logged::wait`] takes the timeout.
+///
+/// Errors: bash could not be started, or `log` could not be shared with it.
+pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, String> {
+    let err = log.try_clone().map_err(|e| format!("cannot share the log file: {e}"))?;
+    let mut command = Command::new("bash");
+    prepare(&mut command, ctx);
+    let mut child = command
+        .arg("-lc")
+        .arg(job.command)
+        .envs(job.env.iter().copied())
+        .current_dir(job.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(err))
+        .spawn()
+        .map_err(|err| format!("failed to start bash: {err}"))?;
+    let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
+    Ok(Logged { child, group })
+}
+
+impl Logged {
+    /// The group's id (its leader's pid).
+    pub(crate) fn pgid(&self) -> i32 {
+        self.group.id
+    }
+
+    /// Waits for bash to exit, `timeout` to pass or `stop` to be cancelled; on the last two the
+    /// group gets SIGTERM, then SIGKILL after [`TERM_GRACE`]. Whatever is left of the group when
+    /// this returns is killed (as [`run`] does).
+    pub(crate) async fn wait(mut self, timeout: Duration, stop: &tokio_util::sync::CancellationToken) -> Ending {
+        let ending = tokio::select! {
+            status = self.child.wait() => Ending::Exited(status),
+            () = sleep(timeout) => Ending::TimedOut,
+            () = stop.cancelled() => Ending::Cancelled,
+        };
+        if !matches!(ending, Ending::Exited(_)) {
+            let mut no_pipes = Pipes { stdout: None, stderr: None, buf_out: Vec::new(), buf_err: Vec::new() };
+            terminate(&mut self.child, &self.group, &mut no_pipes, &mut Collector::new(0)).await;
+        }
+        ending
+    }
+}
+
 /// Prepares `command` as every process a tool or hook starts (`crate::hooks::runner` too): the
 /// variables of [`ToolContext::hidden_env`] removed, [`ToolContext::env`] set, and a process
 /// group of its own (the child is its leader) so [`Group`] can stop all of it.

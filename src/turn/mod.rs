@@ -97,6 +97,27 @@ pub async fn run_turn_with(
     run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
 }
 
+/// Runs an idle-autonomy intent as a model turn (DESIGN.md §13): [`run_turn_with`] with at most
+/// `max_rounds` rounds (or the role's `max_tool_rounds` if that is smaller). The actor preempts
+/// it with [`Steering::request_yield`], so it stops at its next round boundary.
+pub async fn run_intent_turn(
+    session: &mut Session,
+    text: &str,
+    max_rounds: u32,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> Result<TurnOutcome, AgentError> {
+    if text.trim().is_empty() {
+        return Err(AgentError::BlankMessage);
+    }
+    let mut materials = session.materials()?;
+    let rounds = materials.template.max_tool_rounds().min(max_rounds.max(1));
+    materials.template.meta.max_tool_rounds = Some(rounds);
+    pop_failed_turn(session);
+    run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
+}
+
 /// [`retry_turn_with`] without steering.
 pub async fn retry_turn(
     session: &mut Session,

@@ -110,9 +110,10 @@ async fn hooks_on_answer(t: &mut Turn<'_>, resp: &mut Response, plan: &Plan) -> 
     t.hooks.aborted().then_some(Outcome::Blocked)
 }
 
-/// Starts round `round`: the cancel check, its event, automatic compaction.
+/// Starts round `round`: the cancel check (a yield request ends the turn here too), its event,
+/// automatic compaction.
 async fn prepare(t: &mut Turn<'_>, round: u32, specs: &[ToolSpec], auto: &mut AutoState) -> Result<Option<Outcome>, AgentError> {
-    if t.cancel.is_cancelled() {
+    if t.cancel.is_cancelled() || t.steering.yield_requested() {
         return Ok(Some(Outcome::Cancelled));
     }
     t.events.emit(EventKind::RoundStarted { round });

@@ -49,6 +49,8 @@ struct Inner {
     queue: Vec<String>,
     /// `Some` while a batch of tool calls runs.
     batch: Option<Batch>,
+    /// The turn is asked to end at its next round boundary ([`Steering::request_yield`]).
+    yield_turn: bool,
 }
 
 #[derive(Debug, Default)]
@@ -100,6 +102,23 @@ impl Steering {
     /// calls left for the caller (to start the next turn with).
     pub fn take_all(&self) -> Vec<String> {
         std::mem::take(&mut self.lock().queue)
+    }
+
+    /// Asks the running turn to end before its next round starts, as a cancel at that point
+    /// would (outcome `cancelled`): what the round did stays, nothing is cut mid-answer or
+    /// mid-tool. Idle autonomy's preemption of a model-turn intent (DESIGN.md §13 **[chosen]**).
+    pub fn request_yield(&self) {
+        self.lock().yield_turn = true;
+    }
+
+    /// Whether [`Self::request_yield`] was called since the last [`Self::clear_yield`].
+    pub fn yield_requested(&self) -> bool {
+        self.lock().yield_turn
+    }
+
+    /// Forgets a yield request (a new job starts).
+    pub fn clear_yield(&self) {
+        self.lock().yield_turn = false;
     }
 
     /// Drops the waiting texts (an abort).
