@@ -105,7 +105,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         .collect();
     let mut argv = sc.argv.as_slice();
     // Wrappers, innermost last (`sudo env X=1 nice rm …`).
-    for _ in 0..shell::MAX_DEPTH {
+    let mut wrappers = 0;
+    loop {
         let Some(first) = argv.first() else { return out };
         let Some(prog) = first.literal() else {
             out.push(unparsed(format!("the program `{}` is not a fixed word", first.source)));
@@ -113,6 +114,11 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         };
         let name = base(&prog);
         let Some(spec) = wrapper(name) else { break };
+        wrappers += 1;
+        if wrappers > shell::MAX_DEPTH {
+            out.push(unparsed(format!("more than {} wrapper programs around one command", shell::MAX_DEPTH)));
+            return out;
+        }
         let rest = &argv[1..];
         let s = scan(rest, &spec);
         if name == "env" && (s.has("S") || s.has("split-string") || s.has("C") || s.has("chdir")) {
@@ -165,7 +171,7 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         "cicy-agent" => out.extend(cicy_agent(args)),
         "git" => out.extend(git(args, sc)),
         n if NETWORK.contains(&n) => out.push(Effect::Refuse(refusal("network", format!("`{n}` reaches the network")))),
-        n if SHELLS.contains(&n) => out.push(shell_text(n, args, sc, places, depth)),
+        n if SHELLS.contains(&n) => out.extend(shell_text(n, args, sc, places, depth)),
         "rm" | "rmdir" | "unlink" | "shred" => {
             let s = scan(args, &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() });
             out.extend(each(Write::Delete, &s.positionals));
@@ -293,27 +299,27 @@ fn installs(name: &str, args: &[Arg]) -> Option<String> {
     })
 }
 
-/// `bash -c TEXT`, `bash <<EOF`, `bash script.sh`.
-fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Effect {
+/// `bash -c TEXT` and `bash <<EOF` run their text; `bash script.sh` runs a file, which, like
+/// `python3 script.py`, is not the guard's to read (`None`).
+fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effect> {
     let s = scan(args, &Spec { short_value: "oO", long_value: &["rcfile", "init-file"], ..Spec::default() });
     let text = if s.has("c") {
         match s.positionals.first().map(|&i| &args[i]) {
             Some(a) => match a.text() {
                 Some(t) => t,
-                None => return unparsed(format!("`{name} -c` runs `{}`, which is only known when it runs", a.source)),
+                None => return Some(unparsed(format!("`{name} -c` runs `{}`, which is only known when it runs", a.source))),
             },
-            None => return unparsed(format!("`{name} -c` without a command")),
+            None => return Some(unparsed(format!("`{name} -c` without a command"))),
         }
     } else if !s.positionals.is_empty() {
-        // A script file, like `python3 script.py`: its content is not the guard's to read.
-        return Effect::Program(name.to_string());
+        return None;
     } else {
         match &sc.stdin {
             Some(t) => t.clone(),
-            None => return unparsed(format!("`{name}` reads its commands from stdin")),
+            None => return Some(unparsed(format!("`{name}` reads its commands from stdin"))),
         }
     };
-    Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1))
+    Some(Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1)))
 }
 
 /// `cicy-agent`: only the read-only subcommands may run.
@@ -469,12 +475,14 @@ pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: 
         if how != Write::Modify && (t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)) {
             return Err(refusal("memory", format!("{on} would delete or overwrite the agent's memory (.cicy/memory)")));
         }
-        if t.matches(&places.workspace.join("AGENTS.md")) {
+        // "At or inside": `cp x AGENTS.md` is also checked as `AGENTS.md/x` (the destination
+        // may be a folder), which must not fall to a weaker rule first.
+        if t.at_or_inside(&places.workspace.join("AGENTS.md")) {
             return Err(refusal("gates", format!("{on} would change AGENTS.md, the agent's <role> block (an injection gate)")));
         }
         let roles = places.home.join("roles");
-        let config = ["config.json", "config.yaml", "lite-config.json"].iter().any(|f| t.matches(&places.home.join(f)));
-        if config || t.at_or_inside(&roles) || (how == Write::Delete && t.at_or_above(&roles)) || t.file_name() == Some("meta.yaml") {
+        let config = ["config.json", "config.yaml", "lite-config.json"].iter().any(|f| t.at_or_inside(&places.home.join(f)));
+        if config || t.at_or_inside(&roles) || (how == Write::Delete && t.at_or_above(&roles)) || role_meta(&t) {
             return Err(refusal("config", format!("{on} would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)")));
         }
         if t.file_name() == Some("cicy-agent") {
@@ -489,4 +497,11 @@ pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: 
         }
     }
     Ok(())
+}
+
+/// Whether the pattern names a role template's `meta.yaml`: `…/roles/<slug>/meta.yaml`, in
+/// `$CICY_HOME` or in a checkout of the runtime's packaged roles.
+fn role_meta(t: &Target) -> bool {
+    let comps: Vec<&str> = t.pattern.split('/').collect();
+    t.file_name() == Some("meta.yaml") && comps.len() >= 3 && comps[comps.len() - 3] == "roles"
 }

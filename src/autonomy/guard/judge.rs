@@ -20,9 +20,6 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// The answer is one short JSON object [chosen].
 pub const MAX_TOKENS: u32 = 256;
 
-/// The classes the judge may name, as in [`SYSTEM_TEXT`].
-pub const CLASSES: &[&str] = &["memory", "kernel", "model", "migrate", "handoff", "gates", "limits", "network", "install", "push", "config"];
-
 /// The judge's system text, sent byte for byte as the only system block (no cache
 /// breakpoint). It lists the refused classes of DESIGN.md §13 in our own words and asks for
 /// `{"verdict","class","reason"}`.

@@ -29,7 +29,7 @@ use crate::gateway::GatewayClient;
 use classify::{Effect, Places};
 use shell::Item;
 
-pub use judge::{user_text as judge_user_text, verdict as judge_verdict, CLASSES as JUDGE_CLASSES, MAX_TOKENS as JUDGE_MAX_TOKENS, SYSTEM_TEXT as JUDGE_SYSTEM_TEXT, TIMEOUT as JUDGE_TIMEOUT};
+pub use judge::{MAX_TOKENS as JUDGE_MAX_TOKENS, SYSTEM_TEXT as JUDGE_SYSTEM_TEXT, TIMEOUT as JUDGE_TIMEOUT};
 
 /// A refusal: `class` is one of the classes of the module doc; `reason` is one sentence for
 /// the ledger's `refused_reason` and the writer of the wish. Displayed as `<class>: <reason>`.

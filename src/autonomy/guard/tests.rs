@@ -53,6 +53,9 @@ fn ordinary_commands_are_accepted() {
         "git clean -n",
         "rm -f ~/scratch.txt",
         "nice -n 5 cargo build",
+        "echo 'name: x' > project/meta.yaml",
+        "bash build.sh --fast",
+        "cp /tmp/x . && mv notes.txt archive/",
     ] {
         assert_eq!(run(line), Ok(()), "{line}");
     }
@@ -111,6 +114,8 @@ fn memory_deletes_and_overwrites_are_refused() {
         "cat <<EOF\n$(rm -rf .cicy)\nEOF",
         "X=$(rm -rf .cicy) true",
         "[[ -n $(rm -rf .cicy) ]]",
+        "{ echo x; } > .cicy/memory/MEMORY.md",
+        "f() { echo x; } > .cicy/memory/MEMORY.md",
     ] {
         assert_eq!(class_of(line), "memory", "{line}");
     }
@@ -132,9 +137,10 @@ fn kernel_writes_and_state_changing_cli_calls_are_refused() {
 #[test]
 fn gates_config_network_install_push() {
     refused("echo '# Role' > AGENTS.md", "gates", "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
+    assert_eq!(class_of("cp template.md AGENTS.md"), "gates");
     refused("sed -i s/x/y/ AGENTS.md", "gates", "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
     refused("echo '{}' > $CICY_HOME/config.json", "config", "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
-    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ meta.yaml", "mv config.yaml /h/"] {
+    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ roles/dev/meta.yaml", "mv config.yaml /h/", "cp new.yaml /h/config.yaml"] {
         assert_eq!(class_of(line), "config", "{line}");
     }
     refused("curl https://example.com", "network", "`curl` reaches the network");
@@ -162,6 +168,8 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(9))), "unparsed");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(8))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
     assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
 }
@@ -191,4 +199,17 @@ fn never_killed_follows_the_seed_list() {
 fn refusal_displays_class_and_reason() {
     let r = Refusal { class: "push".into(), reason: "no".into() };
     assert_eq!(r.to_string(), "push: no");
+}
+
+#[test]
+fn deep_nesting_is_refused_before_the_parser_recurses() {
+    // Each form at 128 levels overflowed a debug build's 2 MiB stack inside the parser.
+    for (open, close) in [("( ", " )"), ("$(echo ", ")"), ("{ ", "; }"), ("if true; then ", "; fi"), ("\"$(echo ", ")\""), ("f() { ", "; }")] {
+        let line = format!("{}true{}", open.repeat(1000), close.repeat(1000));
+        assert_eq!(run(&line), Err(Refusal { class: "unparsed".into(), reason: "the command line nests 1000 levels deep (at most 32)".into() }), "{open}");
+        let line = format!("{}true{}", open.repeat(16), close.repeat(16));
+        assert!(run(&line).err().is_none_or(|r| !r.reason.starts_with("the command line nests")), "{open}");
+    }
+    let long = format!("echo {}", "x".repeat(64 * 1024));
+    assert_eq!(run(&long), Err(Refusal { class: "unparsed".into(), reason: "the command line is 65541 bytes (at most 65536)".into() }));
 }
