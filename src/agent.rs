@@ -362,7 +362,8 @@ impl AgentMemory {
         Ok(Self { record, memory, home: home.clone(), config })
     }
 
-    /// The gateway client and model a recognizer call of this agent uses.
+    /// The gateway client and model an aux call of this agent uses: the memory recognizer,
+    /// the wish guardrails' judge (`cicy-agent wish`).
     pub fn aux_client(&self) -> Result<(GatewayClient, String), AgentError> {
         let tool_cfg = ToolConfig::load(&self.home)?;
         let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;

@@ -7,8 +7,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use cicy::autonomy::guard::JUDGE_SYSTEM_TEXT;
-use cicy::autonomy::wish::checked_value;
+use cicy::autonomy::guard::{GuardCtx, Judge, JUDGE_SYSTEM_TEXT};
+use cicy::autonomy::ledger::{By, Folded, Intent, Status};
+use cicy::autonomy::wish::{check_at_pickup, checked_value, is_checked, refused, wish, WishError, WishInput, CHECKED_KEY};
+use cicy::gateway::{ApiStyle, GatewayClient, GatewaySettings};
 use common::cli::{cicy, Out};
 use common::fixture::{collector, TestHome};
 use common::gateway::*;
@@ -265,4 +267,39 @@ async fn the_autonomy_route_serves_the_report_and_every_intent() {
     let no_token = reqwest::Client::builder().no_proxy().build().unwrap().get(serve.url("/api/agents/w-1/autonomy")).send().await.unwrap();
     assert_eq!(no_token.status().as_u16(), 401);
     assert_eq!(serve.stop().await, 0);
+}
+
+/// What serve's tick calls for a line written by hand: it is not checked, the pickup check
+/// judges it and returns it marked, and a refused one becomes its `refused` line.
+#[tokio::test]
+async fn a_hand_written_line_is_checked_at_pickup() {
+    let gw = ScriptedGateway::start().await;
+    gw.on_aux(judge(ALLOW));
+    let client = GatewayClient::new(GatewaySettings::new(gw.url(), ApiStyle::Anthropic)).unwrap();
+    let j = Judge { client: &client, model: "test-model", agent_id: "w-1" };
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, home) = (dir.path().join("ws"), dir.path().join("home"));
+    let ctx = GuardCtx { workspace: &ws, home: &home };
+    let cancel = CancellationToken::new();
+    let by_hand = r#"{"id":"i7","at":"2026-12-01T10:00:00Z","by":"human","what":"tidy the notes folder","run":"ls notes","priority":5,"status":"pending"}"#;
+    let hand = Folded::parse(by_hand).intents.remove(0);
+    assert!(!is_checked(&hand));
+    let checked = check_at_pickup(&hand, &ctx, &j, &cancel).await.unwrap();
+    assert!(is_checked(&checked));
+    assert_eq!(checked.extra[CHECKED_KEY], checked_value("tidy the notes folder", None, Some("ls notes")));
+    assert_eq!(gw.requests().len(), 1);
+
+    let pushing = Intent { run: Some("git push origin main".into()), ..checked };
+    assert!(!is_checked(&pushing), "an edited run is checked again");
+    let refusal = check_at_pickup(&pushing, &ctx, &j, &cancel).await.unwrap_err();
+    assert_eq!(refusal.to_string(), PUSH);
+    assert_eq!(gw.requests().len(), 1, "a refused command asks no judge");
+    let line = refused(&pushing, &refusal, "2026-12-02T08:00:00Z");
+    assert_eq!((line.status, line.refused_reason.as_deref(), line.extra.get(CHECKED_KEY)), (Status::Refused, Some(PUSH), None));
+
+    // A wish cancelled while it is judged writes nothing.
+    cancel.cancel();
+    let e = wish(&ws, &home, By::Agent, WishInput { what: "x".into(), ..WishInput::default() }, &j, &cancel).await.unwrap_err();
+    assert!(matches!(e, WishError::Cancelled), "{e}");
+    assert!(!ledger(&ws).exists());
 }

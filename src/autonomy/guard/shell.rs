@@ -15,9 +15,18 @@ use brush_parser::{Parser, ParserOptions};
 
 use super::paths;
 
-/// How deep substitutions, `bash -c` texts and function bodies may nest before the line is
-/// refused as unparsed [chosen: no real command line nests this deep].
-pub const MAX_DEPTH: usize = 16;
+/// How deep `$(…)` and `bash -c` texts may nest, and how many wrapper programs may stand
+/// around one command, before the line is refused as unparsed [chosen: no real command line
+/// nests this deep].
+pub const MAX_DEPTH: usize = 8;
+
+/// How deep brackets and compound commands may nest in one text before it is refused unparsed
+/// without being parsed [chosen: the parser recurses per level; 128 levels overflow a 2 MiB
+/// thread stack in a debug build, 64 do not].
+pub const MAX_NESTING: usize = 32;
+
+/// The longest text parsed [chosen: 64 KiB; a wish's `run` is one command line].
+pub const MAX_BYTES: usize = 64 * 1024;
 
 /// One piece of an evaluated word.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +156,34 @@ fn options() -> ParserOptions {
     ParserOptions { enable_extended_globbing: false, ..ParserOptions::default() }
 }
 
+/// Why `text` is not given to the parser: over [`MAX_BYTES`], or nested deeper than
+/// [`MAX_NESTING`] counting `(`/`{` against `)`/`}` and `if`/`for`/`while`/`until`/`case`/`select`
+/// against `fi`/`done`/`esac`. Quotes are not skipped, so the count is never below the real
+/// depth.
+fn too_big(text: &str) -> Option<String> {
+    if text.len() > MAX_BYTES {
+        return Some(format!("the command line is {} bytes (at most {MAX_BYTES})", text.len()));
+    }
+    let (mut depth, mut max) = (0usize, 0usize);
+    for token in text.split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|')) {
+        for c in token.chars() {
+            match c {
+                '(' | '{' => depth += 1,
+                ')' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            max = max.max(depth);
+        }
+        match token {
+            "if" | "for" | "while" | "until" | "case" | "select" => depth += 1,
+            "fi" | "done" | "esac" => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        max = max.max(depth);
+    }
+    (max > MAX_NESTING).then(|| format!("the command line nests {max} levels deep (at most {MAX_NESTING})"))
+}
+
 struct Walker {
     items: Vec<Item>,
     cwds: Vec<String>,
@@ -162,6 +199,9 @@ impl Walker {
     fn text(&mut self, text: &str) {
         if self.depth >= MAX_DEPTH {
             return self.unparsed(format!("nested more than {MAX_DEPTH} levels deep"));
+        }
+        if let Some(why) = too_big(text) {
+            return self.unparsed(why);
         }
         self.depth += 1;
         let mut parser = Parser::new(std::io::Cursor::new(text.as_bytes()), &options());

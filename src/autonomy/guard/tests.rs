@@ -168,8 +168,8 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
-    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(17))), "unparsed");
-    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(16))), "memory");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(9))), "unparsed");
+    assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(8))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
     assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
 }
@@ -199,4 +199,17 @@ fn never_killed_follows_the_seed_list() {
 fn refusal_displays_class_and_reason() {
     let r = Refusal { class: "push".into(), reason: "no".into() };
     assert_eq!(r.to_string(), "push: no");
+}
+
+#[test]
+fn deep_nesting_is_refused_before_the_parser_recurses() {
+    // Each form at 128 levels overflowed a debug build's 2 MiB stack inside the parser.
+    for (open, close) in [("( ", " )"), ("$(echo ", ")"), ("{ ", "; }"), ("if true; then ", "; fi"), ("\"$(echo ", ")\""), ("f() { ", "; }")] {
+        let line = format!("{}true{}", open.repeat(1000), close.repeat(1000));
+        assert_eq!(run(&line), Err(Refusal { class: "unparsed".into(), reason: "the command line nests 1000 levels deep (at most 32)".into() }), "{open}");
+        let line = format!("{}true{}", open.repeat(16), close.repeat(16));
+        assert!(run(&line).err().is_none_or(|r| !r.reason.starts_with("the command line nests")), "{open}");
+    }
+    let long = format!("echo {}", "x".repeat(64 * 1024));
+    assert_eq!(run(&long), Err(Refusal { class: "unparsed".into(), reason: "the command line is 65541 bytes (at most 65536)".into() }));
 }
