@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::home::Home;
 use crate::registry::{AgentRecord, Registry, RegistryError};
-use crate::role::{self, RoleError, ToolConfig};
+use crate::role::{self, RoleError};
 use crate::wake::db::{WakeDb, WakeDbError};
 
 use super::lease::Lease;
@@ -270,18 +270,6 @@ pub fn load(workspace: &Path, config: &AutonomyConfig, lease: Option<Lease>, now
     Ok((report, folded))
 }
 
-/// What a tick of the agent of `workspace` would do at `now` (`intents <id> tick --dry-run`),
-/// from the same files as [`load`]; it ignores a lease (a tick starts nothing while one is
-/// held, and the report shows it).
-///
-/// Errors: the ledger exists but cannot be read.
-pub fn dry_run(workspace: &Path, config: &AutonomyConfig, now: i64) -> Result<Decision, LedgerError> {
-    let folded = Ledger::of_workspace(workspace).read()?;
-    let priorities = Priorities::load(workspace).map_err(|e| e.to_string());
-    let switch_on = settings::switch_on(workspace).map_err(|e| e.to_string());
-    Ok(decide(&folded, priorities.as_ref().map_err(Clone::clone), config, switch_on, &RoutineRuns::load(workspace), now))
-}
-
 /// Why an agent's report could not be built; each error names its file.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -295,11 +283,11 @@ pub enum ReportError {
     Ledger(#[from] LedgerError),
 }
 
-/// The role's `autonomy:` block for `record` (its role template, read now).
+/// The role's `autonomy:` block for `record` (its meta.yaml, read now).
 ///
-/// Errors: the role template or the tool configuration cannot be read.
+/// Errors: the role's meta.yaml cannot be read or is invalid.
 pub fn role_config(home: &Home, record: &AgentRecord) -> Result<AutonomyConfig, RoleError> {
-    Ok(role::load_template(home, &record.role_template, &ToolConfig::load(home)?)?.meta.autonomy)
+    Ok(role::load_meta(home, &record.role_template)?.autonomy)
 }
 
 /// Agent `id`'s report at `now` (unix seconds) from its registry row, its role, its lease in
@@ -311,7 +299,13 @@ pub fn of_agent(home: &Home, id: &str, now: i64) -> Result<(Report, Folded), Rep
     let record = registry.get(id)?;
     let config = role_config(home, &record)?;
     let lease = WakeDb::from_registry(registry)?.lease_of(id)?;
-    Ok(load(&record.workspace, &config, lease, now)?)
+    let (mut report, folded) = load(&record.workspace, &config, lease, now)?;
+    if report.lease.is_none() {
+        // ⑪ as the next tick would see it, idle checks included (`intents <id> tick --dry-run`).
+        let line = super::tick::tick_in(home, &record, super::tick::Mode::DryRun).tick.dry_run_line();
+        report.now = line.trim_start_matches("[dry-run] ").to_string();
+    }
+    Ok((report, folded))
 }
 
 impl Report {

@@ -216,7 +216,14 @@ pub fn poll(ws: &Path, job: &AutoJob) -> Option<&'static str> {
 /// by `restart`, not counted for starvation), and their process groups are killed. Returns the
 /// notes to show.
 pub fn recover(ws: &Path) -> Vec<String> {
-    let mut notes: Vec<String> = crate::tools::reaper::reap(&running_dir(ws)).iter().map(ToString::to_string).collect();
+    use crate::tools::reaper::Reaped;
+    let mut notes: Vec<String> = crate::tools::reaper::reap(&running_dir(ws))
+        .into_iter()
+        .map(|r| match r {
+            Reaped::Killed { pgid, label } => format!("killed the process group {pgid} of an intent a stopped serve left running ({label})"),
+            failed @ Reaped::Failed { .. } => failed.to_string(),
+        })
+        .collect();
     let ledger = Ledger::of_workspace(ws);
     if !ledger.path().exists() {
         return notes;

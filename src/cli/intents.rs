@@ -196,11 +196,12 @@ pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Resul
             None => writeln!(out, "no ledger to remove ({})", Ledger::of_workspace(ws).path().display())?,
         },
         Action::Tick { dry_run: false } => {
-            anyhow::bail!("tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every {} s while the agent is idle)", settings::DEFAULT_TICK_SECS)
+            let every = report::role_config(home, &record).map_or(settings::DEFAULT_TICK_SECS, |c| c.tick().as_secs());
+            anyhow::bail!("tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every {every} s while the agent is idle)")
         }
         Action::Tick { dry_run: true } => {
-            let config = report::role_config(home, &record)?;
-            writeln!(out, "{}", report::dry_run(ws, &config, now())?.dry_run_line())?;
+            let tick = cicy::autonomy::tick::tick_in(home, &record, cicy::autonomy::tick::Mode::DryRun);
+            writeln!(out, "{}", tick.tick.dry_run_line())?;
         }
     }
     Ok(ExitCode::SUCCESS)
