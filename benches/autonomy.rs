@@ -59,11 +59,7 @@ async fn preemption(gw: &ScriptedGateway) {
     gw.fallback(|_| Reply::sse(anthropic_text("ok")));
     gw.on_aux(Reply::sse(anthropic_text(r#"{"verdict":"allow","class":"none","reason":"fine"}"#)));
     let t = TestHome::new(&gw.url(), 0);
-    t.write_role("idler", "[core]", 20);
-    let meta = t.home.roles_dir().join("idler/meta.yaml");
-    let text = std::fs::read_to_string(&meta).unwrap();
-    std::fs::write(&meta, format!("{text}autonomy:\n  tick_secs: 1\n")).unwrap();
-    let id = t.create("idler", None);
+    let id = t.agent_of_role("idler", "[core]", "autonomy:\n  tick_secs: 1\n");
     let ws = t.workspace(&id);
     let fifo = Fifo::new(ws.join("started"));
     let ledger = cicy::autonomy::ledger::ledger_path(&ws);

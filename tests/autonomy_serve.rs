@@ -29,11 +29,7 @@ async fn idler() -> (ScriptedGateway, TestHome, String) {
     let gw = ScriptedGateway::start().await;
     gw.on_aux(Reply::sse(anthropic_text(ALLOW)));
     let t = TestHome::new(&gw.url(), 0);
-    t.write_role("idler", "[core]", 200);
-    let meta = t.home.roles_dir().join("idler/meta.yaml");
-    let text = std::fs::read_to_string(&meta).unwrap();
-    std::fs::write(&meta, format!("{text}autonomy:\n  tick_secs: 1\n")).unwrap();
-    let id = t.create("idler", None);
+    let id = t.agent_of_role("idler", "[core]", "autonomy:\n  tick_secs: 1\n");
     (gw, t, id)
 }
 

@@ -137,6 +137,32 @@ pub struct Intent {
 }
 
 impl Intent {
+    /// A `pending` intent wished `at` by `by`: priority 5 (the table's `intent`), no `run`,
+    /// no `min_gap`, needing nothing; set the rest with struct update syntax.
+    pub fn new(id: String, at: String, by: By, what: String) -> Self {
+        Intent {
+            id,
+            at,
+            by,
+            what,
+            why: None,
+            run: None,
+            priority: 5,
+            min_gap: 0,
+            needs: Needs::None,
+            status: Status::Pending,
+            done_at: None,
+            result: None,
+            preempted_by: None,
+            preempted_count: 0,
+            promoted: None,
+            refused_reason: None,
+            started_at: None,
+            line_at: None,
+            extra: serde_json::Map::new(),
+        }
+    }
+
     /// The ledger line for this state, stamped `line_at` now; one line, no newline.
     pub fn to_line(&self) -> Result<String, serde_json::Error> {
         let mut line = self.clone();

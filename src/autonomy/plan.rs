@@ -200,27 +200,7 @@ mod tests {
     }
 
     fn intent(id: &str, priority: u8) -> Intent {
-        Intent {
-            id: id.into(),
-            at: rfc(T0),
-            by: By::Agent,
-            what: format!("do {id}"),
-            why: None,
-            run: Some("true".into()),
-            priority,
-            min_gap: 0,
-            needs: Needs::None,
-            status: Status::Pending,
-            done_at: None,
-            result: None,
-            preempted_by: None,
-            preempted_count: 0,
-            promoted: None,
-            refused_reason: None,
-            started_at: None,
-            line_at: None,
-            extra: Default::default(),
-        }
+        Intent { run: Some("true".into()), priority, ..Intent::new(id.into(), rfc(T0), By::Agent, format!("do {id}")) }
     }
 
     fn decide_at(intents: Vec<Intent>, config: &AutonomyConfig, routines: &RoutineRuns, now: i64) -> Decision {

@@ -160,27 +160,7 @@ fn validate(workspace: &Path, by: By, input: WishInput) -> Result<Intent, WishEr
         Some(p) => return Err(WishError::Priority(p)),
         None => Priorities::load(workspace)?.of(Class::Intent).clamp(*WISH_PRIORITIES.start(), *WISH_PRIORITIES.end()),
     };
-    Ok(Intent {
-        id: String::new(),
-        at: String::new(),
-        by,
-        what,
-        why,
-        run,
-        priority,
-        min_gap,
-        needs,
-        status: Status::Pending,
-        done_at: None,
-        result: None,
-        preempted_by: None,
-        preempted_count: 0,
-        promoted: None,
-        refused_reason: None,
-        started_at: None,
-        line_at: None,
-        extra: Default::default(),
-    })
+    Ok(Intent { why, run, priority, min_gap, needs, ..Intent::new(String::new(), String::new(), by, what) })
 }
 
 /// `intents <id> approve <iid>`: sets `needs` to `none`, so the tick may run the intent. An

@@ -7,6 +7,35 @@
 //! `content` becomes the `tool_result` text. `process`, `output` and `reaper` are the machinery
 //! the command tools share.
 
+/// Implements [`Tool`] for a unit struct whose module provides the tool as free items: `NAME`,
+/// `description()`, `input_schema()` and `async fn run(&Value, &ToolContext) -> ToolOutput`
+/// (so each is callable and testable without the trait). `tools::shell` is the model.
+macro_rules! module_tool {
+    ($tool:ident) => {
+        impl $crate::tools::Tool for $tool {
+            fn name(&self) -> &str {
+                NAME
+            }
+
+            fn description(&self) -> &str {
+                description()
+            }
+
+            fn input_schema(&self) -> serde_json::Value {
+                input_schema()
+            }
+
+            fn run<'a>(
+                &'a self,
+                input: &'a serde_json::Value,
+                ctx: &'a $crate::tools::ToolContext,
+            ) -> futures_util::future::BoxFuture<'a, $crate::tools::ToolOutput> {
+                Box::pin(run(input, ctx))
+            }
+        }
+    };
+}
+
 pub mod ask_user;
 pub mod custom;
 pub mod files;

@@ -94,14 +94,7 @@ pub struct Finished {
 /// Runs `job` to its end (exit, timeout or `ctx.cancel`). Errors: bash could not be started
 /// (the text is a complete `tool_result`).
 pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
-    let mut command = Command::new("bash");
-    prepare(&mut command, ctx);
-    let mut child = command
-        .arg("-lc")
-        .arg(job.command)
-        .envs(job.env.iter().copied())
-        .current_dir(job.cwd)
-        .stdin(Stdio::null())
+    let mut child = bash(job, ctx)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -127,6 +120,15 @@ pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
     // `group` drops here, SIGKILLs any background job still in it and removes its record.
 }
 
+/// `bash -lc <job.command>` [`prepare`]d, in `job.cwd` with `job.env`, stdin `/dev/null`;
+/// the caller sets stdout and stderr.
+fn bash(job: &Job<'_>, ctx: &ToolContext) -> Command {
+    let mut command = Command::new("bash");
+    prepare(&mut command, ctx);
+    command.arg("-lc").arg(job.command).envs(job.env.iter().copied()).current_dir(job.cwd).stdin(Stdio::null());
+    command
+}
+
 /// A command started by [`spawn_logged`]: its output goes to a file, not to the caller.
 pub(crate) struct Logged {
     child: Child,
@@ -141,14 +143,7 @@ pub(crate) struct Logged {
 /// Errors: bash could not be started, or `log` could not be shared with it.
 pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, String> {
     let err = log.try_clone().map_err(|e| format!("cannot share the log file: {e}"))?;
-    let mut command = Command::new("bash");
-    prepare(&mut command, ctx);
-    let mut child = command
-        .arg("-lc")
-        .arg(job.command)
-        .envs(job.env.iter().copied())
-        .current_dir(job.cwd)
-        .stdin(Stdio::null())
+    let mut child = bash(job, ctx)
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(err))
         .spawn()

@@ -6,11 +6,10 @@
 
 use std::path::PathBuf;
 
-use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Tool, ToolContext, ToolOutput};
+use super::{ToolContext, ToolOutput};
 use crate::autonomy::guard::Judge;
 use crate::autonomy::ledger::{By, Needs, Status};
 use crate::autonomy::wish::{self, WishInput};
@@ -83,23 +82,7 @@ struct Input {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wish;
 
-impl Tool for Wish {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn description(&self) -> &str {
-        description()
-    }
-
-    fn input_schema(&self) -> Value {
-        input_schema()
-    }
-
-    fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(run(input, ctx))
-    }
-}
+module_tool!(Wish);
 
 /// Writes the wish. Results: `wished <iid> (pending)` (with what it waits for when `needs` is
 /// not none); the error `refused <iid>: <class>: <reason>` when the guardrails refused it (the

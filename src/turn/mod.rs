@@ -89,12 +89,7 @@ pub async fn run_turn_with(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
-    if text.trim().is_empty() {
-        return Err(AgentError::BlankMessage);
-    }
-    let materials = session.materials()?;
-    pop_failed_turn(session);
-    run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
+    run_new_turn(session, text, None, events, cancel, steering).await
 }
 
 /// Runs an idle-autonomy intent as a model turn (DESIGN.md §13): [`run_turn_with`] with at most
@@ -108,12 +103,27 @@ pub async fn run_intent_turn(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
+    run_new_turn(session, text, Some(max_rounds), events, cancel, steering).await
+}
+
+/// A new user turn on `text`, with at most `max_rounds` rounds when given (never more than the
+/// role's `max_tool_rounds`).
+async fn run_new_turn(
+    session: &mut Session,
+    text: &str,
+    max_rounds: Option<u32>,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> Result<TurnOutcome, AgentError> {
     if text.trim().is_empty() {
         return Err(AgentError::BlankMessage);
     }
     let mut materials = session.materials()?;
-    let rounds = materials.template.max_tool_rounds().min(max_rounds.max(1));
-    materials.template.meta.max_tool_rounds = Some(rounds);
+    if let Some(max) = max_rounds {
+        let rounds = materials.template.max_tool_rounds().min(max.max(1));
+        materials.template.meta.max_tool_rounds = Some(rounds);
+    }
     pop_failed_turn(session);
     run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
 }

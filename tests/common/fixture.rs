@@ -56,11 +56,17 @@ impl TestHome {
     /// A `planner` role (tool groups `core` and `plan`, meta.yaml `extra` appended) and an agent
     /// of it; returns the agent's id.
     pub fn planner(&self, extra: &str) -> String {
-        self.write_role("planner", "[core, plan]", 200);
-        let meta = self.home.roles_dir().join("planner/meta.yaml");
+        self.agent_of_role("planner", "[core, plan]", extra)
+    }
+
+    /// Role `slug` with `tools` (200 rounds) and meta.yaml `extra` appended, and an agent of it;
+    /// returns the agent's id.
+    pub fn agent_of_role(&self, slug: &str, tools: &str, extra: &str) -> String {
+        self.write_role(slug, tools, 200);
+        let meta = self.home.roles_dir().join(slug).join("meta.yaml");
         let text = std::fs::read_to_string(&meta).expect("meta.yaml");
         std::fs::write(&meta, format!("{text}{extra}")).expect("meta.yaml");
-        self.create("planner", None)
+        self.create(slug, None)
     }
 
     /// Creates an agent with `role_template` and the deterministic AGENTS.md; returns its id.
