@@ -259,3 +259,30 @@ async fn a_killed_serve_leaves_no_intent_running_and_the_next_start_records_the_
     assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap(), None);
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_selfcheck_runs_when_there_is_no_intent_and_then_waits_its_period() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let extra = "autonomy:\n  tick_secs: 1\n  selfcheck: {run: \"echo checked >> selfcheck.txt\", every_secs: 3600}\n";
+    let id = t.agent_of_role("checker", "[core]", extra);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut events = s.events(&id, None).await;
+    let done = until_autonomy(&mut events, "done").await;
+    assert_eq!(done.last().unwrap().data["job"], "selfcheck");
+    assert_eq!(done.last().unwrap().data["detail"], "exit 0: ");
+    let mut rested = false;
+    for _ in 0..100 {
+        if log_text(&t, &id).lines().last().is_some_and(|l| l.ends_with(REST_LINE)) {
+            rested = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(rested, "{}", log_text(&t, &id));
+    assert_eq!(std::fs::read_to_string(t.workspace(&id).join("selfcheck.txt")).unwrap(), "checked\n", "once per every_secs");
+    let state: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join(".cicy/autonomy-state.json")).unwrap()).unwrap();
+    assert!(state["last_start"]["selfcheck"].as_i64().unwrap() > 1_700_000_000);
+    assert!(gw.requests().is_empty(), "a routine's command needs no gateway call");
+    assert_eq!(s.stop().await, 0);
+}

@@ -39,6 +39,8 @@ use crate::wake::claim::UNPARSED_RETRY;
 use crate::wake::message::Reason;
 use crate::wake::run::Trigger;
 
+mod autonomy;
+
 /// cicy: what a queued input's stream is told.
 pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
 /// cicy: the `flush` event's text when queued inputs start their follow-up turn.
@@ -395,97 +397,6 @@ impl Actor {
                 let _ = reply.send(self.questions.respond(&reference, &response));
             }
             Op::Shutdown { .. } => {}
-        }
-    }
-
-    /// The idle tick (DESIGN.md §13): when nothing waits, decide and maybe start a job.
-    fn tick(&mut self) {
-        self.tick_at = None;
-        if self.busy() || !self.pending.is_empty() || !self.steering.is_empty() || self.wake_due.is_some() {
-            return;
-        }
-        let (home, record) = (self.shared.home.clone(), self.record.clone());
-        let out = fsutil::blocking(|| crate::autonomy::tick::tick(&home, &record));
-        self.tick_every = out.every;
-        self.priorities = out.priorities;
-        for i in out.promoted {
-            let (job, detail) = (format!("intent:{}", i.id), format!("priority {} (starvation)", i.priority));
-            super::intent_job::note(&self.record.workspace, &format!("{job} promoted to {detail}"));
-            self.emit(EventKind::Autonomy { job, status: "promoted".into(), detail: Some(detail) });
-        }
-        let rest = match out.tick {
-            Tick::Run(job) => {
-                self.resting = false;
-                self.start(Work::Auto(job, Preemption::default()));
-                return;
-            }
-            Tick::NotIdle(_) => return,
-            Tick::Rest => crate::autonomy::log::REST_LINE.to_string(),
-            Tick::Off(why) => format!("off ({why})"),
-            Tick::Error(e) => {
-                if !self.resting {
-                    self.emit(EventKind::Error { kind: "autonomy".into(), message: e.clone() });
-                }
-                format!("waiting: {e}")
-            }
-        };
-        if !self.resting {
-            self.resting = true;
-            super::intent_job::note(&self.record.workspace, &rest);
-        }
-    }
-
-    /// A request of class `by` arrived: the running autonomy job gives way if `by` has the
-    /// smaller number *(idle)*, unless it is on the never-killed list (then `by` waits).
-    fn preempt(&mut self, by: Class) {
-        let Some((job, _)) = &self.preemption else { return };
-        if self.priorities.of(by) >= job.priority {
-            return;
-        }
-        self.stop_auto(by.as_str());
-    }
-
-    /// Stops the running autonomy job for `by` (a class, `drop`, `off`): a command's group gets
-    /// SIGTERM, a model turn yields at its next round boundary. A never-killed job is left to
-    /// finish, with a log line.
-    fn stop_auto(&mut self, by: &str) {
-        let Some((job, preemption)) = &self.preemption else { return };
-        if job.never_killed {
-            super::intent_job::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
-            return;
-        }
-        preemption.set(by);
-        if job.pick.run().is_some() {
-            self.cancel.cancel();
-        } else {
-            self.steering.request_yield();
-        }
-    }
-
-    /// The 0.5 s poll while an autonomy job runs: a drop, the switch, a message.
-    fn poll_preempt(&mut self) {
-        let Some((job, _)) = &self.preemption else { return };
-        let (ws, job) = (self.record.workspace.clone(), job.clone());
-        match fsutil::blocking(|| crate::autonomy::tick::poll(&ws, &job)) {
-            Some(by) if by == Class::Human.as_str() => self.preempt(Class::Human),
-            Some(by) => self.stop_auto(by),
-            None => {}
-        }
-    }
-
-    /// Before the first tick: what a killed serve left of this agent's autonomy, and the
-    /// role's tick period (the first tick comes one period after the start).
-    fn recover_autonomy(&mut self) {
-        let (home, record) = (self.shared.home.clone(), self.record.clone());
-        let (notes, every) = fsutil::blocking(|| {
-            let every = crate::role::load_meta(&home, &record.role_template).map(|m| m.autonomy.tick());
-            (crate::autonomy::tick::recover(&record.workspace), every)
-        });
-        if let Ok(every) = every {
-            self.tick_every = every;
-        }
-        for text in notes {
-            self.emit(EventKind::System { text });
         }
     }
 
