@@ -125,6 +125,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             out.push(unparsed(format!("`env -{}` changes how the command is read or where it runs", if s.has("C") || s.has("chdir") { "C" } else { "S" })));
             return out;
         }
+        if name == "command" && (s.has("v") || s.has("V")) {
+            // `command -v curl` only says where `curl` is.
+            return out;
+        }
         let mut start = s.positionals.first().copied().unwrap_or(rest.len());
         match name {
             // NAME=VALUE words before the command.
@@ -356,6 +360,9 @@ fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
 /// `git`: push, the network subcommands, and what `clean`/`rm`/`mv` remove.
 fn git(args: &[Arg], sc: &Simple) -> Vec<Effect> {
     let g = scan(args, &Spec { short_value: "Cc", long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix"], ..Spec::default() });
+    if g.values(args, "c").any(|v| v.text().is_none_or(|t| t.to_ascii_lowercase().starts_with("alias."))) {
+        return vec![unparsed("`git -c alias.…` defines a subcommand the guard cannot follow".into())];
+    }
     let Some(&sub_i) = g.positionals.first() else { return Vec::new() };
     let Some(sub) = args[sub_i].literal() else {
         return vec![unparsed(format!("`git {}` is not a fixed subcommand", args[sub_i].source))];

@@ -53,6 +53,7 @@ fn ordinary_commands_are_accepted() {
         "git clean -n",
         "rm -f ~/scratch.txt",
         "nice -n 5 cargo build",
+        "command -v curl > /dev/null && echo yes",
         "echo 'name: x' > project/meta.yaml",
         "bash build.sh --fast",
         "cp /tmp/x . && mv notes.txt archive/",
@@ -168,6 +169,7 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
+    refused("git -c alias.p=push p", "unparsed", "`git -c alias.…` defines a subcommand the guard cannot follow");
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(9))), "unparsed");
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(8))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
