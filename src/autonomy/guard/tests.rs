@@ -116,6 +116,8 @@ fn memory_deletes_and_overwrites_are_refused() {
         "X=$(rm -rf .cicy) true",
         "[[ -n $(rm -rf .cicy) ]]",
         "{ echo x; } > .cicy/memory/MEMORY.md",
+        "bash <<< 'rm -rf .cicy'",
+        "sh -s <<EOF\nrm -rf .cicy\nEOF",
         "f() { echo x; } > .cicy/memory/MEMORY.md",
     ] {
         assert_eq!(class_of(line), "memory", "{line}");
@@ -164,6 +166,7 @@ fn what_cannot_be_followed_is_unparsed() {
     refused("$PROG x", "unparsed", "the program `$PROG` is not a fixed word");
     refused("rm -rf \"$DIR\"", "unparsed", "`rm` on `\"$DIR\"`: the path is only known when it runs");
     refused("echo 'rm -rf .cicy' | bash", "unparsed", "`bash` reads its commands from stdin");
+    refused("bash <<EOF\n$CMD\nEOF", "unparsed", "`bash` reads its commands from stdin");
     refused("bash -c \"$X\"", "unparsed", "`bash -c` runs `\"$X\"`, which is only known when it runs");
     assert_eq!(class_of("echo 'unterminated"), "unparsed");
     assert_eq!(class_of("for x in"), "unparsed");
