@@ -19,6 +19,7 @@ mod classify;
 mod judge;
 mod opts;
 mod paths;
+mod programs;
 mod shell;
 
 use std::path::Path;

@@ -50,7 +50,12 @@ impl Scan {
 
     /// The value of the last option `name`, as an argument.
     pub fn value(&self, args: &[Arg], name: &str) -> Option<Arg> {
-        self.opts.iter().rev().find(|o| o.name == name).and_then(|o| match &o.value {
+        self.values(args, name).last()
+    }
+
+    /// The values of every option `name`, in order.
+    pub fn values<'a>(&'a self, args: &'a [Arg], name: &'a str) -> impl Iterator<Item = Arg> + 'a {
+        self.opts.iter().filter(move |o| o.name == name).filter_map(|o| match &o.value {
             Some(Val::Attached(t)) => Some(Arg::lit(t)),
             Some(Val::Next(i)) => args.get(*i).cloned(),
             None => None,

@@ -53,6 +53,7 @@ fn ordinary_commands_are_accepted() {
         "git clean -n",
         "rm -f ~/scratch.txt",
         "nice -n 5 cargo build",
+        "command -v curl > /dev/null && echo yes",
         "echo 'name: x' > project/meta.yaml",
         "bash build.sh --fast",
         "cp /tmp/x . && mv notes.txt archive/",
@@ -115,6 +116,8 @@ fn memory_deletes_and_overwrites_are_refused() {
         "X=$(rm -rf .cicy) true",
         "[[ -n $(rm -rf .cicy) ]]",
         "{ echo x; } > .cicy/memory/MEMORY.md",
+        "bash <<< 'rm -rf .cicy'",
+        "sh -s <<EOF\nrm -rf .cicy\nEOF",
         "f() { echo x; } > .cicy/memory/MEMORY.md",
     ] {
         assert_eq!(class_of(line), "memory", "{line}");
@@ -163,11 +166,13 @@ fn what_cannot_be_followed_is_unparsed() {
     refused("$PROG x", "unparsed", "the program `$PROG` is not a fixed word");
     refused("rm -rf \"$DIR\"", "unparsed", "`rm` on `\"$DIR\"`: the path is only known when it runs");
     refused("echo 'rm -rf .cicy' | bash", "unparsed", "`bash` reads its commands from stdin");
+    refused("bash <<EOF\n$CMD\nEOF", "unparsed", "`bash` reads its commands from stdin");
     refused("bash -c \"$X\"", "unparsed", "`bash -c` runs `\"$X\"`, which is only known when it runs");
     assert_eq!(class_of("echo 'unterminated"), "unparsed");
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
+    refused("git -c alias.p=push p", "unparsed", "`git -c alias.…` defines a subcommand the guard cannot follow");
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(9))), "unparsed");
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(8))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");

@@ -1,0 +1,90 @@
+//! Package managers, network programs and the runtime's own CLI (DESIGN.md §13 "network
+//! egress", "installing dependencies", "change the kernel"): which command lines of theirs are
+//! refused. Owns those lists; must not look at paths (that is `classify.rs`).
+
+use super::classify::{refusal, unparsed, Effect};
+use super::opts::{scan, Spec};
+use super::shell::Arg;
+
+/// Programs that only reach other machines (DESIGN.md §13 "network egress").
+pub const NETWORK: &[&str] = &[
+    "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet", "ftp", "lftp", "socat", "aria2c", "http",
+    "https", "xh", "mosh", "gh", "ping", "traceroute", "dig", "nslookup", "whois",
+];
+
+/// The package-manager command line `name args` names when it installs something, e.g.
+/// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`.
+pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
+    let s = scan(args, &Spec { permute: true, ..Spec::default() });
+    let word = |n: usize| s.positionals.get(n).and_then(|&i| args[i].literal());
+    let sub = word(0);
+    let is = |subs: &[&str]| sub.as_deref().is_some_and(|x| subs.contains(&x));
+    let versioned = |stem: &str| name.strip_prefix(stem).is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
+    let hit = match name {
+        _ if versioned("pip") => is(&["install", "download"]),
+        "pipx" => is(&["install", "inject", "upgrade"]),
+        _ if versioned("python") => {
+            // `python -m pip install …` (also `-mpip`).
+            let m = args.iter().position(|a| a.literal().as_deref() == Some("-m"));
+            let module = match m {
+                Some(i) => args.get(i + 1).and_then(Arg::literal),
+                None => args.iter().filter_map(Arg::literal).find_map(|t| t.strip_prefix("-m").map(str::to_string)),
+            };
+            let after = m.map_or(1, |i| i + 2);
+            return (module.as_deref() == Some("pip") && args.iter().skip(after).filter_map(Arg::literal).any(|t| t == "install"))
+                .then(|| format!("{name} -m pip install"));
+        }
+        "uv" => is(&["add", "sync"]) || (is(&["pip", "tool"]) && matches!(word(1).as_deref(), Some("install" | "sync"))),
+        "npm" => is(&["install", "i", "in", "ci", "add", "isntall", "update", "up"]),
+        "pnpm" | "bun" => is(&["install", "i", "add", "update", "up"]),
+        "yarn" => sub.is_none() || is(&["install", "add", "up", "upgrade"]),
+        "cargo" => is(&["install", "add"]),
+        "apt" | "apt-get" | "aptitude" | "dnf" | "yum" | "zypper" | "brew" | "snap" | "gem" | "conda" | "mamba" | "micromamba" => is(&["install"]),
+        "apk" => is(&["add"]),
+        "go" => is(&["install", "get"]),
+        "poetry" | "pdm" => is(&["add", "install"]),
+        "composer" => is(&["require", "install"]),
+        "pacman" => args.iter().filter_map(Arg::literal).any(|t| t.starts_with("-S") || t == "--sync"),
+        "dpkg" => args.iter().filter_map(Arg::literal).any(|t| t == "-i" || t == "--install"),
+        _ => false,
+    };
+    hit.then(|| match (name, sub) {
+        ("yarn", None) => "yarn".to_string(),
+        ("pacman", _) => "pacman -S".to_string(),
+        ("dpkg", _) => "dpkg -i".to_string(),
+        ("uv", Some(sub)) if sub == "pip" || sub == "tool" => format!("uv {sub} {}", word(1).unwrap_or_default()),
+        (_, Some(sub)) => format!("{name} {sub}"),
+        (_, None) => name.to_string(),
+    })
+}
+
+/// `cicy-agent`: only the read-only subcommands may run.
+pub fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
+    if args.iter().filter_map(Arg::literal).any(|t| matches!(t.as_str(), "-h" | "--help" | "-V" | "--version")) {
+        return Vec::new();
+    }
+    let s = scan(args, &Spec { long_value: &["at", "file", "role-template", "role", "model", "master", "workspace", "api-style", "label", "from", "thread", "before", "limit", "members", "description", "title", "timeout", "keep", "port", "bind"], permute: true, ..Spec::default() });
+    let word = |n: usize| s.positionals.get(n).map(|&i| &args[i]);
+    let Some(sub) = word(0) else { return Vec::new() };
+    let (Some(sub), action) = (sub.literal(), word(2).and_then(Arg::literal)) else {
+        return vec![unparsed(format!("`cicy-agent {}` is not a fixed subcommand", sub.source))];
+    };
+    let group_action = word(1).and_then(Arg::literal);
+    let read_only = match sub.as_str() {
+        "ls" | "roles" | "show" | "status" | "history" | "inbox" | "time" | "msgs" | "help" => true,
+        "memory" => matches!(action.as_deref(), Some("ls" | "show" | "check" | "search")),
+        "todo" | "checkpoint" => action.as_deref() == Some("ls"),
+        "intents" => matches!(action.as_deref(), Some("ls" | "status")) || (action.as_deref() == Some("tick") && s.has("dry-run")),
+        "group" => matches!(group_action.as_deref(), Some("messages" | "tasks")),
+        _ => false,
+    };
+    if read_only {
+        return Vec::new();
+    }
+    let shown = match (sub.as_str(), &action, &group_action) {
+        ("memory" | "todo" | "checkpoint" | "intents", Some(a), _) => format!("{sub} {a}"),
+        ("group", _, Some(a)) => format!("{sub} {a}"),
+        _ => sub.clone(),
+    };
+    vec![Effect::Refuse(refusal("kernel", format!("`cicy-agent {shown}` changes the runtime's state (only read-only subcommands may run)")))]
+}
