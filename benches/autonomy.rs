@@ -50,6 +50,7 @@ fn empty_tick() {
     let lines: String = (1..=200)
         .map(|n| format!("{{\"id\":\"i{n}\",\"at\":\"2026-12-01T10:00:00Z\",\"by\":\"self\",\"what\":\"finished work number {n}\",\"run\":\"true\",\"priority\":5,\"status\":\"done\",\"result\":\"exit 0: ok\"}}\n"))
         .collect();
+    std::fs::create_dir_all(ledger.parent().unwrap()).unwrap();
     std::fs::write(&ledger, lines).unwrap();
     let cost = tick_cost(&t, &id, 500);
     println!("empty tick (200 finished intents): {cost:.1} µs");
