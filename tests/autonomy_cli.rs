@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use cicy::autonomy::guard::{GuardCtx, Judge, JUDGE_SYSTEM_TEXT};
 use cicy::autonomy::ledger::{By, Folded, Intent, Status};
-use cicy::autonomy::wish::{check_at_pickup, checked_value, is_checked, refused, wish, WishError, WishInput, CHECKED_KEY};
+use cicy::autonomy::key::GuardKey;
+use cicy::autonomy::wish::{check_at_pickup, is_checked, refused, wish, WishError, WishInput, CHECKED_KEY};
 use cicy::gateway::{ApiStyle, GatewayClient, GatewaySettings};
 use common::cli::{cicy, Out};
 use common::fixture::{collector, TestHome};
@@ -99,7 +100,8 @@ async fn a_wish_is_judged_then_written_pending_with_checked_or_refused_with_its_
     let o = cicy(h.path(), &gw.url(), &["wish", "w-1", "move yourself to a bigger model"], None).await;
     assert_eq!((o.code, o.stdout.as_str()), (1, "i3 refused: model: it switches the agent's model\n"), "{}", o.stderr);
 
-    let checked = checked_value("tidy the notes folder", Some("it is a mess"), Some("ls notes"));
+    // The mark is keyed by the home's secret: a line cannot be marked without it.
+    let checked = GuardKey::load_or_create(h.path()).unwrap().mark(&["tidy the notes folder", "it is a mess", "ls notes", "none"]);
     assert_eq!(
         lines(&ws),
         vec![
@@ -215,7 +217,7 @@ async fn the_wish_tool_writes_by_self_through_a_turn() {
     assert_eq!(results[0].get("is_error"), None);
     assert_eq!(results[1]["content"], format!("refused i2: {PUSH}"));
     assert_eq!(results[1]["is_error"], true);
-    let checked = checked_value("tidy the notes folder", None, Some("ls notes"));
+    let checked = GuardKey::load_or_create(t.root()).unwrap().mark(&["tidy the notes folder", "", "ls notes", "external"]);
     assert_eq!(
         lines(&t.workspace(&id)),
         vec![
@@ -283,15 +285,22 @@ async fn a_hand_written_line_is_checked_at_pickup() {
     let cancel = CancellationToken::new();
     let by_hand = r#"{"id":"i7","at":"2026-12-01T10:00:00Z","by":"human","what":"tidy the notes folder","run":"ls notes","priority":5,"status":"pending"}"#;
     let hand = Folded::parse(by_hand).intents.remove(0);
-    assert!(!is_checked(&hand));
-    let checked = check_at_pickup(&hand, &ctx, &j, &cancel).await.unwrap();
-    assert!(is_checked(&checked));
-    assert_eq!(checked.extra[CHECKED_KEY], checked_value("tidy the notes folder", None, Some("ls notes")));
+    std::fs::create_dir_all(&home).unwrap();
+    let key = GuardKey::load_or_create(&home).unwrap();
+    assert!(!is_checked(&key, &hand));
+    let checked = check_at_pickup(&key, &hand, &ctx, &j, &cancel).await.unwrap();
+    assert!(is_checked(&key, &checked));
+    assert_eq!(checked.extra[CHECKED_KEY], key.mark(&["tidy the notes folder", "", "ls notes", "none"]));
+    // A mark made without the key (a plain SHA-256, say, by an agent's shell) is no mark.
+    let forged = Intent { extra: [(CHECKED_KEY.to_string(), json!(format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"tidy the notes folder\0\0ls notes"))))].into_iter().collect(), ..hand.clone() };
+    assert!(!is_checked(&key, &forged));
+    let unneeded = Intent { needs: cicy::autonomy::ledger::Needs::Human, ..checked.clone() };
+    assert!(!is_checked(&key, &unneeded), "needs is part of the mark: a hand edit of it is no approval");
     assert_eq!(gw.requests().len(), 1);
 
     let pushing = Intent { run: Some("git push origin main".into()), ..checked };
-    assert!(!is_checked(&pushing), "an edited run is checked again");
-    let refusal = check_at_pickup(&pushing, &ctx, &j, &cancel).await.unwrap_err();
+    assert!(!is_checked(&key, &pushing), "an edited run is checked again");
+    let refusal = check_at_pickup(&key, &pushing, &ctx, &j, &cancel).await.unwrap_err();
     assert_eq!(refusal.to_string(), PUSH);
     assert_eq!(gw.requests().len(), 1, "a refused command asks no judge");
     let line = refused(&pushing, &refusal, "2026-12-02T08:00:00Z");

@@ -213,7 +213,9 @@ async fn a_model_turn_intent_stops_at_its_round_boundary_when_a_person_writes() 
 async fn needs_human_never_runs_and_a_refused_hand_written_line_never_runs() {
     let (gw, t, id) = idler().await;
     hand_wish(&t, &id, "i1", Some("touch ran-i1"), r#","needs":"human""#);
-    hand_wish(&t, &id, "i2", Some("curl -s http://127.0.0.1:9/ > ran-i2"), "");
+    // Its `checked` is a plain SHA-256 of its fields, as an agent's shell could write it: no mark.
+    let forged = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"work on i2\0\0curl -s http://127.0.0.1:9/ > ran-i2\0none"));
+    hand_wish(&t, &id, "i2", Some("curl -s http://127.0.0.1:9/ > ran-i2"), &format!(r#","checked":"{forged}""#));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut events = s.events(&id, None).await;
     let refused = until_autonomy(&mut events, "refused").await;
@@ -284,5 +286,44 @@ async fn a_configured_selfcheck_runs_when_there_is_no_intent_and_then_waits_its_
     let state: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join(".cicy/autonomy-state.json")).unwrap()).unwrap();
     assert!(state["last_start"]["selfcheck"].as_i64().unwrap() > 1_700_000_000);
     assert!(gw.requests().is_empty(), "a routine's command needs no gateway call");
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_claiming_priority_1_still_gives_way_and_compact_and_drop_stop_it() {
+    let (gw, t, id) = idler().await;
+    let fifo = started(&t, &id);
+    hand_wish(&t, &id, "i1", Some("echo $$ > started; sleep 30"), "");
+    let path = ledger_path(&t.workspace(&id));
+    let text = std::fs::read_to_string(&path).unwrap().replace(r#""priority":5"#, r#""priority":1"#);
+    std::fs::write(&path, text).unwrap();
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+
+    // Never above `task` (3): a person's chat still comes first.
+    let (_pgid, leader) = group_of(&fifo).await;
+    assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap().unwrap().priority, 3);
+    gw.push(Reply::sse(anthropic_text("Hello.")));
+    s.chat(&id, "hello").await.until("done").await;
+    assert!(leader.exited_within(Duration::from_secs(5)).await);
+
+    // `/compact` waits for the job to give way, then runs (the summary is an aux call).
+    let (_pgid, leader) = group_of(&fifo).await;
+    let (status, reply) = s.post("/api/cicy/compact", serde_json::json!({"agent_id": id})).await;
+    assert_eq!((status, reply["success"].as_bool(), reply["outcome"].as_str()), (200, Some(true), Some("done")), "{reply}");
+    assert!(leader.exited_within(Duration::from_secs(5)).await);
+
+    // A drop while it runs stops it: `dropped`, preempted by `drop`, not counted as a squeeze.
+    let (_pgid, leader) = group_of(&fifo).await;
+    cicy::autonomy::wish::drop(&t.workspace(&id), "i1").unwrap();
+    assert!(leader.exited_within(Duration::from_secs(5)).await, "the 0.5 s poll saw the drop");
+    let mut i1 = intent(&t, &id, "i1");
+    for _ in 0..100 {
+        if i1["preempted_by"] == "drop" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        i1 = intent(&t, &id, "i1");
+    }
+    assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("dropped"), Some("drop"), Some(2)));
     assert_eq!(s.stop().await, 0);
 }

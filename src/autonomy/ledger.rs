@@ -181,6 +181,14 @@ pub fn unix_of(rfc3339: &str) -> Option<i64> {
     chrono::DateTime::parse_from_rfc3339(rfc3339).ok().map(|t| t.timestamp())
 }
 
+/// Whether `id` may name an intent: it names a folder (`.cicy/intents/<id>/`) and a log line,
+/// so no path separator, no leading dot, nothing but `[A-Za-z0-9_.-]`, at most 64 **[chosen]**.
+pub fn valid_id(id: &str) -> bool {
+    id.len() <= 64
+        && id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 /// A line the fold skipped: its 1-based number and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Skipped {
@@ -209,6 +217,10 @@ impl Folded {
                 continue;
             }
             match serde_json::from_str::<Intent>(line) {
+                Ok(intent) if !valid_id(&intent.id) => {
+                    let why = format!("id {:?} is not 1–64 letters, digits, `_`, `-` or `.` starting with a letter or digit", intent.id);
+                    folded.skipped.push(Skipped { line: n + 1, why });
+                }
                 Ok(intent) => match index.get(&intent.id) {
                     Some(&i) => folded.intents[i] = intent,
                     None => {
@@ -357,6 +369,17 @@ mod tests {
         assert_eq!(got, vec![("i1", Status::Done), ("i2", Status::Pending)]);
         assert!(f.skipped.is_empty());
         assert_eq!(f.next_id(), "i3");
+    }
+
+    #[test]
+    fn an_id_that_could_name_another_folder_is_skipped() {
+        let bad = |id: &str| format!(r#"{{"id":{},"at":"2026-12-01T10:00:00Z","by":"self","what":"x","priority":5,"status":"pending"}}"#, serde_json::to_string(id).unwrap());
+        let text = [bad("../../evil"), bad("/tmp/abs"), bad("a\nb"), bad(".hidden"), bad(""), line("i1", "pending"), bad("ok-1.2_x")].join("\n") + "\n";
+        let f = Folded::parse(&text);
+        let ids: Vec<&str> = f.intents.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, vec!["i1", "ok-1.2_x"]);
+        assert_eq!(f.skipped.iter().map(|s| s.line).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5]);
+        assert!(f.skipped[0].why.starts_with("id \"../../evil\" is not"), "{}", f.skipped[0].why);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! - `settings`: the role's `autonomy:` block and the agent's switch.
 //! - `plan`: what a tick would run, `min_gap`, starvation.
 //! - `guard`: the guardrails a wish passes when it is written.
+//! - `key`: the home's secret behind a line's `checked` mark.
 //! - `log`: the human-readable `autonomy.log`.
 //! - `tick`: one tick's decision with the idle checks, the poll, the recovery.
 //! - `report`: the ⑩⑪⑫ report of `intents <id> status` and the API.
@@ -16,6 +17,7 @@
 //! (`crate::serve`, its intent job).
 
 pub mod guard;
+pub mod key;
 pub mod lease;
 pub mod ledger;
 pub mod log;

@@ -298,7 +298,8 @@ pub fn of_agent(home: &Home, id: &str, now: i64) -> Result<(Report, Folded), Rep
     let registry = Registry::open(&home.db_path())?;
     let record = registry.get(id)?;
     let config = role_config(home, &record)?;
-    let lease = WakeDb::from_registry(registry)?.lease_of(id)?;
+    // A lease outlives a `kill -9` of serve until the next start clears it: not a job that runs.
+    let lease = WakeDb::from_registry(registry)?.lease_of(id)?.filter(|_| crate::serve::instance::serve_running(home));
     let (mut report, folded) = load(&record.workspace, &config, lease, now)?;
     if report.lease.is_none() {
         // ⑪ as the next tick would see it, idle checks included (`intents <id> tick --dry-run`).

@@ -155,7 +155,8 @@ fn decide(home: &Home, record: &AgentRecord, config: &AutonomyConfig, mode: Mode
     }
     let gctx = guard::GuardCtx { workspace: ws, home: home.root() };
     let never_killed = pick.run().is_some_and(|r| guard::never_killed(r, &gctx));
-    let priority = pick.priority(&out.priorities);
+    // A line edited by hand may say 0 or 1: never above `task`, so a person always comes first.
+    let priority = pick.priority(&out.priorities).max(out.priorities.promotion_floor());
     Tick::Run(Box::new(AutoJob { pick, priority, never_killed, rounds: config.intent_rounds(), run_timeout: config.run_timeout() }))
 }
 
@@ -195,12 +196,16 @@ pub fn class_of_wake(reason: Reason) -> Class {
 }
 
 /// While an autonomy job runs, what the 0.5 s poll finds that must stop it: the intent was
-/// dropped, the switch turned off, or a message came (the watch also says so, within 50 ms).
+/// dropped or its ledger removed (`rm`), the switch turned off, or a message came (the watch
+/// also says so, within 50 ms).
 pub fn poll(ws: &Path, job: &AutoJob) -> Option<&'static str> {
     if let Pick::Intent(i) = &job.pick {
-        let dropped = Ledger::of_workspace(ws).read().ok().and_then(|f| f.get(&i.id).map(|c| c.status == Status::Dropped));
-        if dropped == Some(true) {
-            return Some("drop");
+        if let Ok(f) = Ledger::of_workspace(ws).read() {
+            match f.get(&i.id).map(|c| c.status) {
+                None => return Some("rm"),
+                Some(Status::Dropped) => return Some("drop"),
+                Some(_) => {}
+            }
         }
     }
     if settings::switch_on(ws).is_ok_and(|on| !on) {
@@ -212,10 +217,17 @@ pub fn poll(ws: &Path, job: &AutoJob) -> Option<&'static str> {
     None
 }
 
+/// What [`recover`] did: notes to show, and the intents it found running.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub notes: Vec<String>,
+    pub interrupted: Vec<String>,
+}
+
 /// At the actor's start: intents a killed serve left `running` become `interrupted` (preempted
-/// by `restart`, not counted for starvation), and their process groups are killed. Returns the
-/// notes to show.
-pub fn recover(ws: &Path) -> Vec<String> {
+/// by `restart`, not counted for starvation, a line in `autonomy.log`), and their process
+/// groups are killed.
+pub fn recover(ws: &Path) -> Recovered {
     use crate::tools::reaper::Reaped;
     let mut notes: Vec<String> = crate::tools::reaper::reap(&running_dir(ws))
         .into_iter()
@@ -226,7 +238,7 @@ pub fn recover(ws: &Path) -> Vec<String> {
         .collect();
     let ledger = Ledger::of_workspace(ws);
     if !ledger.path().exists() {
-        return notes;
+        return Recovered { notes, interrupted: vec![] };
     }
     let fixed = ledger.update(|f| {
         let lines: Vec<Intent> = f
@@ -238,9 +250,18 @@ pub fn recover(ws: &Path) -> Vec<String> {
         let ids = lines.iter().map(|i| i.id.clone()).collect::<Vec<_>>();
         Ok::<_, LedgerError>((lines, ids))
     });
-    match fixed {
-        Ok(ids) => notes.extend(ids.into_iter().map(|id| format!("intent {id} was running when serve stopped; it is interrupted and runs again later"))),
-        Err(e) => notes.push(format!("cannot recover the intents: {e}")),
+    let interrupted = match fixed {
+        Ok(ids) => ids,
+        Err(e) => {
+            notes.push(format!("cannot recover the intents: {e}"));
+            vec![]
+        }
+    };
+    for id in &interrupted {
+        notes.push(format!("intent {id} was running when serve stopped; it is interrupted and runs again later"));
+        if let Err(e) = super::log::append(ws, &format!("intent:{id} interrupted (preempted by restart)")) {
+            tracing::warn!(error = %e, "cannot write autonomy.log");
+        }
     }
-    notes
+    Recovered { notes, interrupted }
 }

@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::guard::{self, GuardCtx, Judge, Refusal};
+use super::key::{GuardKey, KeyError};
 use super::ledger::{By, Intent, Ledger, LedgerError, Needs, Status};
 use super::priority::{Class, Priorities, PriorityError, WISH_PRIORITIES};
 
@@ -19,9 +19,10 @@ use super::priority::{Class, Priorities, PriorityError, WISH_PRIORITIES};
 /// paragraph, and both go to the guard's judge whole.
 pub const MAX_WHAT_CHARS: usize = 2000;
 
-/// The key of [`Intent::extra`] that marks a line the guardrails passed: hex SHA-256 of
-/// `what \0 why \0 run` (an absent field is empty). A line edited by hand after the check no
-/// longer matches and is checked again at pickup.
+/// The key of [`Intent::extra`] that marks a line the guardrails passed: hex HMAC-SHA256, under
+/// the home's [`GuardKey`], of `what \0 why \0 run \0 needs` (an absent field is empty). A line
+/// edited or written past the guardrails (by hand, or by an agent's shell) has no valid mark
+/// and is checked again at pickup; a `needs` changed by hand is not an approval.
 pub const CHECKED_KEY: &str = "checked";
 
 /// A wish as the `wish` tool or `cicy-agent wish` gives it.
@@ -55,6 +56,10 @@ pub enum WishError {
     Table(#[from] PriorityError),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    #[error("what: one line without control characters (a newline, a tab) is needed; put details in why")]
+    ControlInWhat,
+    #[error(transparent)]
+    Key(#[from] KeyError),
     /// Cancelled while the guardrails' judge was asked; nothing was written.
     #[error("cancelled before the wish was checked; nothing written")]
     Cancelled,
@@ -64,21 +69,19 @@ pub enum WishError {
     Finished { path: PathBuf, id: String, status: &'static str, action: &'static str },
 }
 
-/// The `checked` value for these fields: hex SHA-256 of `what \0 why \0 run`.
-pub fn checked_value(what: &str, why: Option<&str>, run: Option<&str>) -> String {
-    let text = format!("{what}\0{}\0{}", why.unwrap_or(""), run.unwrap_or(""));
-    Sha256::digest(text.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+/// The `checked` value of `intent` as it reads now (see [`CHECKED_KEY`]).
+pub fn checked_value(key: &GuardKey, intent: &Intent) -> String {
+    key.mark(&[&intent.what, intent.why.as_deref().unwrap_or(""), intent.run.as_deref().unwrap_or(""), intent.needs.as_str()])
 }
 
-/// Whether the guardrails passed this intent as it reads now (its `checked` matches its
-/// `what`, `why` and `run`).
-pub fn is_checked(intent: &Intent) -> bool {
-    let want = checked_value(&intent.what, intent.why.as_deref(), intent.run.as_deref());
-    intent.extra.get(CHECKED_KEY).and_then(|v| v.as_str()) == Some(want.as_str())
+/// Whether the guardrails passed this intent as it reads now (its `checked` is the mark of its
+/// `what`, `why`, `run` and `needs`).
+pub fn is_checked(key: &GuardKey, intent: &Intent) -> bool {
+    intent.extra.get(CHECKED_KEY).and_then(|v| v.as_str()) == Some(checked_value(key, intent).as_str())
 }
 
-fn mark_checked(intent: &mut Intent) {
-    let value = checked_value(&intent.what, intent.why.as_deref(), intent.run.as_deref());
+fn mark_checked(key: &GuardKey, intent: &mut Intent) {
+    let value = checked_value(key, intent);
     intent.extra.insert(CHECKED_KEY.to_string(), value.into());
 }
 
@@ -87,10 +90,10 @@ fn mark_checked(intent: &mut Intent) {
 /// it starts the intent.
 ///
 /// Errors: the guardrails' [`Refusal`] (append [`refused`] of it; the intent must not run).
-pub async fn check_at_pickup(intent: &Intent, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, Refusal> {
+pub async fn check_at_pickup(key: &GuardKey, intent: &Intent, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, Refusal> {
     guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), ctx, judge, cancel).await?;
     let mut checked = intent.clone();
-    mark_checked(&mut checked);
+    mark_checked(key, &mut checked);
     Ok(checked)
 }
 
@@ -114,7 +117,7 @@ pub fn refused(intent: &Intent, refusal: &Refusal, now: &str) -> Intent {
 /// [`WishError::Priority`], [`WishError::BlankRun`]) or an unreadable priority table, before
 /// anything is asked or written; [`WishError::Cancelled`]; the ledger cannot be written.
 pub async fn wish(workspace: &Path, home: &Path, by: By, input: WishInput, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, WishError> {
-    let mut intent = crate::fsutil::blocking(|| validate(workspace, by, input))?;
+    let (mut intent, key) = crate::fsutil::blocking(|| -> Result<_, WishError> { Ok((validate(workspace, by, input)?, GuardKey::load_or_create(home)?)) })?;
     let ctx = GuardCtx { workspace, home };
     let verdict = guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), &ctx, judge, cancel).await;
     if cancel.is_cancelled() {
@@ -128,7 +131,7 @@ pub async fn wish(workspace: &Path, home: &Path, by: By, input: WishInput, judge
             intent.at = crate::fsutil::now_rfc3339();
             let line = match &verdict {
                 Ok(()) => {
-                    mark_checked(&mut intent);
+                    mark_checked(&key, &mut intent);
                     intent
                 }
                 Err(refusal) => refused(&intent, refusal, &intent.at),
@@ -144,6 +147,9 @@ fn validate(workspace: &Path, by: By, input: WishInput) -> Result<Intent, WishEr
     let what = what.trim().to_string();
     if what.is_empty() {
         return Err(WishError::BlankWhat);
+    }
+    if what.chars().any(char::is_control) {
+        return Err(WishError::ControlInWhat);
     }
     let why = why.map(|w| w.trim().to_string()).filter(|w| !w.is_empty());
     for (field, text) in [("what", Some(&what)), ("why", why.as_ref())] {
@@ -163,14 +169,23 @@ fn validate(workspace: &Path, by: By, input: WishInput) -> Result<Intent, WishEr
     Ok(Intent { why, run, priority, min_gap, needs, ..Intent::new(String::new(), String::new(), by, what) })
 }
 
-/// `intents <id> approve <iid>`: sets `needs` to `none`, so the tick may run the intent. An
-/// intent that needs nothing already is returned as it is, nothing written.
+/// `intents <id> approve <iid>`: sets `needs` to `none`, so the tick may run the intent, and
+/// marks it with the home's key when it passed the guardrails as it was. An intent that needs
+/// nothing already is returned as it is, nothing written.
 ///
 /// Errors: [`WishError::Unknown`], [`WishError::Finished`] (done, failed, refused, dropped),
-/// the ledger cannot be read or written.
-pub fn approve(workspace: &Path, iid: &str) -> Result<Intent, WishError> {
+/// the key or the ledger cannot be read or written.
+pub fn approve(workspace: &Path, home: &Path, iid: &str) -> Result<Intent, WishError> {
+    let key = GuardKey::load_or_create(home)?;
     change(workspace, iid, "approved", |i| {
-        (i.needs != Needs::None).then(|| Intent { needs: Needs::None, ..i.clone() })
+        (i.needs != Needs::None).then(|| {
+            let passed = is_checked(&key, i);
+            let mut line = Intent { needs: Needs::None, ..i.clone() };
+            if passed {
+                mark_checked(&key, &mut line);
+            }
+            line
+        })
     })
 }
 
@@ -243,21 +258,28 @@ mod tests {
 
     #[test]
     fn checked_follows_the_fields_so_a_hand_edit_is_checked_again() {
+        let home = tempfile::tempdir().unwrap();
+        let key = GuardKey::load_or_create(home.path()).unwrap();
         let mut i = validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), run: Some("ls".into()), ..input("list") }).unwrap();
-        assert!(!is_checked(&i));
-        mark_checked(&mut i);
-        assert!(is_checked(&i));
-        assert_eq!(i.extra[CHECKED_KEY], checked_value("list", None, Some("ls")));
-        // what \0 why \0 run: moving text between fields changes the value.
-        assert_ne!(checked_value("a", Some("b"), None), checked_value("a", None, Some("b")));
-        assert_eq!(checked_value("", None, None), "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7");
+        i.id = "i1".into();
+        assert!(!is_checked(&key, &i));
+        mark_checked(&key, &mut i);
+        assert!(is_checked(&key, &i));
+        assert_eq!(i.extra[CHECKED_KEY], key.mark(&["list", "", "ls", "none"]));
         let back = Folded::parse(&i.to_line().unwrap()).intents.remove(0);
-        assert!(is_checked(&back));
+        assert!(is_checked(&key, &back));
+        // what \0 why \0 run \0 needs: moving text between fields, or any edit, breaks the mark.
+        let moved = Intent { why: Some("ls".into()), run: None, ..back.clone() };
+        assert!(!is_checked(&key, &moved));
+        let other_home = tempfile::tempdir().unwrap();
+        assert!(!is_checked(&GuardKey::load_or_create(other_home.path()).unwrap(), &back), "another home's key");
         let edited = Intent { run: Some("rm -rf notes".into()), ..back };
-        assert!(!is_checked(&edited));
+        assert!(!is_checked(&key, &edited));
         let r = refused(&edited, &Refusal { class: "delete memory".into(), reason: "no".into() }, "2026-12-02T08:00:00Z");
         assert_eq!((r.status, r.refused_reason.as_deref(), r.done_at.as_deref()), (Status::Refused, Some("delete memory: no"), Some("2026-12-02T08:00:00Z")));
         assert!(!r.extra.contains_key(CHECKED_KEY));
+        let e = validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), ..input("two\nlines") }).unwrap_err();
+        assert!(matches!(e, WishError::ControlInWhat), "{e}");
     }
 
     fn seeded(ws: &Path) -> Ledger {
@@ -275,14 +297,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ledger = seeded(dir.path());
         let path = ledger.path().display().to_string();
-        assert_eq!(approve(dir.path(), "i1").unwrap().needs, Needs::None);
+        assert_eq!(approve(dir.path(), dir.path(), "i1").unwrap().needs, Needs::None);
         let lines = std::fs::read_to_string(ledger.path()).unwrap().lines().count();
-        assert_eq!(approve(dir.path(), "i1").unwrap().needs, Needs::None);
+        assert_eq!(approve(dir.path(), dir.path(), "i1").unwrap().needs, Needs::None);
         assert_eq!(std::fs::read_to_string(ledger.path()).unwrap().lines().count(), lines, "a second approve writes nothing");
         assert_eq!(ledger.read().unwrap().get("i1").unwrap().needs, Needs::None);
-        assert_eq!(approve(dir.path(), "i9").unwrap_err().to_string(), format!("{path}: no intent i9"));
+        assert_eq!(approve(dir.path(), dir.path(), "i9").unwrap_err().to_string(), format!("{path}: no intent i9"));
         assert_eq!(
-            approve(dir.path(), "i2").unwrap_err().to_string(),
+            approve(dir.path(), dir.path(), "i2").unwrap_err().to_string(),
             format!("{path}: intent i2 is already done; only an unfinished intent can be approved")
         );
     }

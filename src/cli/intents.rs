@@ -173,7 +173,7 @@ pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Resul
             }
         }
         Action::Approve { iid } => {
-            let i = wish::approve(ws, &iid)?;
+            let i = wish::approve(ws, home.root(), &iid)?;
             writeln!(out, "{} approved: needs {}; it runs when {id} is idle", i.id, i.needs.as_str())?;
         }
         Action::Drop { iid } => {

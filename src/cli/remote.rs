@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use cicy::event::{Event, EventKind};
 use cicy::gateway::sse::{self, SseEvent};
 use cicy::home::Home;
+use cicy::serve::instance::pid_alive;
 use cicy::lock::LockError;
 use cicy::registry::Registry;
 use cicy::role::{self, ToolConfig};
@@ -73,20 +74,6 @@ pub(super) async fn live_serve(home: &Home) -> Option<Serve> {
     Some(Serve { client, base, token: token(home) })
 }
 
-/// Whether a process `pid` exists. Pids ≤ 0 name process groups (or every process), never a
-/// serve, so they count as dead.
-fn pid_alive(pid: i64) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: kill(2) with signal 0 only checks that the process exists and may be signalled;
-    // pid > 0 names exactly one process.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
 
 fn token(home: &Home) -> Option<String> {
     if let Some(t) = std::env::var("CICY_API_TOKEN").ok().filter(|t| !t.is_empty()) {

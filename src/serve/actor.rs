@@ -208,6 +208,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         priorities: crate::autonomy::priority::Priorities::default(),
         resting: false,
         preemption: None,
+        after_auto: None,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -257,6 +258,8 @@ struct Actor {
     resting: bool,
     /// The running autonomy job: what it is and who preempts it; `None` for other jobs.
     preemption: Option<(Box<AutoJob>, Preemption)>,
+    /// `/compact` or `/clear` asked while an autonomy job ran: it runs when the job has given way.
+    after_auto: Option<Work>,
 }
 
 impl Actor {
@@ -362,7 +365,11 @@ impl Actor {
                 }
             }
             Op::Compact { keep, reply } => {
-                if self.busy() {
+                if self.preemption.is_some() && self.after_auto.is_none() {
+                    self.preempt(Class::Human);
+                    self.compact_reply = Some(reply);
+                    self.after_auto = Some(Work::Compact { keep });
+                } else if self.busy() {
                     let _ = reply.send(Err(Busy));
                 } else {
                     self.compact_reply = Some(reply);
@@ -469,6 +476,17 @@ impl Actor {
             _ => text,
         };
         if self.busy() {
+            if let (Some(cmd), true) = (command, self.preemption.is_some() && self.after_auto.is_none()) {
+                // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
+                self.preempt(Class::Human);
+                let tracker = match self.tracker() {
+                    Ok(t) => t,
+                    Err(e) => return Admit::Failed(e.to_string()),
+                };
+                let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
+                self.after_auto = Some(if cmd == "/clear" { Work::Clear } else { Work::Compact { keep: 0 } });
+                return Admit::Started(sub);
+            }
             if let Some(cmd) = command {
                 return Admit::Refused(format!(
                     "{cmd} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes"
@@ -656,6 +674,13 @@ impl Actor {
         };
         self.session = out.session;
         match out.end {
+            JobEnd::LockBusy if matches!(work, Work::Auto(..)) => {
+                // Another process works on the agent: it is not idle, and a later tick tries again.
+                self.after_auto = None;
+                self.fail_replies("the agent is busy in another process");
+                self.end_run();
+                return;
+            }
             JobEnd::LockBusy => {
                 if !self.lock_notified {
                     self.lock_notified = true;
@@ -718,6 +743,10 @@ impl Actor {
                     let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));
                 }
             }
+        }
+        if let Some(work) = self.after_auto.take() {
+            self.start(work);
+            return;
         }
         if !self.deferred_clear.is_empty() {
             // The cancelled run ends as every run does (its streams close at `done`), then the

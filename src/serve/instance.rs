@@ -58,6 +58,26 @@ pub fn read_info(home: &Home) -> Option<ServeInfo> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// Whether the serve that `serve.json` names is still running (a `kill -9` leaves the file).
+pub fn serve_running(home: &Home) -> bool {
+    read_info(home).is_some_and(|info| pid_alive(i64::from(info.pid)))
+}
+
+/// Whether a process `pid` exists. Pids ≤ 0 name process groups (or every process), never a
+/// serve, so they count as dead.
+pub fn pid_alive(pid: i64) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists and may be signalled;
+    // pid > 0 names exactly one process.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 impl ServeLock {
     /// Takes `$CICY_HOME/serve.lock` without waiting.
     ///

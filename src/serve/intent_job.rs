@@ -21,25 +21,33 @@ use crate::autonomy::lease::Lease;
 use crate::autonomy::ledger::{Intent, Ledger, LedgerError, Status};
 use crate::autonomy::plan::{Pick, RoutineRuns};
 use crate::autonomy::tick::{running_dir, AutoJob};
+use crate::autonomy::key::GuardKey;
+use crate::autonomy::priority::Class;
 use crate::autonomy::{guard, log, wish};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
 use crate::tools::process::{self, Ending};
 use crate::turn::{self, Steering};
 
-/// Who preempted the running job, set by the actor before it stops it; `None`: it ran to its
-/// end (or a person's cancel stopped it, which also reads `human`).
+/// Who stopped the running job, set by the actor before it stops it (the first setter wins):
+/// a class (`human`, `alarm`, …: a preemption) or `drop`, `off`, `rm`, `shutdown`. `None`: it
+/// ran to its end. Setting it also ends a guardrail check that has not finished, so a job
+/// still being checked at pickup gives way at once.
 #[derive(Debug, Clone, Default)]
-pub struct Preemption(Arc<Mutex<Option<String>>>);
+pub struct Preemption {
+    by: Arc<Mutex<Option<String>>>,
+    stopped: CancellationToken,
+}
 
 impl Preemption {
     pub fn set(&self, by: &str) {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.by.lock().unwrap_or_else(|p| p.into_inner());
         slot.get_or_insert_with(|| by.to_string());
+        self.stopped.cancel();
     }
 
     fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.by.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -53,7 +61,8 @@ pub enum AutoEnd {
     Ran(Status),
     /// The guardrails refused a hand-written line at pickup.
     Refused,
-    /// The intent was no longer open when the job started (dropped meanwhile).
+    /// Nothing ran: the intent was no longer open when the job started (dropped meanwhile), or
+    /// the job was stopped before it started (it stays as it was and runs at a later tick).
     Gone,
     /// The ledger or the lease could not be written; the text says which.
     Failed(String),
@@ -72,16 +81,29 @@ pub async fn run(
     let ws = ctx.workspace.clone();
     let name = job.pick.job();
     if let Pick::Intent(intent) = &job.pick {
-        if !wish::is_checked(intent) {
-            match pickup_check(ctx, session, intent, cancel).await {
+        let key = match fsutil::blocking(|| GuardKey::load_or_create(ctx.home.root())) {
+            Ok(key) => key,
+            Err(e) => return AutoEnd::Failed(e.to_string()),
+        };
+        if !wish::is_checked(&key, intent) {
+            let checked = tokio::select! {
+                checked = pickup_check(ctx, session, &key, intent, cancel) => checked,
+                () = preemption.stopped.cancelled() => return AutoEnd::Gone,
+            };
+            match checked {
+                // A refusal because the check was cut short is not the guardrails' verdict.
+                Err(_) if cancel.is_cancelled() || preemption.get().is_some() => return AutoEnd::Gone,
+                Err(refusal) => return refuse(&ws, intent, &refusal.to_string(), events),
                 Ok(checked) => {
                     if let Err(e) = fsutil::blocking(|| Ledger::of_workspace(&ws).append(vec![checked])) {
                         return AutoEnd::Failed(e.to_string());
                     }
                 }
-                Err(refusal) => return refuse(&ws, intent, &refusal.to_string(), events),
             }
         }
+    }
+    if preemption.get().is_some() || cancel.is_cancelled() {
+        return AutoEnd::Gone;
     }
     let started = match fsutil::blocking(|| start(ctx, job)) {
         Ok(Some(started)) => started,
@@ -114,13 +136,14 @@ pub async fn run(
 async fn pickup_check(
     ctx: &JobCtx,
     session: &Session,
+    key: &GuardKey,
     intent: &Intent,
     cancel: &CancellationToken,
 ) -> Result<Intent, guard::Refusal> {
     let model = super::job::FlushCtx::of(session).model;
     let judge = guard::Judge { client: &session.client, model: &model, agent_id: &ctx.id };
     let gctx = guard::GuardCtx { workspace: &ctx.workspace, home: ctx.home.root() };
-    wish::check_at_pickup(intent, &gctx, &judge, cancel).await
+    wish::check_at_pickup(key, intent, &gctx, &judge, cancel).await
 }
 
 fn refuse(ws: &Path, intent: &Intent, reason: &str, events: &Emitter) -> AutoEnd {
@@ -178,14 +201,21 @@ fn finish(ctx: &JobCtx, job: &AutoJob, status: Status, result: &str, preempted_b
     if let Pick::Intent(intent) = &job.pick {
         let now = fsutil::now_rfc3339();
         let written = Ledger::of_workspace(&ctx.workspace).update(|f| {
-            let cur = f.get(&intent.id).cloned().unwrap_or_else(|| (**intent).clone());
+            // `intents rm` renamed the ledger meanwhile: no line starts a new one.
+            let Some(cur) = f.get(&intent.id).cloned() else {
+                return Ok::<_, LedgerError>((vec![], ()));
+            };
             let mut next = Intent { result: Some(result.to_string()), ..cur };
             match (next.status, preempted_by) {
-                (Status::Dropped, _) => {}
+                (Status::Dropped, by) => next.preempted_by = by.map(str::to_string),
                 (_, Some(by)) => {
                     next.status = Status::Interrupted;
                     next.preempted_by = Some(by.to_string());
-                    next.preempted_count += 1;
+                    // Only work of a higher class counts for starvation; `off`, `drop`, `rm`
+                    // and `shutdown` are not a squeeze.
+                    if Class::ALL.iter().any(|c| c.as_str() == by) {
+                        next.preempted_count += 1;
+                    }
                 }
                 (_, None) => {
                     next.status = status;
@@ -193,7 +223,7 @@ fn finish(ctx: &JobCtx, job: &AutoJob, status: Status, result: &str, preempted_b
                     next.preempted_count = 0;
                 }
             }
-            Ok::<_, LedgerError>((vec![next], ()))
+            Ok((vec![next], ()))
         });
         if let Err(e) = written {
             problems.push(e.to_string());

@@ -93,8 +93,12 @@ impl Actor {
         if let Ok(every) = every {
             self.tick_every = every;
         }
-        for text in notes {
+        for text in notes.notes {
             self.emit(EventKind::System { text });
+        }
+        for id in notes.interrupted {
+            let detail = Some("preempted by restart".to_string());
+            self.emit(EventKind::Autonomy { job: format!("intent:{id}"), status: "interrupted".into(), detail });
         }
     }
 }
