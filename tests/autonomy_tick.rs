@@ -103,3 +103,16 @@ fn a_bad_priority_table_stops_autonomy_and_is_left_as_it_is() {
     assert_eq!(got, format!("[dry-run] waiting: {}: unknown class \"intnet\" (expected an object like {{\"alarm\":1,\"human\":1,\"daemon\":2,\"task\":3,\"intent\":5,\"selfcheck\":8,\"recall\":9,\"web\":10}})", table.display()));
     assert_eq!(std::fs::read_to_string(&table).unwrap(), "{\"intnet\": 4}");
 }
+
+#[test]
+fn a_running_line_at_a_tick_is_what_a_killed_serve_left_and_becomes_interrupted() {
+    let (t, record) = home();
+    wish(&record, &TIDY.replace(r#""status":"pending""#, r#""status":"running""#));
+    assert_eq!(line(&t, &record), "[dry-run] rest (nothing wanted and runnable)", "a dry run writes nothing");
+    let out = tick(&t.home, &record);
+    assert!(matches!(out.tick, Tick::Run(_)), "{:?}", out.tick);
+    let i1 = Ledger::of_workspace(&record.workspace).read().unwrap().intents.remove(0);
+    assert_eq!((i1.status, i1.preempted_by.as_deref(), i1.preempted_count), (Status::Interrupted, Some("restart"), 0));
+    let log = std::fs::read_to_string(cicy::autonomy::log::log_path(&record.workspace)).unwrap();
+    assert!(log.ends_with(" intent:i1 interrupted (preempted by restart)\n"), "{log}");
+}

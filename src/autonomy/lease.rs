@@ -54,6 +54,15 @@ impl WakeDb {
         self.conn.execute("DELETE FROM lease", []).map_err(|e| self.sql_err(e))
     }
 
+    /// The agents holding a lease (at serve's start: those a killed serve left mid-job).
+    ///
+    /// Errors: [`WakeDbError::Sql`].
+    pub fn lease_agents(&self) -> Result<Vec<String>, WakeDbError> {
+        let mut stmt = self.conn.prepare("SELECT agent_id FROM lease ORDER BY agent_id").map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(|e| self.sql_err(e))?;
+        rows.collect::<Result<Vec<String>, _>>().map_err(|e| self.sql_err(e))
+    }
+
     /// `agent_id`'s lease, if it holds one.
     ///
     /// Errors: [`WakeDbError::Sql`].

@@ -117,6 +117,15 @@ fn decide(home: &Home, record: &AgentRecord, config: &AutonomyConfig, mode: Mode
         Ok(f) => f,
         Err(e) => return Tick::Error(e.to_string()),
     };
+    if mode == Mode::Write && folded.intents.iter().any(|i| i.status == Status::Running) {
+        // A tick runs only while no job does: a `running` line is what a killed serve left
+        // (its lease was never taken, or the agent's recovery was missed).
+        recover(ws);
+        folded = match ledger.read() {
+            Ok(f) => f,
+            Err(e) => return Tick::Error(e.to_string()),
+        };
+    }
     if switch_on && config.routines().next().is_none() && !folded.intents.iter().any(Intent::is_open) {
         return Tick::Rest;
     }

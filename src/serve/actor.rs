@@ -47,6 +47,9 @@ pub const QUEUED_TEXT: &str = "Queued — will be handled after the current repl
 pub const FLUSH_TEXT: &str = "Processing queued input…";
 /// **[chosen]** How often a run waits for a turn lock a CLI process holds.
 const LOCK_RETRY: Duration = Duration::from_secs(1);
+/// **[chosen]** The first idle tick after serve's start, plus up to [`FIRST_TICK_SPREAD`].
+const FIRST_TICK: Duration = Duration::from_secs(1);
+const FIRST_TICK_SPREAD: Duration = Duration::from_secs(2);
 /// idle: while an autonomy job runs, what must preempt it is also looked for every 0.5 s.
 const PREEMPT_POLL: Duration = Duration::from_millis(500);
 /// **[chosen]** At shutdown a never-killed autonomy job gets this long to finish before it is
@@ -77,6 +80,9 @@ pub enum Op {
     Wake { reason: Reason },
     /// At serve's start: finish what a killed serve left of this agent's last wake.
     Recover,
+    /// At serve's start, for an agent whose autonomy lease a killed serve left: kill the
+    /// intent's recorded process group and write its `interrupted` line (DESIGN.md §13).
+    RecoverAutonomy,
     /// A todo changed through a route: its event goes on the agent's stream.
     Note { note: crate::wake::state::WakeNote },
     /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
@@ -264,7 +270,9 @@ struct Actor {
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
-        self.recover_autonomy();
+        // The first tick comes 1–3 s after the start, spread so that thousands of agents do
+        // not all read their files at the same instant; it reads the role's period.
+        self.tick_at = Some(Instant::now() + FIRST_TICK + FIRST_TICK_SPREAD.mul_f64(rand::random::<f64>()));
         loop {
             let idle = self.job.is_none() && self.waiting.is_none();
             let memory_at = if idle { self.memory_due_at() } else { None };
@@ -395,6 +403,7 @@ impl Actor {
                 self.wake(reason);
             }
             Op::Recover => self.recover(),
+            Op::RecoverAutonomy => self.recover_autonomy(),
             Op::Note { note } => {
                 let kind = super::wake_job::note_event(note);
                 self.emit(kind);

@@ -220,10 +220,13 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .map_err(|e| ServeError::Client(e.to_string()))?;
     let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
-    // Autonomy leases a killed serve left (DESIGN.md §13); each actor recovers its intents.
-    if let Err(e) = crate::fsutil::blocking(|| wake_db.lease_clear_all()) {
-        tracing::error!(error = %e, "cannot clear the autonomy leases of the last serve");
-    }
+    // Autonomy leases a killed serve left (DESIGN.md §13): those agents' actors recover their
+    // intents (kill the recorded groups, write `interrupted`); the others have nothing to do.
+    let leased = crate::fsutil::blocking(|| wake_db.lease_agents().and_then(|a| wake_db.lease_clear_all().map(|_| a)))
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "cannot read or clear the autonomy leases of the last serve");
+            Vec::new()
+        });
     let (scheduler, unstarted) = scheduler::channel();
     let (new_agents, mut provisioned) = tokio::sync::mpsc::unbounded_channel::<AgentRecord>();
     let hub = Hub {
@@ -246,6 +249,11 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     let records = routes::boot_agents(&home)?;
     for record in &records {
         hub.add(record.clone());
+    }
+    for id in &leased {
+        if let Some(h) = hub.agent(id) {
+            h.send(Op::RecoverAutonomy);
+        }
     }
     start_waking(&hub, &records, wake_db, unstarted, &opts)?;
     let adding = hub.clone();

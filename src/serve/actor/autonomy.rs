@@ -82,17 +82,10 @@ impl Actor {
         }
     }
 
-    /// Before the first tick: what a killed serve left of this agent's autonomy, and the
-    /// role's tick period (the first tick comes one period after the start).
+    /// `Op::RecoverAutonomy`: what a killed serve left of this agent's autonomy job.
     pub(super) fn recover_autonomy(&mut self) {
-        let (home, record) = (self.shared.home.clone(), self.record.clone());
-        let (notes, every) = fsutil::blocking(|| {
-            let every = crate::role::load_meta(&home, &record.role_template).map(|m| m.autonomy.tick());
-            (crate::autonomy::tick::recover(&record.workspace), every)
-        });
-        if let Ok(every) = every {
-            self.tick_every = every;
-        }
+        let ws = self.record.workspace.clone();
+        let notes = fsutil::blocking(|| crate::autonomy::tick::recover(&ws));
         for text in notes.notes {
             self.emit(EventKind::System { text });
         }
