@@ -60,7 +60,7 @@ pub fn unparsed(reason: String) -> Effect {
 }
 
 /// Shells whose `-c` text (or stdin) is classified in turn.
-const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
+pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
 
 /// Programs that run the rest of their arguments as a command, and how their own options look.
 fn wrapper(name: &str) -> Option<Spec> {

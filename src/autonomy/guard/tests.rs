@@ -190,12 +190,19 @@ fn never_killed_follows_the_seed_list() {
     let c = ctx();
     assert!(never_killed("git status", &c));
     assert!(never_killed("git -C x log", &c));
+    assert!(never_killed("cd repo && git pull", &c));
+    assert!(never_killed("echo start; git gc && printf done", &c));
+    assert!(!never_killed("git status; sleep 30", &c));
+    assert!(!never_killed("false && git status; sleep 8", &c));
     assert!(!never_killed("sleep 30", &c));
+    assert!(!never_killed("cd repo && echo hi", &c), "no git at all");
     assert!(never_killed("cp a .cicy/history/x", &c));
     assert!(!never_killed("echo hi > notes.txt", &c));
     assert!(never_killed("nice -n 5 /usr/bin/git gc", &c));
     assert!(never_killed("sleep 1; echo x >> .cicy/checkpoints/log", &c));
     assert!(never_killed("bash -c 'cd sub && git fetch'", &c));
+    assert!(!never_killed("bash build.sh; git status", &c), "a script is not followed");
+    assert!(!never_killed("git status | less", &c));
     assert!(!never_killed("echo x > .cicy/intents/a/log", &c));
     assert!(!never_killed("echo 'unterminated", &c));
 }
