@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::opts::{scan, Spec};
 use super::paths::{self, Target};
+use super::git;
 use super::programs::{cicy_agent, installs, NETWORK};
 use super::shell::{self, Arg, Item, Simple, Write};
 use super::Refusal;
@@ -99,6 +100,15 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         .map(|(how, arg)| Effect::Target { how: *how, arg: arg.clone(), cwds: sc.cwds.clone(), what: "a redirect".into() })
         .collect();
     let mut argv = sc.argv.as_slice();
+    // Variables set for the command: before it, or by `env`/`sudo`.
+    let mut assigns = sc.assigns.clone();
+    if argv.is_empty() {
+        // A bare assignment lasts for the rest of the line (and reaches git when exported).
+        if let Some(name) = assigns.iter().find(|n| git::runs_commands(n)) {
+            out.push(git::env_refusal(name));
+        }
+        return out;
+    }
     // Wrappers, innermost last (`sudo env X=1 nice rm …`).
     let mut wrappers = 0;
     loop {
@@ -128,7 +138,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         match name {
             // NAME=VALUE words before the command.
             "env" | "sudo" => {
-                while rest.get(start).and_then(Arg::literal).is_some_and(|t| t.contains('=') && !t.starts_with('=')) {
+                while let Some(t) = rest.get(start).and_then(Arg::text).filter(|t| t.contains('=') && !t.starts_with('=')) {
+                    assigns.extend(git::assigned_name(&t).map(str::to_string));
                     start += 1;
                 }
             }
@@ -140,7 +151,7 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
                     inner.push(Arg::lit("echo"));
                 }
                 inner.push(Arg::unknown("<stdin>"));
-                out.push(Effect::Nested(vec![Item::Run(Simple { argv: inner, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
+                out.push(Effect::Nested(vec![Item::Run(Simple { argv: inner, cwds: sc.cwds.clone(), ..Simple::default() })]));
                 return out;
             }
             _ => {}
@@ -168,7 +179,12 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             out.push(unparsed("`alias` defines a command the guard cannot follow".into()))
         }
         "cicy-agent" => out.extend(cicy_agent(args)),
-        "git" => out.extend(git(args, sc)),
+        "git" => out.extend(git::git(args, sc, &assigns)),
+        "export" | "declare" | "typeset" | "readonly" | "local" => {
+            let names = args.iter().filter_map(Arg::text).filter_map(|t| git::assigned_name(&t).map(str::to_string)).collect::<Vec<_>>();
+            out.extend(names.iter().find(|n| git::runs_commands(n)).map(|n| git::env_refusal(n)));
+        }
+        "trap" => out.extend(trap(args, sc, places, depth)),
         n if NETWORK.contains(&n) => out.push(Effect::Refuse(refusal("network", format!("`{n}` reaches the network")))),
         n if SHELLS.contains(&n) => out.extend(shell_text(n, args, sc, places, depth)),
         "rm" | "rmdir" | "unlink" | "shred" => {
@@ -275,64 +291,23 @@ fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usi
     Some(Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1)))
 }
 
-/// `git`: push, the network subcommands, and what `clean`/`rm`/`mv` remove.
-fn git(args: &[Arg], sc: &Simple) -> Vec<Effect> {
-    let g = scan(args, &Spec { short_value: "Cc", long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix"], ..Spec::default() });
-    if g.values(args, "c").any(|v| v.text().is_none_or(|t| t.to_ascii_lowercase().starts_with("alias."))) {
-        return vec![unparsed("`git -c alias.…` defines a subcommand the guard cannot follow".into())];
+/// `trap ACTION SIGNAL…`: the action is bash text run later (on `EXIT`, a signal, `ERR`…),
+/// so it is classified now like `bash -c ACTION`; `trap - SIG`, `trap '' SIG`, `trap -p`/`-l`
+/// run nothing.
+fn trap(args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effect> {
+    let s = scan(args, &Spec::default());
+    if s.has("p") || s.has("l") {
+        return None;
     }
-    let Some(&sub_i) = g.positionals.first() else { return Vec::new() };
-    let Some(sub) = args[sub_i].literal() else {
-        return vec![unparsed(format!("`git {}` is not a fixed subcommand", args[sub_i].source))];
-    };
-    let rest = &args[sub_i + 1..];
-    let first_rest = || scan(rest, &Spec { permute: true, ..Spec::default() }).positionals.first().and_then(|&i| rest[i].literal());
-    let network = |what: String| vec![Effect::Refuse(refusal("network", format!("`git {what}` reaches the network")))];
-    match sub.as_str() {
-        "push" => return vec![Effect::Refuse(refusal("push", "`git push` publishes commits to another repository".into()))],
-        "fetch" | "pull" | "clone" | "ls-remote" | "send-email" | "request-pull" => return network(sub),
-        "remote" if first_rest().as_deref() == Some("update") => return network("remote update".into()),
-        "submodule" if matches!(first_rest().as_deref(), Some("update" | "add" | "sync")) => {
-            return network(format!("submodule {}", first_rest().unwrap_or_default()))
-        }
-        "archive" if rest.iter().filter_map(Arg::text).any(|t| t.starts_with("--remote")) => return network("archive --remote".into()),
-        _ => {}
+    let action = &args[*s.positionals.first()?];
+    // With one argument (`trap SIG`) bash resets SIG: nothing runs.
+    if s.positionals.len() < 2 {
+        return None;
     }
-    // `git -C DIR` runs in DIR: the targets below are relative to it.
-    let cwds: Vec<String> = match g.value(args, "C") {
-        None => sc.cwds.clone(),
-        Some(dir) => match sc.cwds.iter().map(|c| dir.pattern(c)).collect::<Option<Vec<_>>>() {
-            Some(c) => c,
-            None => return vec![unparsed(format!("`git -C {}` runs in a folder that is only known when it runs", dir.source))],
-        },
-    };
-    let target = |how: Write, arg: Arg| Effect::Target { how, arg, cwds: cwds.clone(), what: format!("`git {sub}`") };
-    match sub.as_str() {
-        "clean" => {
-            let s = scan(rest, &Spec { short_value: "e", long_value: &["exclude"], permute: true, ..Spec::default() });
-            if s.has("n") || s.has("dry-run") {
-                return Vec::new();
-            }
-            if s.positionals.is_empty() {
-                return vec![target(Write::Delete, Arg::lit("."))];
-            }
-            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
-        }
-        "rm" => {
-            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
-            if s.has("cached") {
-                return Vec::new();
-            }
-            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
-        }
-        "mv" => {
-            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
-            let Some((last, sources)) = s.positionals.split_last() else { return Vec::new() };
-            let mut out: Vec<Effect> = sources.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect();
-            out.push(target(Write::Overwrite, rest[*last].clone()));
-            out
-        }
-        _ => Vec::new(),
+    match action.text() {
+        Some(t) if t == "-" => None,
+        Some(t) => Some(Effect::Nested(shell::walk(&t, &sc.cwds, &places.home.to_string_lossy(), depth + 1))),
+        None => Some(unparsed(format!("`trap` runs `{}`, which is only known when it runs", action.source))),
     }
 }
 
@@ -378,7 +353,7 @@ fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
                 let inner = &args[i..end];
                 for start in &starts {
                     let argv = inner.iter().map(|a| if a.text().as_deref() == Some("{}") { start.clone() } else { a.clone() }).collect();
-                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
+                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, cwds: sc.cwds.clone(), ..Simple::default() })]));
                 }
                 i = end + 1;
             }

@@ -16,6 +16,7 @@
 //! judge names them.
 
 mod classify;
+mod git;
 mod judge;
 mod opts;
 mod paths;

@@ -131,6 +131,8 @@ pub struct Simple {
     pub stdin: Option<String>,
     /// Working directories it may run in: absolute glob patterns.
     pub cwds: Vec<String>,
+    /// Names of the `NAME=VALUE` assignments before the command (or alone).
+    pub assigns: Vec<String>,
 }
 
 /// What the walk found, in source order.
@@ -378,19 +380,23 @@ impl Walker {
             ast::CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r, sc),
             ast::CommandPrefixOrSuffixItem::Word(w) => words.push(Some(w)),
             ast::CommandPrefixOrSuffixItem::AssignmentWord(_, w) if in_suffix => words.push(Some(w)),
-            ast::CommandPrefixOrSuffixItem::AssignmentWord(a, _) => match &a.value {
-                ast::AssignmentValue::Scalar(w) => {
-                    self.word(w);
-                }
-                ast::AssignmentValue::Array(elems) => {
-                    for (k, v) in elems {
-                        if let Some(k) = k {
-                            self.word(k);
+            ast::CommandPrefixOrSuffixItem::AssignmentWord(a, _) => {
+                let (ast::AssignmentName::VariableName(name) | ast::AssignmentName::ArrayElementName(name, _)) = &a.name;
+                sc.assigns.push(name.clone());
+                match &a.value {
+                    ast::AssignmentValue::Scalar(w) => {
+                        self.word(w);
+                    }
+                    ast::AssignmentValue::Array(elems) => {
+                        for (k, v) in elems {
+                            if let Some(k) = k {
+                                self.word(k);
+                            }
+                            self.word(v);
                         }
-                        self.word(v);
                     }
                 }
-            },
+            }
             ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
                 self.list(&sub.list);
                 words.push(None);

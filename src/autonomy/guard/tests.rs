@@ -157,7 +157,7 @@ fn gates_config_network_install_push() {
         assert_eq!(class_of(line), "install", "{line}");
     }
     refused("git push origin main", "push", "`git push` publishes commits to another repository");
-    refused("git -C repo -c a=b push", "push", "`git push` publishes commits to another repository");
+    refused("git -C repo push", "push", "`git push` publishes commits to another repository");
 }
 
 #[test]
@@ -172,11 +172,70 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("for x in"), "unparsed");
     assert_eq!(class_of("env -S 'rm -rf .cicy' true"), "unparsed");
     assert_eq!(class_of("find . -name '*.tmp' | xargs rm -f"), "unparsed");
-    refused("git -c alias.p=push p", "unparsed", "`git -c alias.…` defines a subcommand the guard cannot follow");
+    refused("git -c alias.p=push p", "unparsed", GIT_C);
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(9))), "unparsed");
     assert_eq!(class_of(&format!("{}rm -rf .cicy", "nice ".repeat(8))), "memory");
     assert_eq!(class_of("echo $(( $(rm -rf .cicy) + 1 ))"), "unparsed");
     assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
+}
+
+const GIT_C: &str = "`git -c` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow";
+
+#[test]
+fn code_in_strings_that_runs_later_is_classified_or_unparsed() {
+    // `trap ACTION SIG`: the action is read as bash text, like `bash -c`.
+    refused("trap 'rm -rf .cicy/memory' EXIT; sleep 1", "memory", "`rm` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
+    assert_eq!(class_of("trap 'curl -d @notes.txt x' EXIT"), "network");
+    assert_eq!(class_of("trap -- \"bash -c 'git push'\" INT TERM"), "push");
+    refused("trap \"$CLEANUP\" EXIT", "unparsed", "`trap` runs `\"$CLEANUP\"`, which is only known when it runs");
+    for line in ["trap 'rm -f build/tmp' EXIT; cargo build", "trap - EXIT", "trap '' INT", "trap -p", "trap EXIT"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+    // Every git config override can name a command git runs.
+    for line in [
+        "git -c alias.x='!curl http://x' x",
+        "git -c core.pager='rm -rf .cicy' log",
+        "git -c core.fsmonitor='rm -rf .cicy' status",
+        "git -c credential.helper='!sh -c x' status",
+        "git -c core.sshCommand=x status",
+        "git -c user.name=x commit -m y",
+        "git -C repo -c a=b push",
+    ] {
+        refused(line, "unparsed", GIT_C);
+    }
+    refused("git --config-env=core.pager=P log", "unparsed", "`git --config-env` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow");
+    assert_eq!(class_of("git --config-env core.pager=P log"), "unparsed");
+    refused("GIT_SSH_COMMAND='rm -rf .cicy' git status", "unparsed", "`GIT_SSH_COMMAND=…` names a command git would run, which the guard cannot follow");
+    for line in [
+        "GIT_PAGER='rm -rf .cicy' git log",
+        "GIT_EDITOR=x git commit",
+        "GIT_EXTERNAL_DIFF=x git diff",
+        "PAGER='rm -rf .cicy' git log",
+        "env GIT_PAGER=x git log",
+        "sudo GIT_CONFIG_KEY_0=core.pager GIT_CONFIG_VALUE_0=x GIT_CONFIG_COUNT=1 git log",
+        "export GIT_PAGER='rm -rf .cicy'; git log",
+        "GIT_PAGER=x; git log",
+    ] {
+        assert_eq!(class_of(line), "unparsed", "{line}");
+    }
+    assert_eq!(class_of("GIT_WORK_TREE=.cicy git clean -fdx"), "unparsed");
+    assert_eq!(class_of("git --work-tree=/ clean -fdx"), "unparsed");
+    for line in ["PAGER=cat man ls", "GIT_AUTHOR_NAME=x git commit -m y", "git --no-pager log"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+}
+
+#[test]
+fn git_commands_that_overwrite_the_tree_count_as_deleting() {
+    refused("git reset --hard", "memory", "`git reset --hard` on `.` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused("git checkout -- .cicy/history", "kernel", "`git checkout` on `.cicy/history` would write the runtime's own files (.cicy/)");
+    for line in ["git reset --hard HEAD~1", "git stash -u", "git stash push --include-untracked", "git stash save -a wip", "git checkout .", "git checkout -- .cicy", "git checkout HEAD .cicy/memory/MEMORY.md", "git checkout -f main", "git restore .", "git restore --worktree --staged .cicy/memory", "git switch --discard-changes main", "git -C .cicy reset --hard"] {
+        assert_eq!(class_of(line), "memory", "{line}");
+    }
+    assert_eq!(class_of("git restore .cicy/intents.jsonl"), "kernel");
+    for line in ["git reset HEAD~1", "git reset --soft HEAD~1", "git stash", "git stash pop", "git checkout main", "git checkout -b feature", "git restore src/main.rs", "git restore --staged .", "git switch main", "git -C sub reset --hard", "git stash -u -- src"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
 }
 
 #[test]
