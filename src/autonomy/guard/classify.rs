@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::opts::{scan, Spec};
 use super::paths::{self, Target};
 use super::git;
-use super::programs::{cicy_agent, installs, NETWORK};
+use super::programs::{cicy_agent, installs, NETWORK, RUNS_OTHERS};
 use super::shell::{self, Arg, Item, Simple, Write};
 use super::Refusal;
 
@@ -187,6 +187,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         "trap" => out.extend(trap(args, sc, places, depth)),
         n if NETWORK.contains(&n) => out.push(Effect::Refuse(refusal("network", format!("`{n}` reaches the network")))),
         n if SHELLS.contains(&n) => out.extend(shell_text(n, args, sc, places, depth)),
+        "source" | "." => out.extend(source(&name, args, sc, places, depth)),
+        n if RUNS_OTHERS.contains(&n) => out.push(unparsed(format!("`{n}` runs another program the guard does not follow"))),
         "rm" | "rmdir" | "unlink" | "shred" => {
             let s = scan(args, &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() });
             out.extend(each(Write::Delete, &s.positionals));
@@ -280,15 +282,51 @@ fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usi
             },
             None => return Some(unparsed(format!("`{name} -c` without a command"))),
         }
-    } else if !s.positionals.is_empty() {
-        return None;
     } else {
-        match &sc.stdin {
-            Some(t) => t.clone(),
-            None => return Some(unparsed(format!("`{name}` reads its commands from stdin"))),
+        // `-s`: commands from stdin, the positionals are its arguments.
+        let script = s.positionals.first().filter(|_| !s.has("s")).map(|&i| &args[i]);
+        match script.map_or(Ok(true), script_is_stdin) {
+            Ok(false) => return None,
+            Ok(true) => match &sc.stdin {
+                Some(t) => t.clone(),
+                None => return Some(unparsed(format!("`{name}` reads its commands from stdin"))),
+            },
+            Err(src) => return Some(unparsed(format!("`{name}` runs `{src}`, a script only known when it runs"))),
         }
     };
     Some(Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1)))
+}
+
+/// `source FILE` / `. FILE`: a file is not the guard's to read, but stdin (`. /dev/stdin <<<
+/// …`) is followed like `bash <<<`, and a process substitution or descriptor is refused.
+fn source(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effect> {
+    let file = args.iter().find(|a| a.text().as_deref() != Some("--"))?;
+    match script_is_stdin(file) {
+        Ok(false) => None,
+        Ok(true) => Some(match &sc.stdin {
+            Some(t) => Effect::Nested(shell::walk(t, &sc.cwds, &places.home.to_string_lossy(), depth + 1)),
+            None => unparsed(format!("`{name}` reads its commands from stdin")),
+        }),
+        Err(src) => Some(unparsed(format!("`{name}` runs `{src}`, a script only known when it runs"))),
+    }
+}
+
+/// Whether a shell's script argument is its stdin (`-`, `/dev/stdin`, descriptor 0): `Ok(true)`;
+/// an ordinary file: `Ok(false)`; a process substitution, another descriptor or a `/proc` path,
+/// whose text only exists when it runs: `Err(source)`.
+fn script_is_stdin(arg: &Arg) -> Result<bool, String> {
+    if arg.is_process_substitution() {
+        return Err(arg.source.clone());
+    }
+    let fixed = arg.leading_text();
+    let path = paths::normalize_pattern(&fixed);
+    let complete = arg.text().is_some();
+    match path.as_str() {
+        _ if fixed == "-" => Ok(true),
+        "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0" if complete => Ok(true),
+        p if p.starts_with("/dev/fd") || p.starts_with("/proc/") || p.starts_with("/dev/std") => Err(arg.source.clone()),
+        _ => Ok(false),
+    }
 }
 
 /// `trap ACTION SIGNAL…`: the action is bash text run later (on `EXIT`, a signal, `ERR`…),

@@ -12,6 +12,16 @@ pub const NETWORK: &[&str] = &[
     "https", "xh", "mosh", "gh", "ping", "traceroute", "dig", "nslookup", "whois",
 ];
 
+/// Programs that run another program (given as arguments, a string, stdin, a schedule or a
+/// session) in a way the guard does not follow: refused as `unparsed`. The simple wrappers
+/// (`env`, `nice`, `setsid`, `ionice`, `busybox`, …) are looked through instead.
+pub const RUNS_OTHERS: &[&str] = &[
+    "chrt", "taskset", "flock", "watch", "strace", "ltrace", "script", "su", "runuser", "systemd-run", "parallel", "unshare", "nsenter",
+    "chroot", "firejail", "bwrap", "tmux", "screen", "at", "batch", "crontab", "expect", "sg", "newgrp", "pkexec", "setpriv", "prlimit",
+    "cpulimit", "systemd-nspawn", "xvfb-run", "unbuffer", "fakeroot", "faketime", "valgrind", "gdb", "rlwrap", "torsocks", "proxychains",
+    "proxychains4",
+];
+
 /// The package-manager command line `name args` names when it installs something, e.g.
 /// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`.
 pub fn installs(name: &str, args: &[Arg]) -> Option<String> {

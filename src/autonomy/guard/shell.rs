@@ -28,6 +28,9 @@ pub const MAX_NESTING: usize = 32;
 /// The longest text parsed [chosen: 64 KiB; a wish's `run` is one command line].
 pub const MAX_BYTES: usize = 64 * 1024;
 
+/// The source shown for a process substitution argument.
+pub const PROCESS_SUBSTITUTION: &str = "<(…)";
+
 /// One piece of an evaluated word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -60,6 +63,23 @@ impl Arg {
     /// An argument nobody can know at write time (what `xargs` appends).
     pub fn unknown(source: &str) -> Self {
         Self { source: source.to_string(), pieces: vec![Piece::Unknown] }
+    }
+
+    /// Whether the word is a process substitution's `/dev/fd/N` (`<(…)`, `>(…)`).
+    pub fn is_process_substitution(&self) -> bool {
+        self.source == PROCESS_SUBSTITUTION && self.pieces == [Piece::Unknown]
+    }
+
+    /// The fixed text before the first piece that expands (all of it for a fixed word).
+    pub fn leading_text(&self) -> String {
+        let mut s = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Lit(t) | Piece::Glob(t) => s.push_str(t),
+                Piece::Home | Piece::Cwd | Piece::Unknown => break,
+            }
+        }
+        s
     }
 
     /// The text when no piece expands; glob syntax is kept as written.
@@ -339,7 +359,7 @@ impl Walker {
         for w in words {
             let arg = match w {
                 Some(w) => self.word(w),
-                None => Arg::unknown("<(…)"),
+                None => Arg::unknown(PROCESS_SUBSTITUTION),
             };
             sc.argv.push(arg);
         }
