@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use super::opts::{scan, Spec};
 use super::paths::{self, Target};
 use super::git;
+use super::writers;
 use super::programs::{cicy_agent, installs, NETWORK, RUNS_OTHERS};
 use super::shell::{self, Arg, Item, Simple, Write};
 use super::Refusal;
@@ -265,7 +266,7 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             out.extend(each(Write::Modify, s.positionals.get(skip..).unwrap_or_default()));
         }
         "find" => out.extend(find(args, sc)),
-        _ => {}
+        n => out.extend(writers::writes(n, args, sc).unwrap_or_default()),
     }
     out
 }
@@ -410,7 +411,13 @@ pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: 
         let t = Target::new(&pattern).map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
         let on = format!("{what} on `{}`", arg.source);
         let any_memory = t.pattern.contains("/.cicy/memory/") || t.pattern.ends_with("/.cicy/memory");
-        if how != Write::Modify && (t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)) {
+        let memory = match how {
+            Write::Delete | Write::Overwrite => t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home),
+            // Entries written inside a folder reach memory only from memory itself or below.
+            Write::Into => t.at_or_inside(&places.memory) || any_memory,
+            Write::Modify => false,
+        };
+        if memory {
             return Err(refusal("memory", format!("{on} would delete or overwrite the agent's memory (.cicy/memory)")));
         }
         // "At or inside": `cp x AGENTS.md` is also checked as `AGENTS.md/x` (the destination

@@ -22,6 +22,7 @@ mod opts;
 mod paths;
 mod programs;
 mod shell;
+mod writers;
 
 use std::path::Path;
 

@@ -138,6 +138,9 @@ pub enum Write {
     Overwrite,
     /// Adds to or creates it without losing content (`>>`, `touch`, `mkdir`, `chmod`, …).
     Modify,
+    /// Creates or replaces entries of unknown names inside the folder it names, which itself
+    /// stays (`tar -x -C DIR`, `unzip -d DIR`, `patch -d DIR`).
+    Into,
 }
 
 /// A simple command as it would run.

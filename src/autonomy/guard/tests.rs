@@ -276,6 +276,74 @@ fn programs_that_run_other_programs_are_unparsed_or_looked_through() {
 }
 
 #[test]
+fn more_writers_of_cicy_files() {
+    refused("perl -pi -e 's/a/b/' .cicy/memory/MEMORY.md", "memory", "`perl` on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused("perl -i.bak -pe 's/a/b/' .cicy/intents.jsonl", "kernel", "`perl` on `.cicy/intents.jsonl` would write the runtime's own files (.cicy/)");
+    refused("sort -o /h/config.yaml x", "config", "`sort` on `/h/config.yaml` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
+    refused("tar -xzf a.tgz -C .cicy/memory", "memory", "`tar` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused("unzip a.zip -d .cicy", "kernel", "`unzip` on `.cicy` would write the runtime's own files (.cicy/)");
+    for (line, class) in [
+        ("perl -pie 's/a/b/' .cicy/memory/MEMORY.md", "memory"),
+        ("perl -i -e 'print' -- .cicy/history/x", "kernel"),
+        ("awk -i inplace '{print}' .cicy/memory/MEMORY.md", "memory"),
+        ("gawk -iinplace -v n=1 -f prog.awk x=1 .cicy/memory/MEMORY.md", "memory"),
+        ("gawk --include=inplace 1 .cicy/todos.json", "kernel"),
+        ("sort --output=.cicy/memory/MEMORY.md x", "memory"),
+        ("sort -u -o .cicy/history/log x", "kernel"),
+        ("patch .cicy/memory/MEMORY.md fix.diff", "memory"),
+        ("patch -p1 -d .cicy/memory < fix.diff", "memory"),
+        ("patch -d .cicy -p1 < fix.diff", "kernel"),
+        ("patch -d sub -o ../.cicy/x a.txt", "kernel"),
+        ("cd .cicy && patch -p1 < fix.diff", "kernel"),
+        ("vim .cicy/memory/MEMORY.md", "memory"),
+        ("vi -n .cicy/memory/MEMORY.md", "memory"),
+        ("nvim --headless .cicy/roles.yaml", "kernel"),
+        ("ex -s .cicy/memory/MEMORY.md <<< '%d|x'", "memory"),
+        ("ed -s .cicy/memory/MEMORY.md <<< ',d\nw'", "memory"),
+        ("tar -xf a.tar -C .cicy", "kernel"),
+        ("tar xzf a.tgz -C .cicy/memory", "memory"),
+        ("tar --extract --file a.tar --directory=.cicy/checkpoints", "kernel"),
+        ("tar -xf a.tar .cicy/memory/MEMORY.md", "memory"),
+        ("cd .cicy && tar -xf ../a.tar", "kernel"),
+        ("tar -czf .cicy/memory/backup.tgz src", "memory"),
+        ("tar -rf .cicy/history/a.tar x", "kernel"),
+        ("unzip -o a.zip -d .cicy/memory", "memory"),
+        ("unzip a.zip .cicy/memory/MEMORY.md", "memory"),
+        ("tar -xf a.tar -C /h/roles", "config"),
+        ("vim -c '!rm -rf .cicy' notes.txt", "unparsed"),
+        ("vim +'!rm -rf .cicy' notes.txt", "unparsed"),
+        ("ed notes.txt <<< '!rm -rf .cicy'", "unparsed"),
+        ("tar -xf a.tar --to-command='sh -c x'", "unparsed"),
+        ("tar -I 'sh -c x' -xf a.tar", "unparsed"),
+        ("sort --compress-program=sh x", "unparsed"),
+        ("tar -xf a.tar -C \"$D\"", "unparsed"),
+    ] {
+        assert_eq!(class_of(line), class, "{line}");
+    }
+    for line in [
+        "perl -pe 's/a/b/' .cicy/memory/MEMORY.md",
+        "perl -i -pe 's/a/b/' notes.txt",
+        "awk '{print}' .cicy/memory/MEMORY.md",
+        "gawk -i inplace '{print}' notes.txt",
+        "sort .cicy/memory/MEMORY.md",
+        "sort -o sorted.txt x",
+        "patch -p1 < fix.diff",
+        "patch -d src -p1 -i ../fix.diff",
+        "vim notes.txt",
+        "tar -xzf a.tgz",
+        "tar -xf a.tar -C build",
+        "tar -tf a.tar",
+        "tar -czf backup.tgz .cicy/memory",
+        "tar -xOf a.tar .cicy/memory/x",
+        "unzip a.zip",
+        "unzip -l a.zip -d .cicy",
+        "tar -I zstd -xf a.tar.zst",
+    ] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+}
+
+#[test]
 fn git_commands_that_overwrite_the_tree_count_as_deleting() {
     refused("git reset --hard", "memory", "`git reset --hard` on `.` would delete or overwrite the agent's memory (.cicy/memory)");
     refused("git checkout -- .cicy/history", "kernel", "`git checkout` on `.cicy/history` would write the runtime's own files (.cicy/)");
