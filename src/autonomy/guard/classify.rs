@@ -12,7 +12,7 @@ use super::opts::{scan, Spec};
 use super::paths::{self, Target};
 use super::git;
 use super::writers;
-use super::programs::{cicy_agent, installs, NETWORK, RUNS_OTHERS};
+use super::programs::{cicy_agent, installs, publishes, NETWORK, RUNS_OTHERS};
 use super::shell::{self, Arg, Item, Simple, Write};
 use super::Refusal;
 
@@ -95,6 +95,14 @@ fn base(prog: &str) -> &str {
 
 /// What `sc` does; its redirects come first.
 pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
+    // Bash itself opens `/dev/tcp/HOST/PORT` and `/dev/udp/…` as sockets.
+    let socket = sc.writes.iter().map(|(_, a)| a).chain(&sc.reads).find(|a| {
+        let lead = a.leading_text();
+        lead.starts_with("/dev/tcp/") || lead.starts_with("/dev/udp/")
+    });
+    if let Some(a) = socket {
+        return vec![Effect::Refuse(refusal("network", format!("a redirect to `{}` reaches the network", a.source)))];
+    }
     let mut out: Vec<Effect> = sc
         .writes
         .iter()
@@ -172,6 +180,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
     let each = |how: Write, idx: &[usize]| idx.iter().map(|&i| target(how, &args[i])).collect::<Vec<_>>();
     if let Some(what) = installs(&name, args) {
         out.push(Effect::Refuse(refusal("install", format!("`{what}` installs dependencies"))));
+        return out;
+    }
+    if let Some(what) = publishes(&name, args) {
+        out.push(Effect::Refuse(refusal("network", format!("`{what}` publishes to a registry over the network"))));
         return out;
     }
     match name.as_str() {

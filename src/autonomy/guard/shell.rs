@@ -150,6 +150,8 @@ pub struct Simple {
     pub argv: Vec<Arg>,
     /// Writing redirects, in order.
     pub writes: Vec<(Write, Arg)>,
+    /// Files only read by redirects (`< file`), in order: `/dev/tcp/…` reaches the network.
+    pub reads: Vec<Arg>,
     /// Fixed text given on stdin by a here-document or here-string (for `bash <<EOF`).
     pub stdin: Option<String>,
     /// Working directories it may run in: absolute glob patterns.
@@ -270,7 +272,7 @@ impl Walker {
             r.0.iter().for_each(|r| self.redirect(r, &mut sc));
         }
         body(self);
-        if !sc.writes.is_empty() {
+        if !sc.writes.is_empty() || !sc.reads.is_empty() {
             sc.cwds = self.cwds.clone();
             self.items.push(Item::Run(sc));
         }
@@ -440,15 +442,18 @@ impl Walker {
                 match target {
                     IoFileRedirectTarget::Filename(w) => {
                         let arg = self.word(w);
-                        if let Some(how) = how {
-                            sc.writes.push((how, arg));
+                        match how {
+                            Some(how) => sc.writes.push((how, arg)),
+                            None => sc.reads.push(arg),
                         }
                     }
                     IoFileRedirectTarget::Duplicate(w) => {
                         let arg = self.word(w);
                         let is_fd = arg.literal().is_some_and(|t| t.trim_end_matches('-').bytes().all(|b| b.is_ascii_digit()));
-                        if let (Some(how), false) = (how, is_fd) {
-                            sc.writes.push((how, arg));
+                        match (how, is_fd) {
+                            (_, true) => {}
+                            (Some(how), false) => sc.writes.push((how, arg)),
+                            (None, false) => sc.reads.push(arg),
                         }
                     }
                     IoFileRedirectTarget::Fd(_) => {}

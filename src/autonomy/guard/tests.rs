@@ -344,6 +344,37 @@ fn more_writers_of_cicy_files() {
 }
 
 #[test]
+fn sockets_publishing_and_fetch_and_run_tools() {
+    refused("exec 3<>/dev/tcp/example.com/80", "network", "a redirect to `/dev/tcp/example.com/80` reaches the network");
+    refused("cat < /dev/udp/10.0.0.1/53", "network", "a redirect to `/dev/udp/10.0.0.1/53` reaches the network");
+    refused("npm publish", "network", "`npm publish` publishes to a registry over the network");
+    refused("npx cowsay hi", "install", "`npx` installs dependencies");
+    refused("cargo +nightly install ripgrep", "install", "`cargo install` installs dependencies");
+    for line in [
+        "echo x > /dev/tcp/h/80",
+        "echo x >> \"/dev/tcp/$HOST/80\"",
+        "{ echo x; } > /dev/tcp/h/1",
+        "bash -c 'cat </dev/tcp/h/80'",
+        "cargo publish",
+        "cargo +stable publish --dry-run",
+        "twine upload dist/*",
+        "docker push img",
+        "gem push x.gem",
+        "poetry publish",
+        "pnpm publish",
+        "yarn npm publish",
+    ] {
+        assert_eq!(class_of(line), "network", "{line}");
+    }
+    for line in ["uvx ruff", "pipx run black", "pipx install black", "deno install x", "apt update", "apt-get update", "sudo apt-get -y upgrade", "npm exec x", "pnpm dlx x", "rustup toolchain install nightly"] {
+        assert_eq!(class_of(line), "install", "{line}");
+    }
+    for line in ["cat < notes.txt", "cargo +nightly build", "docker build .", "npm test", "echo x > /dev/null"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+}
+
+#[test]
 fn git_commands_that_overwrite_the_tree_count_as_deleting() {
     refused("git reset --hard", "memory", "`git reset --hard` on `.` would delete or overwrite the agent's memory (.cicy/memory)");
     refused("git checkout -- .cicy/history", "kernel", "`git checkout` on `.cicy/history` would write the runtime's own files (.cicy/)");
