@@ -224,6 +224,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
                     _ => (Vec::new(), None),
                 },
             };
+            let links = name == "ln" || (name == "cp" && ["s", "l", "symbolic-link", "link"].iter().any(|o| s.has(o)));
+            if links {
+                out.extend(sources.iter().filter_map(|&i| link_to_runtime(&args[i], dest.as_ref(), &name, sc, places)));
+            }
             if let Some(dest) = dest {
                 // The destination may be a folder: each source lands inside it under its name
                 // (replacing a file of that name), and the folder itself gains an entry (or is
@@ -277,7 +281,7 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             let skip = usize::from(!s.opts.iter().any(|o| o.name == "reference"));
             out.extend(each(Write::Modify, s.positionals.get(skip..).unwrap_or_default()));
         }
-        "find" => out.extend(find(args, sc)),
+        "find" => out.extend(writers::find(args, sc)),
         n => out.extend(writers::writes(n, args, sc).unwrap_or_default()),
     }
     out
@@ -362,64 +366,36 @@ fn trap(args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effe
     }
 }
 
-/// `find START… EXPR`: `-delete` removes what is under each start; `-exec`/`-execdir`/`-ok`
-/// commands run with `{}` standing for each start (the whole tree they may reach);
-/// `-fprint`-style actions write a file.
-fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
-    let mut i = 0;
-    // Leading options -H -L -P -D … -O…
-    while args.get(i).and_then(Arg::text).is_some_and(|t| matches!(t.as_str(), "-H" | "-L" | "-P") || t.starts_with("-O")) {
-        i += 1;
+/// `ln [-s] TARGET… LINK`: a link whose target is `.cicy`, inside it or above it would let a
+/// later write through the link reach the runtime's files. A relative symlink target is taken
+/// from the working directory and from the link's folder (`LINK` and its parent).
+fn link_to_runtime(src: &Arg, dest: Option<&Arg>, name: &str, sc: &Simple, places: &Places) -> Option<Effect> {
+    let mut bases = sc.cwds.clone();
+    for p in dest.into_iter().flat_map(|d| sc.cwds.iter().filter_map(|c| d.pattern(c))) {
+        bases.push(paths::normalize_pattern(&format!("{p}/..")));
+        bases.push(p);
     }
-    if args.get(i).and_then(Arg::text).as_deref() == Some("-D") {
-        i += 2;
-    }
-    let mut starts = Vec::new();
-    while let Some(a) = args.get(i) {
-        if a.text().is_some_and(|t| t.starts_with('-') || t == "(" || t == "!") {
-            break;
-        }
-        starts.push(a.clone());
-        i += 1;
-    }
-    if starts.is_empty() {
-        starts.push(Arg::lit("."));
-    }
-    let what = "`find`".to_string();
-    let mut out = Vec::new();
-    while let Some(a) = args.get(i) {
-        i += 1;
-        let Some(t) = a.text() else { continue };
-        match t.as_str() {
-            "-delete" => {
-                out.extend(starts.iter().map(|s| Effect::Target { how: Write::Delete, arg: s.clone(), cwds: sc.cwds.clone(), what: what.clone() }))
-            }
-            "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
-                if let Some(f) = args.get(i) {
-                    out.push(Effect::Target { how: Write::Overwrite, arg: f.clone(), cwds: sc.cwds.clone(), what: what.clone() });
-                }
-            }
-            "-exec" | "-execdir" | "-ok" | "-okdir" => {
-                let end = args[i..].iter().position(|a| matches!(a.text().as_deref(), Some(";" | "+"))).map_or(args.len(), |p| i + p);
-                let inner = &args[i..end];
-                for start in &starts {
-                    let argv = inner.iter().map(|a| if a.text().as_deref() == Some("{}") { start.clone() } else { a.clone() }).collect();
-                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, cwds: sc.cwds.clone(), ..Simple::default() })]));
-                }
-                i = end + 1;
-            }
-            _ => {}
+    for base in &bases {
+        let Some(t) = src.pattern(base).and_then(|p| Target::new(&p).ok()) else {
+            return Some(unparsed(format!("`{name}` links to `{}`, a path only known when it runs", src.source)));
+        };
+        if t.at_or_inside(&places.cicy) || t.at_or_above(&places.cicy) {
+            return Some(Effect::Refuse(refusal("kernel", format!("`{name}` to `{}` would make a link to the runtime's files (.cicy/)", src.source))));
         }
     }
-    out
+    None
 }
 
 /// The rules on one path a command writes (first match wins): memory, gates, config, kernel.
 pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: &Places) -> Result<(), Refusal> {
     for cwd in cwds {
-        let Some(pattern) = arg.pattern(cwd) else {
+        let Some(raw) = arg.raw_pattern(cwd) else {
             return Err(refusal("unparsed", format!("{what} on `{}`: the path is only known when it runs", arg.source)));
         };
+        if paths::through_alias(&raw) {
+            return Err(refusal("unparsed", format!("{what} on `{}` goes through /proc or /dev/fd, whose links the guard does not follow", arg.source)));
+        }
+        let pattern = paths::normalize_pattern(&raw);
         let t = Target::new(&pattern).map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
         let on = format!("{what} on `{}`", arg.source);
         let any_memory = t.pattern.contains("/.cicy/memory/") || t.pattern.ends_with("/.cicy/memory");

@@ -112,6 +112,11 @@ impl Arg {
     /// `None` when part of it cannot be known. Quoted text is escaped; unquoted text keeps its
     /// glob syntax.
     pub fn pattern(&self, cwd: &str) -> Option<String> {
+        self.raw_pattern(cwd).map(|s| paths::normalize_pattern(&s))
+    }
+
+    /// [`Arg::pattern`] before `.`/`..` are resolved (`/dev/fd/../x` stays so).
+    pub fn raw_pattern(&self, cwd: &str) -> Option<String> {
         let mut s = String::new();
         for (i, p) in self.pieces.iter().enumerate() {
             match p {
@@ -125,7 +130,7 @@ impl Arg {
         if !s.starts_with('/') {
             s = format!("{cwd}/{s}");
         }
-        Some(paths::normalize_pattern(&s))
+        Some(s)
     }
 }
 
@@ -387,7 +392,9 @@ impl Walker {
             (_, Some(d)) if d.text().as_deref() == Some("-") => new.push("/**".to_string()),
             (_, Some(d)) => {
                 for cwd in &self.cwds {
-                    new.push(d.pattern(cwd).unwrap_or_else(|| "/**".to_string()));
+                    // A folder reached through `/proc` or `/dev/fd` links could be any folder.
+                    let dir = d.raw_pattern(cwd).filter(|raw| !paths::through_alias(raw)).map(|raw| paths::normalize_pattern(&raw));
+                    new.push(dir.unwrap_or_else(|| "/**".to_string()));
                 }
             }
         }

@@ -375,6 +375,30 @@ fn sockets_publishing_and_fetch_and_run_tools() {
 }
 
 #[test]
+fn kernel_links_and_links_to_the_runtime() {
+    refused("rm -rf /proc/self/cwd/.cicy", "unparsed", "`rm` on `/proc/self/cwd/.cicy` goes through /proc or /dev/fd, whose links the guard does not follow");
+    refused("rm -rf /dev/fd/../.cicy", "unparsed", "`rm` on `/dev/fd/../.cicy` goes through /proc or /dev/fd, whose links the guard does not follow");
+    for line in ["echo x > /proc/self/cwd/.cicy/memory/MEMORY.md", "cp x /proc/1/root/tmp/y", "echo > /dev/stdout/../x"] {
+        assert_eq!(class_of(line), "unparsed", "{line}");
+    }
+    // A `cd` through such a link may land anywhere: the workspace's `.cicy` included.
+    assert_eq!(class_of("cd /dev/fd/.. && cd x; rm -rf .cicy"), "memory");
+    assert_eq!(class_of("cd /proc/self/cwd && rm -rf .cicy"), "memory");
+    assert_eq!(run("cd /proc/self/cwd && rm -rf x"), Ok(()));
+    for line in ["echo hi > /dev/stderr", "echo x 2> /dev/fd/2", "cat /proc/cpuinfo > cpu.txt"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+    refused("ln -s .cicy state", "kernel", "`ln` to `.cicy` would make a link to the runtime's files (.cicy/)");
+    for line in ["ln -s .cicy/memory m", "ln .cicy/intents.jsonl x", "ln -s ../.cicy sub/link", "ln -s /h/workers/w-1 ws", "ln -sf . here", "ln -s ~ home", "cp -rs .cicy/memory mirror", "ln -s ../../w-1/.cicy/history h -t sub"] {
+        assert_eq!(class_of(line), "kernel", "{line}");
+    }
+    assert_eq!(class_of("ln -s \"$T\" link"), "unparsed");
+    for line in ["ln -s build/app app", "ln -s /usr/bin/python3 py", "cp -r .cicy/memory backup/"] {
+        assert_eq!(run(line), Ok(()), "{line}");
+    }
+}
+
+#[test]
 fn git_commands_that_overwrite_the_tree_count_as_deleting() {
     refused("git reset --hard", "memory", "`git reset --hard` on `.` would delete or overwrite the agent's memory (.cicy/memory)");
     refused("git checkout -- .cicy/history", "kernel", "`git checkout` on `.cicy/history` would write the runtime's own files (.cicy/)");

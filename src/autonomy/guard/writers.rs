@@ -1,12 +1,13 @@
 //! Programs that write files named by their options or arguments, beyond the core utilities of
 //! `classify.rs` (DESIGN.md §13 "program + target"): in-place editors (`perl -i`, `awk -i
-//! inplace`, `vim`, `ed`), `sort -o`, `patch`, and archive extraction (`tar -x`, `unzip`).
+//! inplace`, `vim`, `ed`), `sort -o`, `patch`, archive extraction (`tar -x`, `unzip`), and
+//! `find`'s actions.
 //! Owns which arguments of theirs are written and how; must not judge the paths (that is
 //! `classify::check_target`).
 
 use super::classify::{unparsed, Effect};
 use super::opts::{scan, Spec};
-use super::shell::{Arg, Simple, Write};
+use super::shell::{Arg, Item, Simple, Write};
 
 /// The paths `name args` writes, or `None` when `name` is not one of these programs.
 pub fn writes(name: &str, args: &[Arg], sc: &Simple) -> Option<Vec<Effect>> {
@@ -196,4 +197,56 @@ impl Writer<'_> {
         out.extend(self.each(Write::Overwrite, args, s.positionals.get(1..).unwrap_or_default(), &cwds));
         out
     }
+}
+
+/// `find START… EXPR`: `-delete` removes what is under each start; `-exec`/`-execdir`/`-ok`
+/// commands run with `{}` standing for each start (the whole tree they may reach);
+/// `-fprint`-style actions write a file.
+pub fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
+    let mut i = 0;
+    // Leading options -H -L -P -D … -O…
+    while args.get(i).and_then(Arg::text).is_some_and(|t| matches!(t.as_str(), "-H" | "-L" | "-P") || t.starts_with("-O")) {
+        i += 1;
+    }
+    if args.get(i).and_then(Arg::text).as_deref() == Some("-D") {
+        i += 2;
+    }
+    let mut starts = Vec::new();
+    while let Some(a) = args.get(i) {
+        if a.text().is_some_and(|t| t.starts_with('-') || t == "(" || t == "!") {
+            break;
+        }
+        starts.push(a.clone());
+        i += 1;
+    }
+    if starts.is_empty() {
+        starts.push(Arg::lit("."));
+    }
+    let what = "`find`".to_string();
+    let mut out = Vec::new();
+    while let Some(a) = args.get(i) {
+        i += 1;
+        let Some(t) = a.text() else { continue };
+        match t.as_str() {
+            "-delete" => {
+                out.extend(starts.iter().map(|s| Effect::Target { how: Write::Delete, arg: s.clone(), cwds: sc.cwds.clone(), what: what.clone() }))
+            }
+            "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
+                if let Some(f) = args.get(i) {
+                    out.push(Effect::Target { how: Write::Overwrite, arg: f.clone(), cwds: sc.cwds.clone(), what: what.clone() });
+                }
+            }
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                let end = args[i..].iter().position(|a| matches!(a.text().as_deref(), Some(";" | "+"))).map_or(args.len(), |p| i + p);
+                let inner = &args[i..end];
+                for start in &starts {
+                    let argv = inner.iter().map(|a| if a.text().as_deref() == Some("{}") { start.clone() } else { a.clone() }).collect();
+                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, cwds: sc.cwds.clone(), ..Simple::default() })]));
+                }
+                i = end + 1;
+            }
+            _ => {}
+        }
+    }
+    out
 }
