@@ -11,7 +11,8 @@
 //! Classes (the `class` of a [`Refusal`]): `memory`, `kernel`, `model`, `migrate`, `handoff`,
 //! `gates`, `limits`, `network`, `install`, `push`, `config` (DESIGN.md §13); `unparsed` for a
 //! `run` line the guard cannot follow safely (a syntax error, `eval`, a program or a written
-//! path that is only known when it runs); `judge` when the judge call failed or its answer could
+//! path that is only known when it runs, a program that runs others out of sight, a git config
+//! override, a path through `/proc` or `/dev/fd`); `judge` when the judge call failed or its answer could
 //! not be read. `model`, `migrate`, `handoff` and `limits` have no command of their own: only the
 //! judge names them.
 
@@ -66,12 +67,14 @@ pub struct Judge<'a> {
 /// is read and no process started.
 ///
 /// Walked: lists (`;`, `&&`, `||`, `&`), pipelines, subshells, `{ }`, `if`/`for`/`while`/`case`,
-/// function bodies, `$(…)`/backticks, `<(…)`, unquoted here-documents, and the text of
-/// `bash|sh|… -c '…'` or a here-document fed to a shell (recursively). Wrappers (`env`, `nice`,
-/// `timeout`, `nohup`, `command`, `exec`, `sudo`, `doas`, `stdbuf`, `time`, `setsid`, `ionice`,
-/// `builtin`, `busybox`, `xargs`) are looked through. Paths are taken relative to the workspace
-/// (and to every directory a `cd` may have entered), globs are matched as if `dotglob` were set,
-/// and `~`/`$HOME` stand for any directory.
+/// function bodies, `$(…)`/backticks, `<(…)`, unquoted here-documents, the text of
+/// `bash|sh|… -c '…'`, a here-document or here-string fed to a shell or to `. /dev/stdin`, and
+/// `trap` actions (recursively). Wrappers (`env`, `nice`, `timeout`, `nohup`, `command`, `exec`,
+/// `sudo`, `doas`, `stdbuf`, `time`, `setsid`, `ionice`, `builtin`, `busybox`, `xargs`) are
+/// looked through; programs that run others out of sight (`chrt`, `flock`, `su`, `tmux`, `at`,
+/// … in `programs::RUNS_OTHERS`) are unparsed. Paths are taken relative to the workspace (and
+/// to every directory a `cd` may have entered), globs are matched as if `dotglob` were set,
+/// `~`/`$HOME` stand for any directory, and a path through `/proc` or `/dev/fd` is unparsed.
 pub fn check_run(run: &str, ctx: &GuardCtx) -> Result<(), Refusal> {
     let places = Places::new(ctx.workspace, ctx.home);
     let items = shell::walk(run, &[places.start_cwd()], &places.home.to_string_lossy(), 0);

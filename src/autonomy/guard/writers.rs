@@ -40,7 +40,7 @@ impl Writer<'_> {
 
     /// The working directories after `chdir(dir)` (`patch -d`, `tar -C`, `unzip -d`), or the
     /// refusal when `dir` is only known when it runs.
-    fn into_dir(&self, dir: &Arg) -> Result<Vec<String>, Effect> {
+    fn cwds_in(&self, dir: &Arg) -> Result<Vec<String>, Effect> {
         self.sc.cwds.iter().map(|c| dir.pattern(c)).collect::<Option<Vec<_>>>().ok_or_else(|| {
             unparsed(format!("`{}` writes into `{}`, a folder only known when it runs", self.name, dir.source))
         })
@@ -98,7 +98,7 @@ impl Writer<'_> {
             ..Spec::default()
         });
         let dir = s.value(args, "d").or_else(|| s.value(args, "directory")).unwrap_or_else(|| Arg::lit("."));
-        let cwds = match self.into_dir(&dir) {
+        let cwds = match self.cwds_in(&dir) {
             Ok(c) => c,
             Err(e) => return vec![e],
         };
@@ -172,7 +172,7 @@ impl Writer<'_> {
             return Vec::new();
         }
         let dir = s.value(args, "C").or_else(|| s.value(args, "directory")).unwrap_or_else(|| Arg::lit("."));
-        let cwds = match self.into_dir(&dir) {
+        let cwds = match self.cwds_in(&dir) {
             Ok(c) => c,
             Err(e) => return vec![e],
         };
@@ -189,7 +189,7 @@ impl Writer<'_> {
             return Vec::new();
         }
         let dir = s.value(args, "d").unwrap_or_else(|| Arg::lit("."));
-        let cwds = match self.into_dir(&dir) {
+        let cwds = match self.cwds_in(&dir) {
             Ok(c) => c,
             Err(e) => return vec![e],
         };
