@@ -67,6 +67,9 @@ pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
             return network(format!("submodule {}", first_rest().unwrap_or_default()))
         }
         "archive" if rest.iter().filter_map(Arg::text).any(|t| t.starts_with("--remote")) => return network("archive --remote".into()),
+        "config" if !config_reads_only(rest) => {
+            return vec![unparsed("`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)".into())]
+        }
         _ => {}
     }
     // `git -C DIR` runs in DIR: the targets below are relative to it.
@@ -90,6 +93,17 @@ pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
         _ => format!("`git {sub}`"),
     };
     targets.into_iter().map(|(how, arg)| Effect::Target { how, arg, cwds: cwds.clone(), what: what.clone() }).collect()
+}
+
+/// Whether `git config REST` only reads: `--get…`/`--list`/`-l`, the `get`/`list` actions, or
+/// one key alone, without an option that writes (`--unset`, `--add`, `-e`, …).
+fn config_reads_only(rest: &[Arg]) -> bool {
+    let s = scan(rest, &Spec { short_value: "f", long_value: &["file", "blob", "type", "default"], permute: true, ..Spec::default() });
+    let reading = ["get", "get-all", "get-regexp", "get-urlmatch", "get-color", "get-colorbool", "list", "l"].iter().any(|o| s.has(o));
+    let action = s.positionals.first().and_then(|&i| rest[i].literal());
+    let writing = ["unset", "unset-all", "replace-all", "add", "rename-section", "remove-section", "edit", "e"].iter().any(|o| s.has(o));
+    let one_key = s.positionals.len() == 1 && !matches!(action.as_deref(), Some("set" | "unset" | "rename-section" | "remove-section" | "edit"));
+    !writing && (reading || matches!(action.as_deref(), Some("get" | "list")) || one_key)
 }
 
 /// The paths a subcommand deletes or overwrites; `.` stands for the whole working tree.

@@ -220,7 +220,11 @@ fn code_in_strings_that_runs_later_is_classified_or_unparsed() {
     }
     assert_eq!(class_of("GIT_WORK_TREE=.cicy git clean -fdx"), "unparsed");
     assert_eq!(class_of("git --work-tree=/ clean -fdx"), "unparsed");
-    for line in ["PAGER=cat man ls", "GIT_AUTHOR_NAME=x git commit -m y", "git --no-pager log"] {
+    refused("git config alias.x '!rm -rf .cicy'; git x", "unparsed", "`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)");
+    for line in ["git config core.pager x", "git config --global core.sshCommand x", "git config set core.fsmonitor x", "git config --unset user.name", "git config -e"] {
+        assert_eq!(class_of(line), "unparsed", "{line}");
+    }
+    for line in ["PAGER=cat man ls", "GIT_AUTHOR_NAME=x git commit -m y", "git --no-pager log", "git config user.name", "git config --get core.pager", "git config -l", "git config list", "git config get user.email"] {
         assert_eq!(run(line), Ok(()), "{line}");
     }
 }
@@ -457,3 +461,4 @@ fn deep_nesting_is_refused_before_the_parser_recurses() {
     let long = format!("echo {}", "x".repeat(64 * 1024));
     assert_eq!(run(&long), Err(Refusal { class: "unparsed".into(), reason: "the command line is 65541 bytes (at most 65536)".into() }));
 }
+
