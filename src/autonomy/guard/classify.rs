@@ -3,7 +3,8 @@
 //!
 //! Owns: what each simple command means ([`effects`]: the program run after wrappers, the paths
 //! it deletes, overwrites or modifies, the command lines it runs in turn, or a refusal of its
-//! own) and the rules on the paths ([`check_target`]); the program lists are `programs.rs`.
+//! own) and the rules on the paths ([`check_target`]); the program lists are `programs.rs`,
+//! git's rules `git.rs`, the less common writers (`perl -i`, `tar -x`, `find`, …) `writers.rs`.
 //! Must not parse shell syntax (that is `shell.rs`) nor touch the filesystem.
 
 use std::path::{Path, PathBuf};
