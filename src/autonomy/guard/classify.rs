@@ -3,14 +3,17 @@
 //!
 //! Owns: what each simple command means ([`effects`]: the program run after wrappers, the paths
 //! it deletes, overwrites or modifies, the command lines it runs in turn, or a refusal of its
-//! own) and the rules on the paths ([`check_target`]); the program lists are `programs.rs`.
+//! own) and the rules on the paths ([`check_target`]); the program lists are `programs.rs`,
+//! git's rules `git.rs`, the less common writers (`perl -i`, `tar -x`, `find`, …) `writers.rs`.
 //! Must not parse shell syntax (that is `shell.rs`) nor touch the filesystem.
 
 use std::path::{Path, PathBuf};
 
 use super::opts::{scan, Spec};
 use super::paths::{self, Target};
-use super::programs::{cicy_agent, installs, NETWORK};
+use super::git;
+use super::writers;
+use super::programs::{cicy_agent, installs, publishes, NETWORK, RUNS_OTHERS};
 use super::shell::{self, Arg, Item, Simple, Write};
 use super::Refusal;
 
@@ -60,7 +63,7 @@ pub fn unparsed(reason: String) -> Effect {
 }
 
 /// Shells whose `-c` text (or stdin) is classified in turn.
-const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
+pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
 
 /// Programs that run the rest of their arguments as a command, and how their own options look.
 fn wrapper(name: &str) -> Option<Spec> {
@@ -93,12 +96,29 @@ fn base(prog: &str) -> &str {
 
 /// What `sc` does; its redirects come first.
 pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
+    // Bash itself opens `/dev/tcp/HOST/PORT` and `/dev/udp/…` as sockets.
+    let socket = sc.writes.iter().map(|(_, a)| a).chain(&sc.reads).find(|a| {
+        let lead = a.leading_text();
+        lead.starts_with("/dev/tcp/") || lead.starts_with("/dev/udp/")
+    });
+    if let Some(a) = socket {
+        return vec![Effect::Refuse(refusal("network", format!("a redirect to `{}` reaches the network", a.source)))];
+    }
     let mut out: Vec<Effect> = sc
         .writes
         .iter()
         .map(|(how, arg)| Effect::Target { how: *how, arg: arg.clone(), cwds: sc.cwds.clone(), what: "a redirect".into() })
         .collect();
     let mut argv = sc.argv.as_slice();
+    // Variables set for the command: before it, or by `env`/`sudo`.
+    let mut assigns = sc.assigns.clone();
+    if argv.is_empty() {
+        // A bare assignment lasts for the rest of the line (and reaches git when exported).
+        if let Some(name) = assigns.iter().find(|n| git::runs_commands(n)) {
+            out.push(git::env_refusal(name));
+        }
+        return out;
+    }
     // Wrappers, innermost last (`sudo env X=1 nice rm …`).
     let mut wrappers = 0;
     loop {
@@ -128,7 +148,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         match name {
             // NAME=VALUE words before the command.
             "env" | "sudo" => {
-                while rest.get(start).and_then(Arg::literal).is_some_and(|t| t.contains('=') && !t.starts_with('=')) {
+                while let Some(t) = rest.get(start).and_then(Arg::text).filter(|t| t.contains('=') && !t.starts_with('=')) {
+                    assigns.extend(git::assigned_name(&t).map(str::to_string));
                     start += 1;
                 }
             }
@@ -140,7 +161,7 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
                     inner.push(Arg::lit("echo"));
                 }
                 inner.push(Arg::unknown("<stdin>"));
-                out.push(Effect::Nested(vec![Item::Run(Simple { argv: inner, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
+                out.push(Effect::Nested(vec![Item::Run(Simple { argv: inner, cwds: sc.cwds.clone(), ..Simple::default() })]));
                 return out;
             }
             _ => {}
@@ -162,15 +183,26 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         out.push(Effect::Refuse(refusal("install", format!("`{what}` installs dependencies"))));
         return out;
     }
+    if let Some(what) = publishes(&name, args) {
+        out.push(Effect::Refuse(refusal("network", format!("`{what}` publishes to a registry over the network"))));
+        return out;
+    }
     match name.as_str() {
         "eval" => out.push(unparsed("`eval` runs text that is only built when it runs".into())),
         "alias" if args.iter().any(|a| a.text().is_none_or(|t| t.contains('='))) => {
             out.push(unparsed("`alias` defines a command the guard cannot follow".into()))
         }
         "cicy-agent" => out.extend(cicy_agent(args)),
-        "git" => out.extend(git(args, sc)),
+        "git" => out.extend(git::git(args, sc, &assigns)),
+        "export" | "declare" | "typeset" | "readonly" | "local" => {
+            let names = args.iter().filter_map(Arg::text).filter_map(|t| git::assigned_name(&t).map(str::to_string)).collect::<Vec<_>>();
+            out.extend(names.iter().find(|n| git::runs_commands(n)).map(|n| git::env_refusal(n)));
+        }
+        "trap" => out.extend(trap(args, sc, places, depth)),
         n if NETWORK.contains(&n) => out.push(Effect::Refuse(refusal("network", format!("`{n}` reaches the network")))),
         n if SHELLS.contains(&n) => out.extend(shell_text(n, args, sc, places, depth)),
+        "source" | "." => out.extend(source(&name, args, sc, places, depth)),
+        n if RUNS_OTHERS.contains(&n) => out.push(unparsed(format!("`{n}` runs another program the guard does not follow"))),
         "rm" | "rmdir" | "unlink" | "shred" => {
             let s = scan(args, &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() });
             out.extend(each(Write::Delete, &s.positionals));
@@ -193,6 +225,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
                     _ => (Vec::new(), None),
                 },
             };
+            let links = name == "ln" || (name == "cp" && ["s", "l", "symbolic-link", "link"].iter().any(|o| s.has(o)));
+            if links {
+                out.extend(sources.iter().filter_map(|&i| link_to_runtime(&args[i], dest.as_ref(), &name, sc, places)));
+            }
             if let Some(dest) = dest {
                 // The destination may be a folder: each source lands inside it under its name
                 // (replacing a file of that name), and the folder itself gains an entry (or is
@@ -246,8 +282,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             let skip = usize::from(!s.opts.iter().any(|o| o.name == "reference"));
             out.extend(each(Write::Modify, s.positionals.get(skip..).unwrap_or_default()));
         }
-        "find" => out.extend(find(args, sc)),
-        _ => {}
+        "find" => out.extend(writers::find(args, sc)),
+        n => out.extend(writers::writes(n, args, sc).unwrap_or_default()),
     }
     out
 }
@@ -264,140 +300,113 @@ fn shell_text(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usi
             },
             None => return Some(unparsed(format!("`{name} -c` without a command"))),
         }
-    } else if !s.positionals.is_empty() {
-        return None;
     } else {
-        match &sc.stdin {
-            Some(t) => t.clone(),
-            None => return Some(unparsed(format!("`{name}` reads its commands from stdin"))),
+        // `-s`: commands from stdin, the positionals are its arguments.
+        let script = s.positionals.first().filter(|_| !s.has("s")).map(|&i| &args[i]);
+        match script.map_or(Ok(true), script_is_stdin) {
+            Ok(false) => return None,
+            Ok(true) => match &sc.stdin {
+                Some(t) => t.clone(),
+                None => return Some(unparsed(format!("`{name}` reads its commands from stdin"))),
+            },
+            Err(src) => return Some(unparsed(format!("`{name}` runs `{src}`, a script only known when it runs"))),
         }
     };
     Some(Effect::Nested(shell::walk(&text, &sc.cwds, &places.home.to_string_lossy(), depth + 1)))
 }
 
-/// `git`: push, the network subcommands, and what `clean`/`rm`/`mv` remove.
-fn git(args: &[Arg], sc: &Simple) -> Vec<Effect> {
-    let g = scan(args, &Spec { short_value: "Cc", long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix"], ..Spec::default() });
-    if g.values(args, "c").any(|v| v.text().is_none_or(|t| t.to_ascii_lowercase().starts_with("alias."))) {
-        return vec![unparsed("`git -c alias.…` defines a subcommand the guard cannot follow".into())];
-    }
-    let Some(&sub_i) = g.positionals.first() else { return Vec::new() };
-    let Some(sub) = args[sub_i].literal() else {
-        return vec![unparsed(format!("`git {}` is not a fixed subcommand", args[sub_i].source))];
-    };
-    let rest = &args[sub_i + 1..];
-    let first_rest = || scan(rest, &Spec { permute: true, ..Spec::default() }).positionals.first().and_then(|&i| rest[i].literal());
-    let network = |what: String| vec![Effect::Refuse(refusal("network", format!("`git {what}` reaches the network")))];
-    match sub.as_str() {
-        "push" => return vec![Effect::Refuse(refusal("push", "`git push` publishes commits to another repository".into()))],
-        "fetch" | "pull" | "clone" | "ls-remote" | "send-email" | "request-pull" => return network(sub),
-        "remote" if first_rest().as_deref() == Some("update") => return network("remote update".into()),
-        "submodule" if matches!(first_rest().as_deref(), Some("update" | "add" | "sync")) => {
-            return network(format!("submodule {}", first_rest().unwrap_or_default()))
-        }
-        "archive" if rest.iter().filter_map(Arg::text).any(|t| t.starts_with("--remote")) => return network("archive --remote".into()),
-        _ => {}
-    }
-    // `git -C DIR` runs in DIR: the targets below are relative to it.
-    let cwds: Vec<String> = match g.value(args, "C") {
-        None => sc.cwds.clone(),
-        Some(dir) => match sc.cwds.iter().map(|c| dir.pattern(c)).collect::<Option<Vec<_>>>() {
-            Some(c) => c,
-            None => return vec![unparsed(format!("`git -C {}` runs in a folder that is only known when it runs", dir.source))],
-        },
-    };
-    let target = |how: Write, arg: Arg| Effect::Target { how, arg, cwds: cwds.clone(), what: format!("`git {sub}`") };
-    match sub.as_str() {
-        "clean" => {
-            let s = scan(rest, &Spec { short_value: "e", long_value: &["exclude"], permute: true, ..Spec::default() });
-            if s.has("n") || s.has("dry-run") {
-                return Vec::new();
-            }
-            if s.positionals.is_empty() {
-                return vec![target(Write::Delete, Arg::lit("."))];
-            }
-            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
-        }
-        "rm" => {
-            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
-            if s.has("cached") {
-                return Vec::new();
-            }
-            s.positionals.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect()
-        }
-        "mv" => {
-            let s = scan(rest, &Spec { permute: true, ..Spec::default() });
-            let Some((last, sources)) = s.positionals.split_last() else { return Vec::new() };
-            let mut out: Vec<Effect> = sources.iter().map(|&i| target(Write::Delete, rest[i].clone())).collect();
-            out.push(target(Write::Overwrite, rest[*last].clone()));
-            out
-        }
-        _ => Vec::new(),
+/// `source FILE` / `. FILE`: a file is not the guard's to read, but stdin (`. /dev/stdin <<<
+/// …`) is followed like `bash <<<`, and a process substitution or descriptor is refused.
+fn source(name: &str, args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effect> {
+    let file = args.iter().find(|a| a.text().as_deref() != Some("--"))?;
+    match script_is_stdin(file) {
+        Ok(false) => None,
+        Ok(true) => Some(match &sc.stdin {
+            Some(t) => Effect::Nested(shell::walk(t, &sc.cwds, &places.home.to_string_lossy(), depth + 1)),
+            None => unparsed(format!("`{name}` reads its commands from stdin")),
+        }),
+        Err(src) => Some(unparsed(format!("`{name}` runs `{src}`, a script only known when it runs"))),
     }
 }
 
-/// `find START… EXPR`: `-delete` removes what is under each start; `-exec`/`-execdir`/`-ok`
-/// commands run with `{}` standing for each start (the whole tree they may reach);
-/// `-fprint`-style actions write a file.
-fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
-    let mut i = 0;
-    // Leading options -H -L -P -D … -O…
-    while args.get(i).and_then(Arg::text).is_some_and(|t| matches!(t.as_str(), "-H" | "-L" | "-P") || t.starts_with("-O")) {
-        i += 1;
+/// Whether a shell's script argument is its stdin (`-`, `/dev/stdin`, descriptor 0): `Ok(true)`;
+/// an ordinary file: `Ok(false)`; a process substitution, another descriptor or a `/proc` path,
+/// whose text only exists when it runs: `Err(source)`.
+fn script_is_stdin(arg: &Arg) -> Result<bool, String> {
+    if arg.is_process_substitution() {
+        return Err(arg.source.clone());
     }
-    if args.get(i).and_then(Arg::text).as_deref() == Some("-D") {
-        i += 2;
+    let fixed = arg.leading_text();
+    let path = paths::normalize_pattern(&fixed);
+    let complete = arg.text().is_some();
+    match path.as_str() {
+        _ if fixed == "-" => Ok(true),
+        "/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0" if complete => Ok(true),
+        p if p.starts_with("/dev/fd") || p.starts_with("/proc/") || p.starts_with("/dev/std") => Err(arg.source.clone()),
+        _ => Ok(false),
     }
-    let mut starts = Vec::new();
-    while let Some(a) = args.get(i) {
-        if a.text().is_some_and(|t| t.starts_with('-') || t == "(" || t == "!") {
-            break;
+}
+
+/// `trap ACTION SIGNAL…`: the action is bash text run later (on `EXIT`, a signal, `ERR`…),
+/// so it is classified now like `bash -c ACTION`; `trap - SIG`, `trap '' SIG`, `trap -p`/`-l`
+/// run nothing.
+fn trap(args: &[Arg], sc: &Simple, places: &Places, depth: usize) -> Option<Effect> {
+    let s = scan(args, &Spec::default());
+    if s.has("p") || s.has("l") {
+        return None;
+    }
+    let action = &args[*s.positionals.first()?];
+    // With one argument (`trap SIG`) bash resets SIG: nothing runs.
+    if s.positionals.len() < 2 {
+        return None;
+    }
+    match action.text() {
+        Some(t) if t == "-" => None,
+        Some(t) => Some(Effect::Nested(shell::walk(&t, &sc.cwds, &places.home.to_string_lossy(), depth + 1))),
+        None => Some(unparsed(format!("`trap` runs `{}`, which is only known when it runs", action.source))),
+    }
+}
+
+/// `ln [-s] TARGET… LINK`: a link whose target is `.cicy`, inside it or above it would let a
+/// later write through the link reach the runtime's files. A relative symlink target is taken
+/// from the working directory and from the link's folder (`LINK` and its parent).
+fn link_to_runtime(src: &Arg, dest: Option<&Arg>, name: &str, sc: &Simple, places: &Places) -> Option<Effect> {
+    let mut bases = sc.cwds.clone();
+    for p in dest.into_iter().flat_map(|d| sc.cwds.iter().filter_map(|c| d.pattern(c))) {
+        bases.push(paths::normalize_pattern(&format!("{p}/..")));
+        bases.push(p);
+    }
+    for base in &bases {
+        let Some(t) = src.pattern(base).and_then(|p| Target::new(&p).ok()) else {
+            return Some(unparsed(format!("`{name}` links to `{}`, a path only known when it runs", src.source)));
+        };
+        if t.at_or_inside(&places.cicy) || t.at_or_above(&places.cicy) {
+            return Some(Effect::Refuse(refusal("kernel", format!("`{name}` to `{}` would make a link to the runtime's files (.cicy/)", src.source))));
         }
-        starts.push(a.clone());
-        i += 1;
     }
-    if starts.is_empty() {
-        starts.push(Arg::lit("."));
-    }
-    let what = "`find`".to_string();
-    let mut out = Vec::new();
-    while let Some(a) = args.get(i) {
-        i += 1;
-        let Some(t) = a.text() else { continue };
-        match t.as_str() {
-            "-delete" => {
-                out.extend(starts.iter().map(|s| Effect::Target { how: Write::Delete, arg: s.clone(), cwds: sc.cwds.clone(), what: what.clone() }))
-            }
-            "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
-                if let Some(f) = args.get(i) {
-                    out.push(Effect::Target { how: Write::Overwrite, arg: f.clone(), cwds: sc.cwds.clone(), what: what.clone() });
-                }
-            }
-            "-exec" | "-execdir" | "-ok" | "-okdir" => {
-                let end = args[i..].iter().position(|a| matches!(a.text().as_deref(), Some(";" | "+"))).map_or(args.len(), |p| i + p);
-                let inner = &args[i..end];
-                for start in &starts {
-                    let argv = inner.iter().map(|a| if a.text().as_deref() == Some("{}") { start.clone() } else { a.clone() }).collect();
-                    out.push(Effect::Nested(vec![Item::Run(Simple { argv, writes: Vec::new(), stdin: None, cwds: sc.cwds.clone() })]));
-                }
-                i = end + 1;
-            }
-            _ => {}
-        }
-    }
-    out
+    None
 }
 
 /// The rules on one path a command writes (first match wins): memory, gates, config, kernel.
 pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: &Places) -> Result<(), Refusal> {
     for cwd in cwds {
-        let Some(pattern) = arg.pattern(cwd) else {
+        let Some(raw) = arg.raw_pattern(cwd) else {
             return Err(refusal("unparsed", format!("{what} on `{}`: the path is only known when it runs", arg.source)));
         };
+        if paths::through_alias(&raw) {
+            return Err(refusal("unparsed", format!("{what} on `{}` goes through /proc or /dev/fd, whose links the guard does not follow", arg.source)));
+        }
+        let pattern = paths::normalize_pattern(&raw);
         let t = Target::new(&pattern).map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
         let on = format!("{what} on `{}`", arg.source);
         let any_memory = t.pattern.contains("/.cicy/memory/") || t.pattern.ends_with("/.cicy/memory");
-        if how != Write::Modify && (t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)) {
+        let memory = match how {
+            Write::Delete | Write::Overwrite => t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home),
+            // Entries written inside a folder reach memory only from memory itself or below.
+            Write::Into => t.at_or_inside(&places.memory) || any_memory,
+            Write::Modify => false,
+        };
+        if memory {
             return Err(refusal("memory", format!("{on} would delete or overwrite the agent's memory (.cicy/memory)")));
         }
         // "At or inside": `cp x AGENTS.md` is also checked as `AGENTS.md/x` (the destination

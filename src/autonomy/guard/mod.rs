@@ -11,16 +11,19 @@
 //! Classes (the `class` of a [`Refusal`]): `memory`, `kernel`, `model`, `migrate`, `handoff`,
 //! `gates`, `limits`, `network`, `install`, `push`, `config` (DESIGN.md §13); `unparsed` for a
 //! `run` line the guard cannot follow safely (a syntax error, `eval`, a program or a written
-//! path that is only known when it runs); `judge` when the judge call failed or its answer could
+//! path that is only known when it runs, a program that runs others out of sight, a git config
+//! override, a path through `/proc` or `/dev/fd`); `judge` when the judge call failed or its answer could
 //! not be read. `model`, `migrate`, `handoff` and `limits` have no command of their own: only the
 //! judge names them.
 
 mod classify;
+mod git;
 mod judge;
 mod opts;
 mod paths;
 mod programs;
 mod shell;
+mod writers;
 
 use std::path::Path;
 
@@ -64,12 +67,14 @@ pub struct Judge<'a> {
 /// is read and no process started.
 ///
 /// Walked: lists (`;`, `&&`, `||`, `&`), pipelines, subshells, `{ }`, `if`/`for`/`while`/`case`,
-/// function bodies, `$(…)`/backticks, `<(…)`, unquoted here-documents, and the text of
-/// `bash|sh|… -c '…'` or a here-document fed to a shell (recursively). Wrappers (`env`, `nice`,
-/// `timeout`, `nohup`, `command`, `exec`, `sudo`, `doas`, `stdbuf`, `time`, `setsid`, `ionice`,
-/// `builtin`, `busybox`, `xargs`) are looked through. Paths are taken relative to the workspace
-/// (and to every directory a `cd` may have entered), globs are matched as if `dotglob` were set,
-/// and `~`/`$HOME` stand for any directory.
+/// function bodies, `$(…)`/backticks, `<(…)`, unquoted here-documents, the text of
+/// `bash|sh|… -c '…'`, a here-document or here-string fed to a shell or to `. /dev/stdin`, and
+/// `trap` actions (recursively). Wrappers (`env`, `nice`, `timeout`, `nohup`, `command`, `exec`,
+/// `sudo`, `doas`, `stdbuf`, `time`, `setsid`, `ionice`, `builtin`, `busybox`, `xargs`) are
+/// looked through; programs that run others out of sight (`chrt`, `flock`, `su`, `tmux`, `at`,
+/// … in `programs::RUNS_OTHERS`) are unparsed. Paths are taken relative to the workspace (and
+/// to every directory a `cd` may have entered), globs are matched as if `dotglob` were set,
+/// `~`/`$HOME` stand for any directory, and a path through `/proc` or `/dev/fd` is unparsed.
 pub fn check_run(run: &str, ctx: &GuardCtx) -> Result<(), Refusal> {
     let places = Places::new(ctx.workspace, ctx.home);
     let items = shell::walk(run, &[places.start_cwd()], &places.home.to_string_lossy(), 0);
@@ -110,30 +115,61 @@ pub async fn check(what: &str, why: Option<&str>, run: Option<&str>, ctx: &Guard
     judge::judge(judge, what, why, cancel).await
 }
 
-/// The seed's never-killed list for a `run` line (DESIGN.md §13 "Never killed"): true when any
-/// simple command it may run has program `git` (argv[0]'s basename, after the wrappers of
-/// [`check_run`]) or writes (redirects or a known writer such as `cp`, `mv`, `tee`, `rm`) under
-/// the workspace's `.cicy/history`, `.cicy/checkpoints` or `.cicy/memory`. A line that does not
-/// parse is not protected.
+/// The seed's never-killed list for a `run` line (DESIGN.md §13 "Never killed"): true when
+/// the line writes (redirects or a known writer such as `cp`, `mv`, `tee`, `rm`) under the
+/// workspace's `.cicy/history`, `.cicy/checkpoints` or `.cicy/memory`, or when every command it
+/// may run is `git` (any subcommand; argv[0]'s basename after the wrappers of [`check_run`]) or
+/// one of the harmless builtins [`HARMLESS`], at least one being `git`. A shell whose `-c` text
+/// is followed counts as what that text runs. So `cd repo && git pull` is protected and
+/// `false && git status; sleep 8` is not: its `sleep` could hold the agent for good. A line that
+/// does not parse is not protected.
 pub fn never_killed(run: &str, ctx: &GuardCtx) -> bool {
     let places = Places::new(ctx.workspace, ctx.home);
     let items = shell::walk(run, &[places.start_cwd()], &places.home.to_string_lossy(), 0);
     let protected = ["history", "checkpoints", "memory"].map(|d| places.cicy.join(d));
-    protects(&items, &places, &protected, 0)
+    let mut seen = Seen::default();
+    survey(&items, &places, &protected, 0, &mut seen);
+    !seen.unparsed && (seen.protected_write || (seen.git && !seen.other))
 }
 
-fn protects(items: &[Item], places: &Places, protected: &[std::path::PathBuf], depth: usize) -> bool {
-    items.iter().any(|item| match item {
-        Item::Unparsed(_) => false,
-        Item::Run(sc) => classify::effects(sc, places, depth).into_iter().any(|effect| match effect {
-            Effect::Program(p) => p == "git",
-            Effect::Target { arg, cwds, .. } => {
-                cwds.iter().filter_map(|c| arg.pattern(c)).filter_map(|p| paths::Target::new(&p).ok()).any(|t| protected.iter().any(|d| t.at_or_inside(d)))
+/// The builtins that may stand beside `git` in a never-killed line: they return at once.
+pub const HARMLESS: &[&str] = &["cd", "true", ":", "echo", "printf", "test", "["];
+
+/// What [`never_killed`] learns of a line.
+#[derive(Default)]
+struct Seen {
+    unparsed: bool,
+    protected_write: bool,
+    git: bool,
+    /// A program other than `git` and [`HARMLESS`].
+    other: bool,
+}
+
+fn survey(items: &[Item], places: &Places, protected: &[std::path::PathBuf], depth: usize, seen: &mut Seen) {
+    for item in items {
+        let sc = match item {
+            Item::Unparsed(_) => {
+                seen.unparsed = true;
+                continue;
             }
-            Effect::Nested(inner) => protects(&inner, places, protected, depth + 1),
-            Effect::Refuse(_) => false,
-        }),
-    })
+            Item::Run(sc) => sc,
+        };
+        let effects = classify::effects(sc, places, depth);
+        let follows_text = effects.iter().any(|e| matches!(e, Effect::Nested(_)));
+        for effect in effects {
+            match effect {
+                Effect::Program(p) if p == "git" => seen.git = true,
+                Effect::Program(p) if HARMLESS.contains(&p.as_str()) || (follows_text && classify::SHELLS.contains(&p.as_str())) => {}
+                Effect::Program(_) => seen.other = true,
+                Effect::Target { arg, cwds, .. } => {
+                    let hit = cwds.iter().filter_map(|c| arg.pattern(c)).filter_map(|p| paths::Target::new(&p).ok()).any(|t| protected.iter().any(|d| t.at_or_inside(d)));
+                    seen.protected_write |= hit;
+                }
+                Effect::Nested(inner) => survey(&inner, places, protected, depth + 1, seen),
+                Effect::Refuse(_) => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]

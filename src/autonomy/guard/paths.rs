@@ -54,6 +54,46 @@ pub fn has_glob(s: &str) -> bool {
     s.contains(['*', '?', '[']) || (s.contains('{') && s.contains('}') && (s.contains(',') || s.contains("..")))
 }
 
+/// Whether `raw` (an absolute pattern before `.`/`..` are resolved) goes through a link the
+/// kernel makes: anything under `/proc` (`/proc/self/cwd`, `/proc/<pid>/root`, …), below or
+/// beside `/dev/fd` (`/dev/fd/../x`, `/dev/fd/3/x`; `/dev/fd/N` itself is a descriptor), or
+/// below `/dev/stdin|stdout|stderr`. Lexical normalisation would read `/dev/fd/../.cicy` as
+/// `/dev/.cicy`, which it is not. A component with wildcards counts when it may match; `**`
+/// (a home directory) never does.
+pub fn through_alias(raw: &str) -> bool {
+    let comps: Vec<&str> = raw.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let mut stack: Vec<&str> = Vec::new();
+    for (i, c) in comps.iter().enumerate() {
+        let rest = &comps[i..];
+        let under = match stack.as_slice() {
+            [p, ..] if may_be(p, "proc") => true,
+            [d, f] if may_be(d, "dev") && may_be(f, "fd") => !(rest.len() == 1 && !rest[0].is_empty() && rest[0].bytes().all(|b| b.is_ascii_digit())),
+            [d, s] if may_be(d, "dev") && ["stdin", "stdout", "stderr"].iter().any(|n| may_be(s, n)) => true,
+            _ => false,
+        };
+        if under {
+            return true;
+        }
+        if *c == ".." {
+            stack.pop();
+        } else {
+            stack.push(c);
+        }
+    }
+    false
+}
+
+/// Whether the pattern component `comp` may name `name`.
+fn may_be(comp: &str, name: &str) -> bool {
+    if comp == "**" {
+        return false;
+    }
+    if !has_glob(comp) {
+        return unescape(comp) == name;
+    }
+    GlobBuilder::new(comp).build().map_or(true, |g| g.compile_matcher().is_match(name))
+}
+
 /// A path a command names, as a glob over absolute normalised paths.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -174,5 +214,15 @@ mod tests {
         let t = Target::new(&format!("{}/*", globset::escape("/ws/a[1]"))).unwrap();
         assert!(t.matches(Path::new("/ws/a[1]/x")) && !t.matches(Path::new("/ws/a1/x")));
         assert!(Target::new("/ws/{a,b").is_err());
+    }
+
+    #[test]
+    fn kernel_links_are_seen_before_normalisation() {
+        for raw in ["/proc/self/cwd/.cicy", "/dev/fd/../.cicy", "/dev/fd/3/x", "/dev/./fd/../x", "/pr?c/1/root", "/dev/stdout/../x"] {
+            assert!(through_alias(raw), "{raw}");
+        }
+        for raw in ["/dev/fd/2", "/dev/stderr", "/dev/null", "/**/proc/x", "/ws/proc/x", "/ws/.cicy"] {
+            assert!(!through_alias(raw), "{raw}");
+        }
     }
 }

@@ -12,17 +12,57 @@ pub const NETWORK: &[&str] = &[
     "https", "xh", "mosh", "gh", "ping", "traceroute", "dig", "nslookup", "whois",
 ];
 
-/// The package-manager command line `name args` names when it installs something, e.g.
-/// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`.
-pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
+/// Programs that run another program (given as arguments, a string, stdin, a schedule or a
+/// session) in a way the guard does not follow: refused as `unparsed`. The simple wrappers
+/// (`env`, `nice`, `setsid`, `ionice`, `busybox`, …) are looked through instead.
+pub const RUNS_OTHERS: &[&str] = &[
+    "chrt", "taskset", "flock", "watch", "strace", "ltrace", "script", "su", "runuser", "systemd-run", "parallel", "unshare", "nsenter",
+    "chroot", "firejail", "bwrap", "tmux", "screen", "at", "batch", "crontab", "expect", "sg", "newgrp", "pkexec", "setpriv", "prlimit",
+    "cpulimit", "systemd-nspawn", "xvfb-run", "unbuffer", "fakeroot", "faketime", "valgrind", "gdb", "rlwrap", "torsocks", "proxychains",
+    "proxychains4",
+];
+
+/// The subcommand words of `name args`: its positionals, without cargo's `+toolchain`.
+fn words(name: &str, args: &[Arg]) -> Vec<Option<String>> {
     let s = scan(args, &Spec { permute: true, ..Spec::default() });
-    let word = |n: usize| s.positionals.get(n).and_then(|&i| args[i].literal());
+    let mut w: Vec<Option<String>> = s.positionals.iter().map(|&i| args[i].literal()).collect();
+    if matches!(name, "cargo" | "rustup") && w.first().and_then(Option::as_deref).is_some_and(|t| t.starts_with('+')) {
+        w.remove(0);
+    }
+    w
+}
+
+/// The command line `name args` names when it publishes a package or image, e.g. `npm
+/// publish`, `cargo publish`, `twine upload`, `docker push`.
+pub fn publishes(name: &str, args: &[Arg]) -> Option<String> {
+    let w = words(name, args);
+    let sub = w.first().cloned().flatten()?;
+    let hit = match name {
+        "npm" | "pnpm" | "yarn" | "bun" | "cargo" | "poetry" | "uv" | "pdm" | "hatch" | "flit" => sub == "publish" || (name == "yarn" && sub == "npm" && w.get(1).cloned().flatten().as_deref() == Some("publish")),
+        "twine" => sub == "upload",
+        "docker" | "podman" | "buildah" => sub == "push",
+        "gem" => sub == "push",
+        _ => false,
+    };
+    hit.then(|| format!("{name} {sub}"))
+}
+
+/// The package-manager command line `name args` names when it installs something, e.g.
+/// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`, `npx`,
+/// `apt-get update`.
+pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
+    let w = words(name, args);
+    let word = |n: usize| w.get(n).cloned().flatten();
     let sub = word(0);
     let is = |subs: &[&str]| sub.as_deref().is_some_and(|x| subs.contains(&x));
     let versioned = |stem: &str| name.strip_prefix(stem).is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'));
     let hit = match name {
         _ if versioned("pip") => is(&["install", "download"]),
-        "pipx" => is(&["install", "inject", "upgrade"]),
+        "pipx" => is(&["install", "inject", "upgrade", "run", "reinstall", "reinstall-all", "upgrade-all"]),
+        // They fetch a package and run it.
+        "npx" | "pnpx" | "bunx" | "uvx" => return Some(name.to_string()),
+        "deno" => is(&["install", "add"]),
+        "rustup" => is(&["install", "update"]) || (is(&["toolchain", "target", "component"]) && matches!(word(1).as_deref(), Some("install" | "add"))),
         _ if versioned("python") => {
             // `python -m pip install …` (also `-mpip`).
             let m = args.iter().position(|a| a.literal().as_deref() == Some("-m"));
@@ -35,11 +75,12 @@ pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
                 .then(|| format!("{name} -m pip install"));
         }
         "uv" => is(&["add", "sync"]) || (is(&["pip", "tool"]) && matches!(word(1).as_deref(), Some("install" | "sync"))),
-        "npm" => is(&["install", "i", "in", "ci", "add", "isntall", "update", "up"]),
-        "pnpm" | "bun" => is(&["install", "i", "add", "update", "up"]),
-        "yarn" => sub.is_none() || is(&["install", "add", "up", "upgrade"]),
+        "npm" => is(&["install", "i", "in", "ci", "add", "isntall", "update", "up", "exec", "x"]),
+        "pnpm" | "bun" => is(&["install", "i", "add", "update", "up", "dlx"]),
+        "yarn" => sub.is_none() || is(&["install", "add", "up", "upgrade", "dlx"]),
         "cargo" => is(&["install", "add"]),
-        "apt" | "apt-get" | "aptitude" | "dnf" | "yum" | "zypper" | "brew" | "snap" | "gem" | "conda" | "mamba" | "micromamba" => is(&["install"]),
+        "apt" | "apt-get" | "aptitude" => is(&["install", "update", "upgrade", "full-upgrade", "dist-upgrade"]),
+        "dnf" | "yum" | "zypper" | "brew" | "snap" | "gem" | "conda" | "mamba" | "micromamba" => is(&["install"]),
         "apk" => is(&["add"]),
         "go" => is(&["install", "get"]),
         "poetry" | "pdm" => is(&["add", "install"]),

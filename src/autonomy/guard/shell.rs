@@ -28,6 +28,9 @@ pub const MAX_NESTING: usize = 32;
 /// The longest text parsed [chosen: 64 KiB; a wish's `run` is one command line].
 pub const MAX_BYTES: usize = 64 * 1024;
 
+/// The source shown for a process substitution argument.
+pub const PROCESS_SUBSTITUTION: &str = "<(…)";
+
 /// One piece of an evaluated word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Piece {
@@ -62,6 +65,23 @@ impl Arg {
         Self { source: source.to_string(), pieces: vec![Piece::Unknown] }
     }
 
+    /// Whether the word is a process substitution's `/dev/fd/N` (`<(…)`, `>(…)`).
+    pub fn is_process_substitution(&self) -> bool {
+        self.source == PROCESS_SUBSTITUTION && self.pieces == [Piece::Unknown]
+    }
+
+    /// The fixed text before the first piece that expands (all of it for a fixed word).
+    pub fn leading_text(&self) -> String {
+        let mut s = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Lit(t) | Piece::Glob(t) => s.push_str(t),
+                Piece::Home | Piece::Cwd | Piece::Unknown => break,
+            }
+        }
+        s
+    }
+
     /// The text when no piece expands; glob syntax is kept as written.
     pub fn text(&self) -> Option<String> {
         let mut s = String::new();
@@ -92,6 +112,11 @@ impl Arg {
     /// `None` when part of it cannot be known. Quoted text is escaped; unquoted text keeps its
     /// glob syntax.
     pub fn pattern(&self, cwd: &str) -> Option<String> {
+        self.raw_pattern(cwd).map(|s| paths::normalize_pattern(&s))
+    }
+
+    /// [`Arg::pattern`] before `.`/`..` are resolved (`/dev/fd/../x` stays so).
+    pub fn raw_pattern(&self, cwd: &str) -> Option<String> {
         let mut s = String::new();
         for (i, p) in self.pieces.iter().enumerate() {
             match p {
@@ -105,7 +130,7 @@ impl Arg {
         if !s.starts_with('/') {
             s = format!("{cwd}/{s}");
         }
-        Some(paths::normalize_pattern(&s))
+        Some(s)
     }
 }
 
@@ -118,6 +143,9 @@ pub enum Write {
     Overwrite,
     /// Adds to or creates it without losing content (`>>`, `touch`, `mkdir`, `chmod`, …).
     Modify,
+    /// Creates or replaces entries of unknown names inside the folder it names, which itself
+    /// stays (`tar -x -C DIR`, `unzip -d DIR`, `patch -d DIR`).
+    Into,
 }
 
 /// A simple command as it would run.
@@ -127,10 +155,14 @@ pub struct Simple {
     pub argv: Vec<Arg>,
     /// Writing redirects, in order.
     pub writes: Vec<(Write, Arg)>,
+    /// Files only read by redirects (`< file`), in order: `/dev/tcp/…` reaches the network.
+    pub reads: Vec<Arg>,
     /// Fixed text given on stdin by a here-document or here-string (for `bash <<EOF`).
     pub stdin: Option<String>,
     /// Working directories it may run in: absolute glob patterns.
     pub cwds: Vec<String>,
+    /// Names of the `NAME=VALUE` assignments before the command (or alone).
+    pub assigns: Vec<String>,
 }
 
 /// What the walk found, in source order.
@@ -245,7 +277,7 @@ impl Walker {
             r.0.iter().for_each(|r| self.redirect(r, &mut sc));
         }
         body(self);
-        if !sc.writes.is_empty() {
+        if !sc.writes.is_empty() || !sc.reads.is_empty() {
             sc.cwds = self.cwds.clone();
             self.items.push(Item::Run(sc));
         }
@@ -337,7 +369,7 @@ impl Walker {
         for w in words {
             let arg = match w {
                 Some(w) => self.word(w),
-                None => Arg::unknown("<(…)"),
+                None => Arg::unknown(PROCESS_SUBSTITUTION),
             };
             sc.argv.push(arg);
         }
@@ -360,7 +392,9 @@ impl Walker {
             (_, Some(d)) if d.text().as_deref() == Some("-") => new.push("/**".to_string()),
             (_, Some(d)) => {
                 for cwd in &self.cwds {
-                    new.push(d.pattern(cwd).unwrap_or_else(|| "/**".to_string()));
+                    // A folder reached through `/proc` or `/dev/fd` links could be any folder.
+                    let dir = d.raw_pattern(cwd).filter(|raw| !paths::through_alias(raw)).map(|raw| paths::normalize_pattern(&raw));
+                    new.push(dir.unwrap_or_else(|| "/**".to_string()));
                 }
             }
         }
@@ -378,19 +412,23 @@ impl Walker {
             ast::CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r, sc),
             ast::CommandPrefixOrSuffixItem::Word(w) => words.push(Some(w)),
             ast::CommandPrefixOrSuffixItem::AssignmentWord(_, w) if in_suffix => words.push(Some(w)),
-            ast::CommandPrefixOrSuffixItem::AssignmentWord(a, _) => match &a.value {
-                ast::AssignmentValue::Scalar(w) => {
-                    self.word(w);
-                }
-                ast::AssignmentValue::Array(elems) => {
-                    for (k, v) in elems {
-                        if let Some(k) = k {
-                            self.word(k);
+            ast::CommandPrefixOrSuffixItem::AssignmentWord(a, _) => {
+                let (ast::AssignmentName::VariableName(name) | ast::AssignmentName::ArrayElementName(name, _)) = &a.name;
+                sc.assigns.push(name.clone());
+                match &a.value {
+                    ast::AssignmentValue::Scalar(w) => {
+                        self.word(w);
+                    }
+                    ast::AssignmentValue::Array(elems) => {
+                        for (k, v) in elems {
+                            if let Some(k) = k {
+                                self.word(k);
+                            }
+                            self.word(v);
                         }
-                        self.word(v);
                     }
                 }
-            },
+            }
             ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
                 self.list(&sub.list);
                 words.push(None);
@@ -411,15 +449,18 @@ impl Walker {
                 match target {
                     IoFileRedirectTarget::Filename(w) => {
                         let arg = self.word(w);
-                        if let Some(how) = how {
-                            sc.writes.push((how, arg));
+                        match how {
+                            Some(how) => sc.writes.push((how, arg)),
+                            None => sc.reads.push(arg),
                         }
                     }
                     IoFileRedirectTarget::Duplicate(w) => {
                         let arg = self.word(w);
                         let is_fd = arg.literal().is_some_and(|t| t.trim_end_matches('-').bytes().all(|b| b.is_ascii_digit()));
-                        if let (Some(how), false) = (how, is_fd) {
-                            sc.writes.push((how, arg));
+                        match (how, is_fd) {
+                            (_, true) => {}
+                            (Some(how), false) => sc.writes.push((how, arg)),
+                            (None, false) => sc.reads.push(arg),
                         }
                     }
                     IoFileRedirectTarget::Fd(_) => {}
