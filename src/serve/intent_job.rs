@@ -342,8 +342,11 @@ fn last_line(path: &Path) -> String {
     cut(text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(""))
 }
 
+/// One line of at most [`RESULT_MAX_CHARS`] characters, control characters (a NUL, an escape
+/// sequence) shown as `�` so the ledger, the log and `ls` stay readable text.
 fn cut(line: &str) -> String {
-    let line = line.trim();
+    let line: String = line.trim().chars().map(|c| if c.is_control() { '\u{FFFD}' } else { c }).collect();
+    let line = line.as_str();
     match line.char_indices().nth(RESULT_MAX_CHARS) {
         Some((i, _)) => format!("{}…", &line[..i]),
         None => line.to_string(),
@@ -354,5 +357,22 @@ fn cut(line: &str) -> String {
 pub fn note(ws: &Path, text: &str) {
     if let Err(e) = log::append(ws, text) {
         tracing::warn!(error = %e, "cannot write autonomy.log");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_line_is_one_readable_line_of_at_most_200_characters() {
+        assert_eq!(cut("  a\0b\u{1b}[31m  "), "a\u{FFFD}b\u{FFFD}[31m");
+        let long = "x".repeat(250);
+        assert_eq!(cut(&long), format!("{}…", "x".repeat(200)));
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("1.log");
+        std::fs::write(&log, "first\nlast one\n\n").unwrap();
+        assert_eq!(last_line(&log), "last one");
+        assert_eq!(last_line(&dir.path().join("missing.log")), "");
     }
 }
