@@ -74,6 +74,19 @@ impl Tick {
     }
 }
 
+impl Tick {
+    /// The `autonomy.log` line that starts a streak of ticks that run nothing; `None` for a
+    /// job or a tick that found the agent busy.
+    pub fn rest_line(&self) -> Option<String> {
+        match self {
+            Tick::Rest => Some(super::log::REST_LINE.to_string()),
+            Tick::Off(why) => Some(format!("off ({why})")),
+            Tick::Error(e) => Some(format!("waiting: {e}")),
+            Tick::Run(_) | Tick::NotIdle(_) => None,
+        }
+    }
+}
+
 /// Whether a tick writes what it decides (the promotions) or only says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -146,6 +159,13 @@ fn decide(home: &Home, record: &AgentRecord, config: &AutonomyConfig, mode: Mode
     match promoted {
         Ok(p) => out.promoted = p,
         Err(e) => return Tick::Error(e.to_string()),
+    }
+    if mode == Mode::Write {
+        for p in &out.promoted {
+            if let Err(e) = super::log::append(ws, &format!("intent:{} promoted to priority {} (starvation)", p.id, p.priority)) {
+                tracing::warn!(error = %e, "cannot write autonomy.log");
+            }
+        }
     }
     for p in &out.promoted {
         if let Some(i) = folded.intents.iter_mut().find(|i| i.id == p.id) {

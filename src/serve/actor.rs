@@ -184,6 +184,8 @@ pub struct Shared {
     pub wake_limits: super::wake_job::WakeLimits,
     /// What a drain changed goes there (`super::drain`).
     pub drained: super::drain::DrainTargets,
+    /// Runs the idle ticks of every agent (DESIGN.md §13).
+    pub ticks: super::tick_worker::TickWorker,
 }
 
 /// Starts the actor of `record`.
@@ -215,6 +217,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         resting: false,
         preemption: None,
         after_auto: None,
+        tick_reply: None,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -266,6 +269,8 @@ struct Actor {
     preemption: Option<(Box<AutoJob>, Preemption)>,
     /// `/compact` or `/clear` asked while an autonomy job ran: it runs when the job has given way.
     after_auto: Option<Work>,
+    /// The answer of a tick the tick thread runs now.
+    tick_reply: Option<oneshot::Receiver<crate::autonomy::tick::TickOut>>,
 }
 
 impl Actor {
@@ -277,7 +282,11 @@ impl Actor {
             let idle = self.job.is_none() && self.waiting.is_none();
             let memory_at = if idle { self.memory_due_at() } else { None };
             let drop_at = (idle && self.session.is_some()).then(|| self.last_active + self.shared.session_idle);
-            let tick_at = if idle { Some(*self.tick_at.get_or_insert_with(|| Instant::now() + self.tick_every)) } else { None };
+            let tick_at = if idle && self.tick_reply.is_none() {
+                Some(*self.tick_at.get_or_insert_with(|| Instant::now() + self.tick_every))
+            } else {
+                None
+            };
             let poll_at = self.preemption.is_some().then(|| Instant::now() + PREEMPT_POLL);
             tokio::select! {
                 op = rx.recv() => match op {
@@ -300,6 +309,7 @@ impl Actor {
                 }
                 () = sleep_system(memory_at) => self.flush_memory(),
                 () = sleep(tick_at) => self.tick(),
+                out = answer(&mut self.tick_reply) => self.tick_done(out),
                 () = sleep(poll_at) => self.poll_preempt(),
                 () = sleep(drop_at) => {
                     // Dropped after a long idle period and reopened on demand **[chosen]**.
@@ -903,6 +913,18 @@ async fn join(job: &mut Option<(Work, JoinHandle<JobOut>)>) -> Option<(Work, Res
         Some((_, handle)) => {
             let out = handle.await;
             job.take().map(|(work, _)| (work, out))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// The answer of a running tick; never resolves when there is none.
+async fn answer<T>(reply: &mut Option<oneshot::Receiver<T>>) -> Option<T> {
+    match reply {
+        Some(rx) => {
+            let out = rx.await.ok();
+            *reply = None;
+            out
         }
         None => std::future::pending().await,
     }

@@ -16,6 +16,7 @@ mod intent_job;
 mod job;
 mod routes;
 mod scheduler;
+mod tick_worker;
 mod tracker;
 mod wake_job;
 pub mod watch;
@@ -72,6 +73,8 @@ pub enum ServeError {
     /// cryo: an unreadable wake table aborts the start, naming the file.
     #[error(transparent)]
     WakeDb(#[from] crate::wake::db::WakeDbError),
+    #[error("cannot start the autonomy tick thread: {0}")]
+    Ticks(std::io::Error),
     #[error("cannot watch the inboxes: {0}")]
     Watch(#[from] watch::WatchError),
 }
@@ -242,6 +245,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
             scheduler,
             wake_limits: opts.wake,
             drained: drain::DrainTargets { cron: Arc::default(), new_agents },
+            ticks: tick_worker::TickWorker::start().map_err(ServeError::Ticks)?,
         },
         shutdown: CancellationToken::new(),
         watch: Arc::default(),

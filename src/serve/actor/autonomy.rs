@@ -5,42 +5,47 @@
 use super::*;
 
 impl Actor {
-    /// The idle tick (DESIGN.md §13): when nothing waits, decide and maybe start a job.
-    pub(super) fn tick(&mut self) {
-        self.tick_at = None;
+    /// Nothing asks anything of the agent (DESIGN.md §13 "idle only when …"; the files' part —
+    /// inbox, todos, claims — is the tick's own check).
+    fn idle_for_autonomy(&self) -> bool {
         // A memory flush is never cut short for autonomy (a job's start would cancel it).
         let flushing = self.flush.as_ref().is_some_and(|(_, h)| !h.is_finished());
-        if self.busy() || flushing || !self.pending.is_empty() || !self.steering.is_empty() || self.wake_due.is_some() {
-            return;
+        !(self.busy() || flushing || !self.pending.is_empty() || !self.steering.is_empty() || self.wake_due.is_some())
+    }
+
+    /// The idle tick's timer: when nothing waits, the tick thread decides.
+    pub(super) fn tick(&mut self) {
+        self.tick_at = None;
+        if self.idle_for_autonomy() {
+            self.tick_reply = self.shared.ticks.ask(&self.shared.home, &self.record, self.resting);
         }
-        let (home, record) = (self.shared.home.clone(), self.record.clone());
-        let out = fsutil::blocking(|| crate::autonomy::tick::tick(&home, &record));
+    }
+
+    /// The tick thread's answer: the promotions it wrote, then the job to start (unless the
+    /// agent got busy meanwhile) or a rest (its line written by the thread).
+    pub(super) fn tick_done(&mut self, out: Option<crate::autonomy::tick::TickOut>) {
+        let Some(out) = out else { return };
         self.tick_every = out.every;
         self.priorities = out.priorities;
         for i in out.promoted {
             let (job, detail) = (format!("intent:{}", i.id), format!("priority {} (starvation)", i.priority));
-            crate::serve::intent_job::note(&self.record.workspace, &format!("{job} promoted to {detail}"));
             self.emit(EventKind::Autonomy { job, status: "promoted".into(), detail: Some(detail) });
         }
-        let rest = match out.tick {
+        match out.tick {
             Tick::Run(job) => {
-                self.resting = false;
-                self.start(Work::Auto(job, Preemption::default()));
-                return;
+                if self.idle_for_autonomy() {
+                    self.resting = false;
+                    self.start(Work::Auto(job, Preemption::default()));
+                }
             }
-            Tick::NotIdle(_) => return,
-            Tick::Rest => crate::autonomy::log::REST_LINE.to_string(),
-            Tick::Off(why) => format!("off ({why})"),
+            Tick::NotIdle(_) => {}
             Tick::Error(e) => {
                 if !self.resting {
-                    self.emit(EventKind::Error { kind: "autonomy".into(), message: e.clone() });
+                    self.emit(EventKind::Error { kind: "autonomy".into(), message: e });
                 }
-                format!("waiting: {e}")
+                self.resting = true;
             }
-        };
-        if !self.resting {
-            self.resting = true;
-            crate::serve::intent_job::note(&self.record.workspace, &rest);
+            Tick::Rest | Tick::Off(_) => self.resting = true,
         }
     }
 
