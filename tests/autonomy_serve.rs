@@ -61,6 +61,23 @@ fn log_text(t: &TestHome, id: &str) -> String {
     std::fs::read_to_string(log_path(&t.workspace(id))).unwrap_or_default()
 }
 
+/// Whether `done()` holds now or within 10 s: for what the actor writes right after an event
+/// the test saw (a ledger line after the kill, a rest line after the next tick).
+async fn soon(done: impl Fn() -> bool) -> bool {
+    for _ in 0..200 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    done()
+}
+
+/// Whether the last line of `autonomy.log` starts a rest streak.
+fn resting(t: &TestHome, id: &str) -> bool {
+    log_text(t, id).lines().last().is_some_and(|l| l.ends_with(REST_LINE))
+}
+
 /// Frames up to the first `autonomy` event with `status`.
 async fn until_autonomy(events: &mut Sse, status: &str) -> Vec<Frame> {
     let mut out = Vec::new();
@@ -113,16 +130,7 @@ async fn a_chat_preempts_a_running_command_and_min_gap_keeps_it_from_starting_ag
     assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap(), None);
 
     // The next ticks rest: min_gap (an hour) counts from the start of the run a chat cut short.
-    let log = log_path(&t.workspace(&id));
-    let mut rested = false;
-    for _ in 0..100 {
-        if log_text(&t, &id).lines().last().is_some_and(|l| l.ends_with(REST_LINE)) {
-            rested = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(rested, "no rest line after the preemption: {}", std::fs::read_to_string(&log).unwrap_or_default());
+    assert!(soon(|| resting(&t, &id)).await, "no rest line after the preemption: {}", log_text(&t, &id));
     let runs = ledger(&t, &id).iter().filter(|l| l["status"] == "running").count();
     assert_eq!(runs, 1, "started once");
     assert_eq!(s.stop().await, 0);
@@ -220,15 +228,7 @@ async fn needs_human_never_runs_and_a_refused_hand_written_line_never_runs() {
     let mut events = s.events(&id, None).await;
     let refused = until_autonomy(&mut events, "refused").await;
     assert!(refused.last().unwrap().data["detail"].as_str().unwrap().starts_with("network:"), "{refused:?}");
-    let mut rested = false;
-    for _ in 0..100 {
-        if log_text(&t, &id).contains(REST_LINE) {
-            rested = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(rested, "{}", log_text(&t, &id));
+    assert!(soon(|| resting(&t, &id)).await, "{}", log_text(&t, &id));
     let (i1, i2) = (intent(&t, &id, "i1"), intent(&t, &id, "i2"));
     assert_eq!(i1["status"], "pending");
     assert_eq!(i2["status"], "refused");
@@ -250,12 +250,7 @@ async fn a_killed_serve_leaves_no_intent_running_and_the_next_start_records_the_
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     assert!(leader.exited_within(Duration::from_secs(20)).await, "the next start killed the orphaned group");
     // The ledger line follows the kill at once, in the same recovery.
-    for _ in 0..100 {
-        if intent(&t, &id, "i1")["status"] != "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert!(soon(|| intent(&t, &id, "i1")["status"] != "running").await);
     let i1 = intent(&t, &id, "i1");
     assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("interrupted"), Some("restart"), Some(0)));
     assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap(), None);
@@ -273,15 +268,7 @@ async fn a_configured_selfcheck_runs_when_there_is_no_intent_and_then_waits_its_
     let done = until_autonomy(&mut events, "done").await;
     assert_eq!(done.last().unwrap().data["job"], "selfcheck");
     assert_eq!(done.last().unwrap().data["detail"], "exit 0: ");
-    let mut rested = false;
-    for _ in 0..100 {
-        if log_text(&t, &id).lines().last().is_some_and(|l| l.ends_with(REST_LINE)) {
-            rested = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(rested, "{}", log_text(&t, &id));
+    assert!(soon(|| resting(&t, &id)).await, "{}", log_text(&t, &id));
     assert_eq!(std::fs::read_to_string(t.workspace(&id).join("selfcheck.txt")).unwrap(), "checked\n", "once per every_secs");
     let state: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join(".cicy/autonomy-state.json")).unwrap()).unwrap();
     assert!(state["last_start"]["selfcheck"].as_i64().unwrap() > 1_700_000_000);
@@ -316,14 +303,8 @@ async fn a_line_claiming_priority_1_still_gives_way_and_compact_and_drop_stop_it
     let (_pgid, leader) = group_of(&fifo).await;
     cicy::autonomy::wish::drop(&t.workspace(&id), "i1").unwrap();
     assert!(leader.exited_within(Duration::from_secs(5)).await, "the 0.5 s poll saw the drop");
-    let mut i1 = intent(&t, &id, "i1");
-    for _ in 0..100 {
-        if i1["preempted_by"] == "drop" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        i1 = intent(&t, &id, "i1");
-    }
+    assert!(soon(|| intent(&t, &id, "i1")["preempted_by"] == "drop").await);
+    let i1 = intent(&t, &id, "i1");
     assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("dropped"), Some("drop"), Some(2)));
     assert_eq!(s.stop().await, 0);
 }
