@@ -65,11 +65,9 @@ async fn preemption(gw: &ScriptedGateway) {
     let fifo = Fifo::new(ws.join("started"));
     let ledger = cicy::autonomy::ledger::ledger_path(&ws);
     std::fs::create_dir_all(ledger.parent().unwrap()).unwrap();
-    std::fs::write(
-        &ledger,
-        "{\"id\":\"i1\",\"at\":\"2026-12-01T10:00:00Z\",\"by\":\"human\",\"what\":\"wait\",\"run\":\"echo $$ > started; sleep 30\",\"priority\":5,\"status\":\"pending\"}\n",
-    )
-    .unwrap();
+    let at = cicy::fsutil::now_rfc3339();
+    let line = format!(r#"{{"id":"i1","at":"{at}","by":"human","what":"wait","run":"echo $$ > started; sleep 30","priority":5,"status":"pending"}}"#);
+    std::fs::write(&ledger, line + "\n").unwrap();
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut lat = Vec::new();
     for n in 0..50 {

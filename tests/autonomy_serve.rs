@@ -36,9 +36,9 @@ async fn idler() -> (ScriptedGateway, TestHome, String) {
 /// Appends a hand-written ledger line (checked at pickup, as DESIGN.md §13 says).
 fn hand_wish(t: &TestHome, id: &str, iid: &str, run: Option<&str>, extra: &str) {
     let run = run.map_or(String::new(), |r| format!(r#","run":{}"#, serde_json::to_string(r).unwrap()));
-    let line = format!(
-        r#"{{"id":"{iid}","at":"2026-12-01T10:00:00Z","by":"human","what":"work on {iid}"{run},"priority":5,"status":"pending"{extra}}}"#
-    );
+    // Wished now: a wish older than a day would be promoted at the first tick.
+    let at = cicy::fsutil::now_rfc3339();
+    let line = format!(r#"{{"id":"{iid}","at":"{at}","by":"human","what":"work on {iid}"{run},"priority":5,"status":"pending"{extra}}}"#);
     let path = ledger_path(&t.workspace(id));
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let mut text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -244,7 +244,10 @@ async fn a_killed_serve_leaves_no_intent_running_and_the_next_start_records_the_
     let fifo = started(&t, &id);
     hand_wish(&t, &id, "i1", Some("echo $$ > started; sleep 30"), r#","min_gap":3600"#);
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
-    let (_pgid, leader) = group_of(&fifo).await;
+    let (pgid, leader) = group_of(&fifo).await;
+    // The shell can write the fifo before serve has recorded its group for the reaper.
+    let record = cicy::autonomy::tick::running_dir(&t.workspace(&id)).join(format!("{pgid}.json"));
+    assert!(common::wait::appears_within(&record, Duration::from_secs(20)).await);
     s.kill9().await;
     assert_eq!(intent(&t, &id, "i1")["status"], "running");
     let s = Serve::start(t.root(), &gw.url(), &[]).await;

@@ -34,7 +34,11 @@ fn wish(record: &AgentRecord, line: &str) {
     std::fs::write(path, text).unwrap();
 }
 
-const TIDY: &str = r#"{"id":"i1","at":"2026-12-01T10:00:00Z","by":"self","what":"tidy the notes","run":"ls","priority":5,"status":"pending"}"#;
+/// A runnable intent wished now (one older than a day would be promoted).
+fn tidy() -> String {
+    let at = cicy::fsutil::now_rfc3339();
+    format!(r#"{{"id":"i1","at":"{at}","by":"self","what":"tidy the notes","run":"ls","priority":5,"status":"pending"}}"#)
+}
 
 fn line(t: &TestHome, record: &AgentRecord) -> String {
     tick_in(&t.home, record, Mode::DryRun).tick.dry_run_line()
@@ -44,7 +48,7 @@ fn line(t: &TestHome, record: &AgentRecord) -> String {
 fn an_empty_tick_rests_and_an_intent_is_picked_when_the_agent_is_idle() {
     let (t, record) = home();
     assert_eq!(line(&t, &record), "[dry-run] rest (nothing wanted and runnable)");
-    wish(&record, TIDY);
+    wish(&record, &tidy());
     assert_eq!(line(&t, &record), "[dry-run] run intent i1 (priority 5): tidy the notes — `ls`");
     let out = tick(&t.home, &record);
     let Tick::Run(job) = out.tick else { panic!("{:?}", out.tick) };
@@ -54,7 +58,7 @@ fn an_empty_tick_rests_and_an_intent_is_picked_when_the_agent_is_idle() {
 #[test]
 fn an_unread_message_a_due_todo_or_an_owed_answer_keeps_intents_from_running() {
     let (t, record) = home();
-    wish(&record, TIDY);
+    wish(&record, &tidy());
     let mb = Mailbox::of_workspace(&record.workspace);
     let msg = mb.write(Folder::Inbox, &note("human", "are you there?")).unwrap();
     assert_eq!(line(&t, &record), "[dry-run] not idle: an unread message waits in the inbox");
@@ -96,7 +100,7 @@ fn the_switches_stop_autonomy_and_a_dry_run_writes_nothing() {
 #[test]
 fn a_bad_priority_table_stops_autonomy_and_is_left_as_it_is() {
     let (t, record) = home();
-    wish(&record, TIDY);
+    wish(&record, &tidy());
     let table = record.workspace.join(".cicy/sched-priority.json");
     std::fs::write(&table, "{\"intnet\": 4}").unwrap();
     let got = line(&t, &record);
@@ -107,7 +111,7 @@ fn a_bad_priority_table_stops_autonomy_and_is_left_as_it_is() {
 #[test]
 fn a_running_line_at_a_tick_is_what_a_killed_serve_left_and_becomes_interrupted() {
     let (t, record) = home();
-    wish(&record, &TIDY.replace(r#""status":"pending""#, r#""status":"running""#));
+    wish(&record, &tidy().replace(r#""status":"pending""#, r#""status":"running""#));
     assert_eq!(line(&t, &record), "[dry-run] rest (nothing wanted and runnable)", "a dry run writes nothing");
     let out = tick(&t.home, &record);
     assert!(matches!(out.tick, Tick::Run(_)), "{:?}", out.tick);
