@@ -16,6 +16,13 @@ pub fn log_path(workspace: &Path) -> PathBuf {
 /// The line a rest streak starts with.
 pub const REST_LINE: &str = "rest (nothing wanted and runnable)";
 
+/// [`append`], a failure only traced: the ledger is the record, the log its reading aid.
+pub fn note(workspace: &Path, text: &str) {
+    if let Err(e) = append(workspace, text) {
+        tracing::warn!(error = %e, "cannot write autonomy.log");
+    }
+}
+
 /// Appends `<now> <text>` (one line; newlines in `text` become spaces).
 ///
 /// Errors: the file cannot be opened or written.

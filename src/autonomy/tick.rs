@@ -162,9 +162,7 @@ fn decide(home: &Home, record: &AgentRecord, config: &AutonomyConfig, mode: Mode
     }
     if mode == Mode::Write {
         for p in &out.promoted {
-            if let Err(e) = super::log::append(ws, &format!("intent:{} promoted to priority {} (starvation)", p.id, p.priority)) {
-                tracing::warn!(error = %e, "cannot write autonomy.log");
-            }
+            super::log::note(ws, &format!("intent:{} promoted to priority {} (starvation)", p.id, p.priority));
         }
     }
     for p in &out.promoted {
@@ -288,9 +286,7 @@ pub fn recover(ws: &Path) -> Recovered {
     };
     for id in &interrupted {
         notes.push(format!("intent {id} was running when serve stopped; it is interrupted and runs again later"));
-        if let Err(e) = super::log::append(ws, &format!("intent:{id} interrupted (preempted by restart)")) {
-            tracing::warn!(error = %e, "cannot write autonomy.log");
-        }
+        super::log::note(ws, &format!("intent:{id} interrupted (preempted by restart)"));
     }
     Recovered { notes, interrupted }
 }

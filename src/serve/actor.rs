@@ -218,6 +218,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         preemption: None,
         after_auto: None,
         tick_reply: None,
+        poll_at: None,
     };
     tokio::spawn(actor.run(rx));
     handle
@@ -271,6 +272,8 @@ struct Actor {
     after_auto: Option<Work>,
     /// The answer of a tick the tick thread runs now.
     tick_reply: Option<oneshot::Receiver<crate::autonomy::tick::TickOut>>,
+    /// The next 0.5 s look for what must stop the running autonomy job.
+    poll_at: Option<Instant>,
 }
 
 impl Actor {
@@ -287,7 +290,12 @@ impl Actor {
             } else {
                 None
             };
-            let poll_at = self.preemption.is_some().then(|| Instant::now() + PREEMPT_POLL);
+            // Kept across loop turns: a client asking often (status polls) must not keep
+            // pushing the poll back.
+            let poll_at = match &self.preemption {
+                Some(_) => Some(*self.poll_at.get_or_insert_with(|| Instant::now() + PREEMPT_POLL)),
+                None => None,
+            };
             tokio::select! {
                 op = rx.recv() => match op {
                     Some(Op::Shutdown { reply }) => {
@@ -310,7 +318,10 @@ impl Actor {
                 () = sleep_system(memory_at) => self.flush_memory(),
                 () = sleep(tick_at) => self.tick(),
                 out = answer(&mut self.tick_reply) => self.tick_done(out),
-                () = sleep(poll_at) => self.poll_preempt(),
+                () = sleep(poll_at) => {
+                    self.poll_at = None;
+                    self.poll_preempt();
+                }
                 () = sleep(drop_at) => {
                     // Dropped after a long idle period and reopened on demand **[chosen]**.
                     self.session = None;

@@ -23,7 +23,8 @@ use crate::autonomy::plan::{Pick, RoutineRuns};
 use crate::autonomy::tick::{running_dir, AutoJob};
 use crate::autonomy::key::GuardKey;
 use crate::autonomy::priority::Class;
-use crate::autonomy::{guard, log, wish};
+use crate::autonomy::log::note;
+use crate::autonomy::{guard, wish};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
 use crate::tools::process::{self, Ending};
@@ -350,13 +351,6 @@ fn cut(line: &str) -> String {
     match line.char_indices().nth(RESULT_MAX_CHARS) {
         Some((i, _)) => format!("{}…", &line[..i]),
         None => line.to_string(),
-    }
-}
-
-/// A line in `autonomy.log`; a failure is only traced (the ledger is the record).
-pub fn note(ws: &Path, text: &str) {
-    if let Err(e) = log::append(ws, text) {
-        tracing::warn!(error = %e, "cannot write autonomy.log");
     }
 }
 

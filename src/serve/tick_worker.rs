@@ -40,7 +40,7 @@ impl TickWorker {
                 let out = tick(&req.home, &req.record);
                 if !req.resting {
                     if let Some(line) = out.tick.rest_line() {
-                        super::intent_job::note(&req.record.workspace, &line);
+                        crate::autonomy::log::note(&req.record.workspace, &line);
                     }
                 }
                 // The actor may be gone (serve stopping): nothing waits for the answer then.

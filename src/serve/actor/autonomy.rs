@@ -65,7 +65,7 @@ impl Actor {
     fn stop_auto(&mut self, by: &str) {
         let Some((job, preemption)) = &self.preemption else { return };
         if job.never_killed {
-            crate::serve::intent_job::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
+            crate::autonomy::log::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
             return;
         }
         preemption.set(by);
