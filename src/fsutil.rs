@@ -31,8 +31,14 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Renames an unparsable file to `<name>.corrupt-<unix>` (a numeric suffix is added if that
 /// name exists) and returns the new path.
 pub fn move_aside(path: &Path) -> io::Result<PathBuf> {
+    rename_aside(path, "corrupt")
+}
+
+/// Renames `path` to `<name>.<tag>-<unix>` (a numeric suffix is added if that name exists) and
+/// returns the new path: a file kept, not deleted (`move_aside`, `intents rm`).
+pub fn rename_aside(path: &Path, tag: &str) -> io::Result<PathBuf> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let base = format!("{name}.corrupt-{}", unix_now());
+    let base = format!("{name}.{tag}-{}", unix_now());
     let mut target = path.with_file_name(&base);
     let mut n = 1;
     while target.exists() {

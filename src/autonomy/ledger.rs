@@ -326,13 +326,7 @@ impl Ledger {
             return Ok(None);
         }
         let _lock = self.open_locked()?;
-        let mut target = self.path.with_file_name(format!("intents.jsonl.removed-{}", crate::fsutil::unix_now()));
-        let mut n = 1;
-        while target.exists() {
-            target = self.path.with_file_name(format!("intents.jsonl.removed-{}.{n}", crate::fsutil::unix_now()));
-            n += 1;
-        }
-        std::fs::rename(&self.path, &target).map_err(|source| self.io(source))?;
+        let target = crate::fsutil::rename_aside(&self.path, "removed").map_err(|source| self.io(source))?;
         if let Some(dir) = self.path.parent() {
             crate::fsutil::sync_dir(dir).map_err(|source| self.io(source))?;
         }
