@@ -8,6 +8,7 @@
 //! loop or the files of a conversation: actors run jobs that do.
 
 mod actor;
+mod dashboard;
 mod drain;
 mod group_routes;
 mod http;
@@ -377,6 +378,11 @@ fn start_waking(
 
 fn router(hub: Hub) -> Router {
     Router::new()
+        .route("/", get(dashboard::index))
+        .route("/app.js", get(dashboard::script))
+        .route("/app.css", get(dashboard::style))
+        .route("/favicon.svg", get(dashboard::icon))
+        .route("/favicon.ico", get(dashboard::icon))
         .route("/api/health", get(routes::health))
         .route("/api/cicy/chat", post(routes::chat))
         .route("/api/cicy/cancel", post(routes::cancel))

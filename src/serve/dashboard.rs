@@ -1,0 +1,61 @@
+//! The dashboard of DESIGN.md §14 (the cryo seed's hub): one page embedded in the binary and
+//! served at `GET /` with its script, style sheet and icon.
+//!
+//! Owns the page's bytes and the headers they go out with: a strict Content-Security-Policy
+//! (`default-src 'self'`, so the page can load nothing from another host and run no inline
+//! script), `no-referrer` (a `/?token=` link must not leak through a Referer) and `no-store`
+//! (a new binary's page is never mixed with an old cached script). The page talks to the same
+//! `/api` routes as every other client, with the token in a header; it must not get a route of
+//! its own. No token is needed to load it: it holds nothing secret.
+
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+
+/// DESIGN.md §14: nothing but this origin; no inline script or style, no frames, no plugins.
+pub const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
+
+/// The page's files, `(path, content type, bytes)`. Their sum is the page weight the
+/// dashboard bench reports (DESIGN.md §14: < 40 KB; issue 13: < 60 KB).
+pub const FILES: [(&str, &str, &str); 4] = [
+    ("/", "text/html; charset=utf-8", include_str!("dashboard/index.html")),
+    ("/app.js", "text/javascript; charset=utf-8", include_str!("dashboard/app.js")),
+    ("/app.css", "text/css; charset=utf-8", include_str!("dashboard/app.css")),
+    ("/favicon.svg", "image/svg+xml", include_str!("dashboard/favicon.svg")),
+];
+
+fn file(path: &str) -> Response {
+    let Some((_, kind, body)) = FILES.iter().find(|(p, _, _)| *p == path) else {
+        return super::http::ApiError::not_found("no such route").into_response();
+    };
+    (
+        [
+            (header::CONTENT_TYPE, *kind),
+            (header::CONTENT_SECURITY_POLICY, CSP),
+            (header::REFERRER_POLICY, "no-referrer"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        *body,
+    )
+        .into_response()
+}
+
+/// `GET /`: the page (no token: the page asks for it).
+pub async fn index() -> Response {
+    file("/")
+}
+
+/// `GET /app.js`.
+pub async fn script() -> Response {
+    file("/app.js")
+}
+
+/// `GET /app.css`.
+pub async fn style() -> Response {
+    file("/app.css")
+}
+
+/// `GET /favicon.svg` (and `/favicon.ico`, which browsers ask for on their own).
+pub async fn icon() -> Response {
+    file("/favicon.svg")
+}
