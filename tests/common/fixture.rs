@@ -71,10 +71,15 @@ impl TestHome {
 
     /// Creates an agent with `role_template` and the deterministic AGENTS.md; returns its id.
     pub fn create(&self, role_template: &str, api_style: Option<ApiStyle>) -> String {
+        self.create_titled(role_template, "Tess", api_style)
+    }
+
+    /// [`TestHome::create`] with the agent titled `title`.
+    pub fn create_titled(&self, role_template: &str, title: &str, api_style: Option<ApiStyle>) -> String {
         let created = agent::create(
             &self.home,
             CreateOptions {
-                title: "Tess".into(),
+                title: title.into(),
                 role_template: role_template.into(),
                 role: "worker".into(),
                 model: None,

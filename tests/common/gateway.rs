@@ -48,6 +48,9 @@ pub enum Reply {
     /// HTTP 200 stream whose chunks are written once `gate` gives a permit (a slow answer the
     /// test releases), or after `after` when there is no gate (a gateway that takes its time).
     Held { chunks: Vec<Vec<u8>>, gate: Option<Arc<tokio::sync::Semaphore>>, after: Duration },
+    /// HTTP 200 stream: `first` written at once, then `rest` once `gate` gives a permit (an
+    /// answer held mid-stream, so a test can look at what the client shows of a partial answer).
+    Paused { first: Vec<Vec<u8>>, rest: Vec<Vec<u8>>, gate: Arc<tokio::sync::Semaphore> },
 }
 
 impl Reply {
@@ -60,6 +63,14 @@ impl Reply {
     pub fn gated(chunks: Vec<Vec<u8>>) -> (Self, Arc<tokio::sync::Semaphore>) {
         let gate = Arc::new(tokio::sync::Semaphore::new(0));
         (Reply::Held { chunks, gate: Some(gate.clone()), after: Duration::ZERO }, gate)
+    }
+
+    /// An SSE reply that writes `chunks[..at]`, then the rest once the returned gate gets a
+    /// permit (`gate.add_permits(1)`).
+    pub fn paused(mut chunks: Vec<Vec<u8>>, at: usize) -> (Self, Arc<tokio::sync::Semaphore>) {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let rest = chunks.split_off(at);
+        (Reply::Paused { first: chunks, rest, gate: gate.clone() }, gate)
     }
 
     pub fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
@@ -293,6 +304,14 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
                 stream::iter(chunks.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c))))
             };
             sse(Body::from_stream(stream::once(wait).flatten()))
+        }
+        Some(Reply::Paused { first, rest, gate }) => {
+            let rest = async move {
+                drop(gate.acquire_owned().await);
+                stream::iter(rest.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c))))
+            };
+            let first = stream::iter(first.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c))));
+            sse(Body::from_stream(first.chain(stream::once(rest).flatten())))
         }
         Some(Reply::SseThenHang { chunks }) => {
             let s = stream::iter(chunks.into_iter().map(|c| Ok::<_, Infallible>(Bytes::from(c)))).chain(stream::pending());

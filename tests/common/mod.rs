@@ -5,6 +5,7 @@
 // Every test file compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod cli;
 pub mod fixture;
 pub mod gateway;
