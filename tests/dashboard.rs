@@ -1,0 +1,422 @@
+//! The dashboard (DESIGN.md §14, issue 13) in a real browser: Debian's headless chromium,
+//! driven through chromedriver, against a real `cicy-agent serve` and the scripted gateway.
+//! The token form, a streamed chat answer and a tool call, cancelling a long tool, a reconnect
+//! of `/api/events` that loses and doubles nothing, and 100 agents at phone and laptop width.
+//! Screenshots go to `<target>/dashboard-screenshots/`.
+//!
+//! Each test starts one serve and one browser; `scripts/test.sh` installs chromium +
+//! chromium-driver when chromedriver is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+
+use common::browser::{Browser, LAPTOP, PHONE};
+use common::fixture::TestHome;
+use common::gateway::{anthropic_text, anthropic_tool_use, pieces, Reply, ScriptedGateway};
+use common::history::wire_messages;
+use common::serve::{Frame, Serve};
+use common::wait;
+
+/// Opens the page logged in through `/?token=` and waits for `n` agent rows.
+async fn open_logged_in(b: &Browser, base: &str, token: &str, n: usize) {
+    b.goto(&format!("{base}/?token={token}")).await;
+    b.wait_js(&format!("{n} agent rows"), &format!("document.querySelectorAll('#agents .agent').length === {n}")).await;
+}
+
+/// Clicks the row of agent `id` and waits for its detail.
+async fn select(b: &Browser, id: &str) {
+    b.click(&format!("#agents .agent[data-id='{id}']")).await;
+    b.wait_css(&format!("#detail[data-id='{id}']")).await;
+}
+
+/// Types `text` into the chat box and sends it.
+async fn send(b: &Browser, text: &str) {
+    b.type_into("#chat-text", text).await;
+    b.click("#chat-send").await;
+}
+
+/// Waits until the row of `id` shows `state`.
+async fn dot(b: &Browser, id: &str, state: &str) {
+    b.wait_js(
+        &format!("{id}'s dot {state}"),
+        &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .dot\").dataset.state === '{state}'"),
+    )
+    .await;
+}
+
+/// The agent's own events from its log, from the first one through its `dones`-th `done`.
+async fn agent_events(s: &Serve, id: &str, dones: usize) -> Vec<Frame> {
+    let mut sse = s.events(id, Some(0)).await;
+    let mut out = Vec::new();
+    let mut seen = 0;
+    while seen < dones {
+        let f = sse.next().await.expect("the log has the agent's events");
+        seen += usize::from(f.event == "done");
+        out.push(f);
+    }
+    out
+}
+
+/// The rows of `GET /api/agents`, as (id, title).
+async fn listed(s: &Serve) -> Vec<(String, String)> {
+    let (status, rows) = s.get("/api/agents").await;
+    assert_eq!(status, 200);
+    rows.as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().to_string(), r["title"].as_str().unwrap().to_string())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    // Titles are untrusted text: markup in them must show as typed.
+    let a = t.create_titled("tester", "Ada <b>bold</b> & <img src=x>", None);
+    let c = t.create_titled("tester", "Cy \"two\"", None);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let b = Browser::start(LAPTOP).await;
+
+    b.goto(&s.url("/")).await;
+    b.wait_visible("#login").await;
+    assert_eq!(b.js("return document.querySelectorAll('#agents .agent').length").await, 0);
+    b.screenshot("login").await;
+
+    b.type_into("#token", "not-the-token").await;
+    b.click("#login-go").await;
+    b.wait_visible("#login-error").await;
+    let error = b.find("#login-error").await.text().await.unwrap();
+    assert!(error.to_lowercase().contains("wrong token"), "the form says the token is wrong: {error:?}");
+    let statuses = b
+        .js("return performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname === '/api/agents').map(e => e.responseStatus)")
+        .await;
+    assert_eq!(statuses, json!([401]), "the page asked /api/agents once and was refused");
+    b.wait_visible("#login").await;
+
+    b.type_into("#token", &s.token).await;
+    b.click("#login-go").await;
+    b.wait_js("2 agent rows", "document.querySelectorAll('#agents .agent').length === 2").await;
+    b.wait_hidden("#login").await;
+    b.wait_hidden("#login-error").await;
+    let want = listed(&s).await;
+    let ids: Vec<String> = want.iter().map(|(id, _)| id.clone()).collect();
+    let titles: Vec<String> = want.iter().map(|(_, title)| title.clone()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    let mut mine = vec![a.clone(), c.clone()];
+    mine.sort();
+    assert_eq!(sorted, mine);
+    assert_eq!(b.attrs("#agents .agent", "data-id").await, ids);
+    assert_eq!(b.texts("#agents .agent .title").await, titles);
+    assert_eq!(b.js("return document.querySelectorAll('#agents img').length").await, 0, "a title's markup stays text");
+    assert_eq!(b.js("return localStorage.getItem('cicy.token')").await, json!(s.token));
+
+    // A fresh start through the link: the token is stored and leaves the address bar.
+    b.js("localStorage.clear(); return null").await;
+    open_logged_in(&b, &s.url(""), &s.token, 2).await;
+    assert_eq!(b.js("return location.href").await, json!(s.url("/")));
+    assert_eq!(b.js("return localStorage.getItem('cicy.token')").await, json!(s.token));
+    b.wait_hidden("#login").await;
+
+    // A reload keeps the session: the token comes from localStorage.
+    b.client.refresh().await.unwrap();
+    b.wait_js("2 agent rows after a reload", "document.querySelectorAll('#agents .agent').length === 2").await;
+    b.wait_hidden("#login").await;
+    assert_eq!(b.js("return location.href").await, json!(s.url("/")));
+    b.wait_js("the event stream live", "document.querySelector('#conn').dataset.state === 'live'").await;
+
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_answer_streams_into_one_block_and_a_tool_call_shows_its_result() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let answer = "The answer is forty-two; it came in three pieces.";
+    let parts = pieces(answer, 3);
+    // message_start, ping, content_block_start, two deltas | held | the third delta and the end.
+    let (held, gate) = Reply::paused(anthropic_text(answer), 5);
+    gw.push(held);
+    gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command": "echo tool-says-hi"}"#)));
+    gw.push(Reply::sse(anthropic_text("The tool said hi.")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let b = Browser::start(LAPTOP).await;
+    open_logged_in(&b, &s.url(""), &s.token, 1).await;
+    select(&b, &id).await;
+
+    send(&b, "what is the answer").await;
+    let partial = format!("{}{}", parts[0], parts[1]);
+    b.wait_js(
+        "the first two pieces on the page",
+        &format!("[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|') === {}", json!(partial)),
+    )
+    .await;
+    dot(&b, &id, "streaming").await;
+    gate.add_permits(1);
+    b.wait_js(
+        "the whole answer in one block",
+        &format!("[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|') === {}", json!(answer)),
+    )
+    .await;
+    dot(&b, &id, "idle").await;
+    assert_eq!(wire_messages(&gw.requests()[0]).last().unwrap().plain_text(), "what is the answer");
+
+    send(&b, "run a tool").await;
+    b.wait_css("#live .ev.tool .result").await;
+    b.wait_js(
+        "the tool turn's answer",
+        "[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|').endsWith('|The tool said hi.')",
+    )
+    .await;
+    dot(&b, &id, "idle").await;
+    let events = agent_events(&s, &id, 2).await;
+    let started = events.iter().find(|f| f.event == "tool_started").unwrap();
+    let finished = events.iter().find(|f| f.event == "tool_finished").unwrap();
+    assert_eq!(finished.data["result"], "tool-says-hi\nexit code: 0");
+    assert_eq!(b.texts("#live .ev.text").await, vec![answer.to_string(), "The tool said hi.".to_string()]);
+    assert_eq!(b.texts("#live .ev.tool .name").await, vec!["shell".to_string()]);
+    assert_eq!(b.attrs("#live .ev.tool", "data-seq").await, vec![started.data["seq"].to_string()]);
+    let input = b.texts("#live .ev.tool .input").await;
+    assert!(input.len() == 1 && input[0].contains("echo tool-says-hi"), "the tool's input: {input:?}");
+    assert_eq!(b.texts("#live .ev.tool .result").await, vec!["tool-says-hi\nexit code: 0".to_string()]);
+    assert_eq!(b.js("return document.querySelectorAll('#live .ev.tool .result.error').length").await, 0);
+
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command": "echo $$ > tool.pid; exec sleep 30"}"#)));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let b = Browser::start(LAPTOP).await;
+    open_logged_in(&b, &s.url(""), &s.token, 1).await;
+    select(&b, &id).await;
+
+    send(&b, "sleep a while").await;
+    let pid_file = t.workspace(&id).join("tool.pid");
+    assert!(wait::appears_within(&pid_file, Duration::from_secs(20)).await, "the tool started");
+    let pid: i32 = loop {
+        if let Ok(pid) = std::fs::read_to_string(&pid_file).unwrap_or_default().trim().parse() {
+            break pid;
+        }
+        tokio::task::yield_now().await;
+    };
+    let tool = wait::Pidfd::open(pid).expect("the sleeping tool runs");
+    b.wait_css("#live .ev.tool").await;
+    dot(&b, &id, "executing_tools").await;
+
+    let clicked = Instant::now();
+    b.click("#cancel").await;
+    b.wait_js(
+        "the turn ended cancelled on the page",
+        "[...document.querySelectorAll(\"#live .ev[data-type='turn_ended']\")].some(e => e.textContent.includes('cancelled'))",
+    )
+    .await;
+    dot(&b, &id, "idle").await;
+    let took = clicked.elapsed();
+    assert!(took < Duration::from_secs(10), "cancel took {took:?} (the tool sleeps 30 s)");
+    assert!(tool.exited_within(Duration::from_secs(5)).await, "the tool's process is gone");
+    let events = agent_events(&s, &id, 1).await;
+    let ended = events.iter().find(|f| f.event == "turn_ended").unwrap();
+    assert_eq!(ended.data["outcome"], "cancelled");
+    let shown = b.attrs("#live .ev[data-type='turn_ended']", "data-seq").await;
+    assert_eq!(shown, vec![ended.data["seq"].to_string()]);
+
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}
+
+/// A TCP pass-through between the browser and serve whose connections the test can cut: the
+/// page's `/api/events` stream breaks as it would when a network drops, and while it is down
+/// every new connection is closed at once.
+struct CutProxy {
+    addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl CutProxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let (up2, conns2) = (up.clone(), conns.clone());
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                if !up2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let conn = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                conns2.lock().unwrap().push(conn);
+            }
+        });
+        Self { addr, up, conns, accept }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Drops every open connection and refuses new ones until [`CutProxy::restore`].
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_shows_every_event_once() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    gw.push(Reply::sse(anthropic_text("Before the cut.")));
+    gw.push(Reply::sse(anthropic_text("Said while the page was away.")));
+    gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command": "echo away"}"#)));
+    gw.push(Reply::sse(anthropic_text("Also while away.")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let proxy = CutProxy::start(format!("127.0.0.1:{}", s.port).parse().unwrap()).await;
+    let b = Browser::start(LAPTOP).await;
+    open_logged_in(&b, &proxy.url(""), &s.token, 1).await;
+    select(&b, &id).await;
+    b.wait_js("the event stream live", "document.querySelector('#conn').dataset.state === 'live'").await;
+
+    send(&b, "first").await;
+    b.wait_js("the first answer", "[...document.querySelectorAll('#live .ev.text')].some(e => e.textContent === 'Before the cut.')").await;
+    dot(&b, &id, "idle").await;
+
+    proxy.cut();
+    b.wait_js("the page sees the stream drop", "document.querySelector('#conn').dataset.state !== 'live'").await;
+    // Two runs while the page is away, straight to serve, one after the other.
+    let mut events = Vec::new();
+    for (text, runs) in [("second", 2), ("third", 3)] {
+        let (status, body) = s.post(&format!("/api/agents/{id}/prompt"), json!({"text": text})).await;
+        assert_eq!((status, body), (200, json!({"queued": false})));
+        events = agent_events(&s, &id, runs).await;
+    }
+    proxy.restore();
+
+    b.wait_js("the page is live again", "document.querySelector('#conn').dataset.state === 'live'").await;
+    b.wait_js(
+        "the answers given while away",
+        "[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|') === 'Before the cut.|Said while the page was away.|Also while away.'",
+    )
+    .await;
+    let reconnects = b.js("return window.cicyStats.reconnects").await;
+    assert!(reconnects.as_u64().unwrap() >= 1, "cicyStats.reconnects = {reconnects}");
+
+    // Every entry once, in order, each naming one of the agent's events.
+    let seqs: Vec<u64> = b.attrs("#live .ev", "data-seq").await.iter().map(|s| s.parse().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "entries in seq order, none twice: {seqs:?}");
+    let logged: Vec<u64> = events.iter().map(|f| f.data["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.iter().all(|s| logged.contains(s)), "entries {seqs:?} are events of the log {logged:?}");
+    // Each text block and the tool call start at the event that opened it.
+    let first_deltas: Vec<String> = events
+        .iter()
+        .zip(std::iter::once(None).chain(events.iter().map(Some)))
+        .filter(|(f, prev)| f.event == "text_delta" && prev.is_none_or(|p| p.event != "text_delta"))
+        .map(|(f, _)| f.data["seq"].to_string())
+        .collect();
+    assert_eq!(b.attrs("#live .ev.text", "data-seq").await, first_deltas);
+    let tool_seq = events.iter().find(|f| f.event == "tool_started").unwrap().data["seq"].to_string();
+    assert_eq!(b.attrs("#live .ev.tool", "data-seq").await, vec![tool_seq]);
+    let turns_ended: Vec<String> = events.iter().filter(|f| f.event == "turn_ended").map(|f| f.data["seq"].to_string()).collect();
+    assert_eq!(b.attrs("#live .ev[data-type='turn_ended']", "data-seq").await, turns_ended);
+
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}
+
+/// Whether the page scrolls sideways.
+async fn scrolls_sideways(b: &Browser) -> bool {
+    b.js("return document.documentElement.scrollWidth > window.innerWidth").await == json!(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let ids: Vec<String> = (0..100).map(|i| t.create_titled("tester", &format!("Worker {i:03} of the build farm"), None)).collect();
+    let answer = "All hundred workers are listed; this answer streamed in while you watched.";
+    gw.push(Reply::sse(anthropic_text(answer)));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    let page = plain.get(s.url("/")).send().await.unwrap();
+    assert_eq!(
+        page.headers()["content-security-policy"],
+        "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'"
+    );
+
+    let b = Browser::start(LAPTOP).await;
+    open_logged_in(&b, &s.url(""), &s.token, 100).await;
+    assert_eq!(b.js("return window.innerWidth").await, json!(LAPTOP.0));
+    let mut shown = b.attrs("#agents .agent", "data-id").await;
+    shown.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(shown, want);
+    assert!(!scrolls_sideways(&b).await, "no sideways scroll at laptop width");
+    select(&b, &ids[0]).await;
+    send(&b, "are they all there").await;
+    b.wait_js("the streamed answer", &format!("[...document.querySelectorAll('#live .ev.text')].some(e => e.textContent === {})", json!(answer))).await;
+    dot(&b, &ids[0], "idle").await;
+    assert!(!scrolls_sideways(&b).await, "no sideways scroll with an answer shown");
+    b.screenshot("agents-laptop").await;
+
+    b.client.set_window_size(PHONE.0, PHONE.1).await.unwrap();
+    b.wait_js("a phone-wide window", &format!("window.innerWidth === {}", PHONE.0)).await;
+    b.client.refresh().await.unwrap();
+    b.wait_js("100 agent rows on the phone", "document.querySelectorAll('#agents .agent').length === 100").await;
+    assert!(!scrolls_sideways(&b).await, "no sideways scroll at phone width");
+    b.screenshot("agents-phone").await;
+
+    let origin = s.url("");
+    let elsewhere = b
+        .js(&format!("return performance.getEntriesByType('resource').map(e => e.name).filter(n => new URL(n).origin !== {})", json!(origin)))
+        .await;
+    assert_eq!(elsewhere, json!([]), "every request went to the page's own origin");
+    let here = b.js("return performance.getEntriesByType('resource').length").await;
+    assert!(here.as_u64().unwrap() >= 3, "the page loaded its script and style and asked the API: {here}");
+    b.wait_js("the event stream live", "document.querySelector('#conn').dataset.state === 'live'").await;
+    assert_eq!(
+        b.js("return [document.querySelectorAll('script:not([src])').length, document.querySelectorAll('style').length]").await,
+        json!([0, 0]),
+        "no inline script or style element"
+    );
+
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}
