@@ -12,14 +12,20 @@ mod common;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use futures_util::{stream, StreamExt};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use common::browser::{Browser, LAPTOP, PHONE};
-use common::fixture::TestHome;
+use common::fixture::{TestHome, TEST_AGENTS_MD};
 use common::gateway::{anthropic_text, anthropic_tool_use, pieces, Reply, ScriptedGateway};
 use common::history::wire_messages;
 use common::serve::{Frame, Serve};
@@ -103,16 +109,16 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
     b.wait_js("2 agent rows", "document.querySelectorAll('#agents .agent').length === 2").await;
     b.wait_hidden("#login").await;
     b.wait_hidden("#login-error").await;
-    let want = listed(&s).await;
-    let ids: Vec<String> = want.iter().map(|(id, _)| id.clone()).collect();
-    let titles: Vec<String> = want.iter().map(|(_, title)| title.clone()).collect();
-    let mut sorted = ids.clone();
-    sorted.sort();
-    let mut mine = vec![a.clone(), c.clone()];
+    let mut want = listed(&s).await;
+    want.sort();
+    let mut mine = vec![(a.clone(), "Ada <b>bold</b> & <img src=x>".to_string()), (c.clone(), "Cy \"two\"".to_string())];
     mine.sort();
-    assert_eq!(sorted, mine);
-    assert_eq!(b.attrs("#agents .agent", "data-id").await, ids);
-    assert_eq!(b.texts("#agents .agent .title").await, titles);
+    assert_eq!(want, mine);
+    let mut rows: Vec<(String, String)> =
+        b.attrs("#agents .agent", "data-id").await.into_iter().zip(b.texts("#agents .agent .title").await).collect();
+    rows.sort();
+    assert_eq!(rows, mine);
+    assert_eq!(b.texts("#agent-count").await, vec!["2".to_string()]);
     assert_eq!(b.js("return document.querySelectorAll('#agents img').length").await, 0, "a title's markup stays text");
     assert_eq!(b.js("return localStorage.getItem('cicy.token')").await, json!(s.token));
 
@@ -166,7 +172,10 @@ async fn a_chat_answer_streams_into_one_block_and_a_tool_call_shows_its_result()
     )
     .await;
     dot(&b, &id, "idle").await;
-    assert_eq!(wire_messages(&gw.requests()[0]).last().unwrap().plain_text(), "what is the answer");
+    assert_eq!(
+        wire_messages(&gw.requests()[0]).last().unwrap().plain_text(),
+        format!("<role>\n{TEST_AGENTS_MD}</role>\nwhat is the answer")
+    );
 
     send(&b, "run a tool").await;
     b.wait_css("#live .ev.tool .result").await;
@@ -237,50 +246,87 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
     assert_eq!(s.stop().await, 0);
 }
 
-/// A TCP pass-through between the browser and serve whose connections the test can cut: the
-/// page's `/api/events` stream breaks as it would when a network drops, and while it is down
-/// every new connection is closed at once.
+/// An HTTP pass-through between the browser and serve (serve checks that `Host` names its own
+/// port, so a plain TCP relay is refused) whose responses the test can cut: the page's
+/// `/api/events` stream breaks mid-body as when a network drops, and while it is down every
+/// request gets a 502.
 struct CutProxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-    accept: tokio::task::JoinHandle<()>,
+    cuts: tokio::sync::watch::Sender<u64>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Clone)]
+struct Upstream {
+    base: String,
+    http: reqwest::Client,
+    up: Arc<AtomicBool>,
+    cuts: tokio::sync::watch::Receiver<u64>,
+}
+
+async fn relay(State(u): State<Upstream>, req: Request) -> Response {
+    if !u.up.load(Ordering::SeqCst) {
+        return (StatusCode::BAD_GATEWAY, "the test cut the network").into_response();
+    }
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut out = u.http.request(parts.method.clone(), format!("{}{path}", u.base)).body(body);
+    for (k, v) in &parts.headers {
+        if !matches!(k.as_str(), "host" | "content-length" | "accept-encoding" | "connection") {
+            out = out.header(k.as_str(), v.as_bytes());
+        }
+    }
+    let Ok(r) = out.send().await else {
+        return (StatusCode::BAD_GATEWAY, "serve did not answer").into_response();
+    };
+    let mut builder = Response::builder().status(r.status().as_u16());
+    for (k, v) in r.headers() {
+        if !matches!(k.as_str(), "content-length" | "transfer-encoding" | "connection") {
+            builder = builder.header(k.as_str(), v.as_bytes());
+        }
+    }
+    // The body until it ends or the next cut; a cut ends it with an error, which makes the
+    // server drop the connection instead of ending the body cleanly.
+    let mut cuts = u.cuts.clone();
+    cuts.mark_unchanged();
+    let chunks = stream::unfold((r.bytes_stream().boxed(), Some(cuts)), |(mut body, cuts)| async move {
+        let mut cuts = cuts?;
+        tokio::select! {
+            chunk = body.next() => match chunk {
+                Some(Ok(b)) => Some((Ok(b), (body, Some(cuts)))),
+                Some(Err(e)) => Some((Err(std::io::Error::other(e)), (body, None))),
+                None => None,
+            },
+            _ = cuts.changed() => Some((Err(std::io::Error::other("cut")), (body, None))),
+        }
+    });
+    builder.body(Body::from_stream(chunks)).unwrap()
 }
 
 impl CutProxy {
-    async fn start(upstream: SocketAddr) -> Self {
+    async fn start(upstream: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
-        let conns: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let (up2, conns2) = (up.clone(), conns.clone());
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { return };
-                if !up2.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let conn = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                conns2.lock().unwrap().push(conn);
-            }
+        let (cuts, rx) = tokio::sync::watch::channel(0);
+        let state = Upstream { base: upstream.to_string(), http: reqwest::Client::builder().no_proxy().build().unwrap(), up: up.clone(), cuts: rx };
+        let app = Router::new().fallback(relay).with_state(state);
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
         });
-        Self { addr, up, conns, accept }
+        Self { addr, up, cuts, server }
     }
 
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
 
-    /// Drops every open connection and refuses new ones until [`CutProxy::restore`].
+    /// Breaks every response in flight and answers 502 until [`CutProxy::restore`].
     fn cut(&self) {
         self.up.store(false, Ordering::SeqCst);
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
-        }
+        self.cuts.send_modify(|n| *n += 1);
     }
 
     fn restore(&self) {
@@ -290,11 +336,42 @@ impl CutProxy {
 
 impl Drop for CutProxy {
     fn drop(&mut self) {
-        self.accept.abort();
-        for c in self.conns.lock().unwrap().drain(..) {
-            c.abort();
+        self.server.abort();
+    }
+}
+
+/// The seqs of the entries the live pane shows for `events` (DESIGN.md §14's DOM contract):
+/// a run of text (or thinking) deltas is one entry at its first delta, a tool call one entry
+/// at its `tool_started` that its `tool_finished` fills in, `text_end` closes a block and
+/// `state` shows on the list's dot only; every other event is a line of its own (`usage` and
+/// `round_started` leave an open text block open).
+fn entries(events: &[Frame]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut open: Option<&str> = None;
+    for f in events {
+        let t = f.event.as_str();
+        let opens = match t {
+            "text_delta" | "thinking_delta" => {
+                let fresh = open != Some(t);
+                open = Some(t);
+                fresh
+            }
+            "state" => false,
+            "text_end" | "tool_finished" => {
+                open = None;
+                false
+            }
+            "usage" | "round_started" => true,
+            _ => {
+                open = None;
+                true
+            }
+        };
+        if opens {
+            out.push(f.data["seq"].to_string());
         }
     }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -307,7 +384,7 @@ async fn a_reconnect_shows_every_event_once() {
     gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command": "echo away"}"#)));
     gw.push(Reply::sse(anthropic_text("Also while away.")));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
-    let proxy = CutProxy::start(format!("127.0.0.1:{}", s.port).parse().unwrap()).await;
+    let proxy = CutProxy::start(&s.url("")).await;
     let b = Browser::start(LAPTOP).await;
     open_logged_in(&b, &proxy.url(""), &s.token, 1).await;
     select(&b, &id).await;
@@ -337,12 +414,9 @@ async fn a_reconnect_shows_every_event_once() {
     let reconnects = b.js("return window.cicyStats.reconnects").await;
     assert!(reconnects.as_u64().unwrap() >= 1, "cicyStats.reconnects = {reconnects}");
 
-    // Every entry once, in order, each naming one of the agent's events.
-    let seqs: Vec<u64> = b.attrs("#live .ev", "data-seq").await.iter().map(|s| s.parse().unwrap()).collect();
-    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "entries in seq order, none twice: {seqs:?}");
-    let logged: Vec<u64> = events.iter().map(|f| f.data["seq"].as_u64().unwrap()).collect();
-    assert!(seqs.iter().all(|s| logged.contains(s)), "entries {seqs:?} are events of the log {logged:?}");
-    // Each text block and the tool call start at the event that opened it.
+    // Every event of the log once, in order: the page's entries are exactly the log's events
+    // as entries open (see `entries`).
+    assert_eq!(b.attrs("#live .ev", "data-seq").await, entries(&events));
     let first_deltas: Vec<String> = events
         .iter()
         .zip(std::iter::once(None).chain(events.iter().map(Some)))
@@ -383,6 +457,7 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
     let b = Browser::start(LAPTOP).await;
     open_logged_in(&b, &s.url(""), &s.token, 100).await;
     assert_eq!(b.js("return window.innerWidth").await, json!(LAPTOP.0));
+    assert_eq!(b.texts("#agent-count").await, vec!["100".to_string()]);
     let mut shown = b.attrs("#agents .agent", "data-id").await;
     shown.sort();
     let mut want = ids.clone();

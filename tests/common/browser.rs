@@ -145,7 +145,8 @@ impl Browser {
                  let v; try {{ v = ({cond}); }} catch (e) {{ v = undefined; }}
                  if (v) return done({{ok: true, v}});
                  if (Date.now() > until) {{
-                     const text = document.body ? document.body.innerText : '';
+                     const b = document.body;
+                     const text = location.href + ' ' + (b ? b.innerText || b.outerHTML : '');
                      return done({{ok: false, text: text.slice(0, 3000)}});
                  }}
                  setTimeout(tick, 20);
