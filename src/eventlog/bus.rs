@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::{broadcast, mpsc, oneshot};
 
+use super::global::GlobalFeed;
 use super::{events_dir, files::log_file, read_after, EventLog, EventLogError, RESERVE_CHUNK, ROTATE_BYTES};
 use crate::event::{Emitter, Event, EventKind, EventSink};
 
@@ -70,7 +71,7 @@ struct Shared {
     state: Mutex<State>,
     slot: Arc<Mutex<Slot>>,
     writer: mpsc::UnboundedSender<Msg>,
-    global: Option<broadcast::Sender<Event>>,
+    global: Option<Arc<GlobalFeed>>,
 }
 
 /// An agent's event bus and persistent log; cheap to clone (an `Arc` inside).
@@ -91,7 +92,7 @@ impl AgentEvents {
     pub fn open(
         workspace: &Path,
         agent_id: &str,
-        global: Option<broadcast::Sender<Event>>,
+        global: Option<Arc<GlobalFeed>>,
     ) -> Result<AgentEvents, EventLogError> {
         Self::open_with(workspace, agent_id, global, ROTATE_BYTES)
     }
@@ -100,7 +101,7 @@ impl AgentEvents {
     pub fn open_with(
         workspace: &Path,
         agent_id: &str,
-        global: Option<broadcast::Sender<Event>>,
+        global: Option<Arc<GlobalFeed>>,
         rotate_bytes: u64,
     ) -> Result<AgentEvents, EventLogError> {
         let mut log = EventLog::open_with(workspace, agent_id, rotate_bytes)?;
@@ -214,7 +215,7 @@ impl Shared {
             let _ = live.send(ev.clone());
         }
         if let Some(global) = &self.global {
-            let _ = global.send(ev.clone());
+            global.publish(&ev);
         }
         // Sent under the state lock so the writer's queue is in seq order; an error means the
         // writer is gone (runtime shut down), and the event stays in the ring only.

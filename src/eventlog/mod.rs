@@ -6,7 +6,7 @@
 //! briefly by every append, rotation and reservation) and `dropped` (a marker: rotation has
 //! dropped a file). [`EventLog`] is one process's writer; [`read_after`] reads back;
 //! [`AgentEvents`] (in `bus`) is the in-memory side: numbering, ring, subscribers and the writer
-//! task. It knows nothing of turns, HTTP or the terminal.
+//! task; [`GlobalFeed`] (in `global`) merges every agent's events for `GET /api/events`. It knows nothing of turns, HTTP or the terminal.
 //!
 //! Sequence numbers never repeat, even across `kill -9`: a process reserves ranges of
 //! [`RESERVE_CHUNK`] by writing `hwm` before it uses any seq of the range, so a restart takes
@@ -14,6 +14,7 @@
 
 mod bus;
 mod files;
+pub mod global;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 pub use bus::{AgentEvents, Subscription};
 pub use files::{read_after, Replay};
+pub use global::{GlobalFeed, GlobalSubscription};
 
 /// The seq of the newest event logged for the agent of `workspace` (0 when none), without
 /// opening a writer (which would reserve seqs): what a status row shows before the agent's

@@ -177,7 +177,7 @@ impl AgentHandle {
 pub struct Shared {
     pub home: Home,
     pub http: reqwest::Client,
-    pub global: tokio::sync::broadcast::Sender<crate::event::Event>,
+    pub global: Arc<crate::eventlog::GlobalFeed>,
     /// **[chosen]** A session idle this long is dropped and reopened on demand (600 s).
     pub session_idle: Duration,
     pub scheduler: super::scheduler::Scheduler,

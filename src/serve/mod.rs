@@ -33,7 +33,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::serve::ListenerExt;
 use axum::routing::{get, post};
 use axum::Router;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
@@ -42,15 +42,11 @@ pub use wake_job::WakeLimits;
 pub use instance::{read_info, ServeInfo};
 
 use crate::config::{Config, ConfigError};
-use crate::event::Event;
 use crate::home::{Home, HomeError};
 use crate::registry::{AgentRecord, RegistryError};
 
 /// cicy: `serve` listens on 8008 unless told otherwise.
 pub const DEFAULT_PORT: u16 = 8008;
-/// **[chosen]** Capacity of the all-agents event channel behind `GET /api/events`; a client
-/// further behind is told how many it missed.
-const GLOBAL_CAPACITY: usize = 4096;
 
 /// Errors starting or running `serve`.
 #[derive(Debug, thiserror::Error)]
@@ -222,7 +218,10 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .connect_timeout(config.connect_timeout)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
-    let (global, _) = broadcast::channel::<Event>(GLOBAL_CAPACITY);
+    // Numbered from the start in microseconds, so a cursor of an earlier run is always older
+    // than this run's events (`crate::eventlog::global`).
+    let started_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(1));
+    let global = crate::eventlog::GlobalFeed::new(started_us);
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
     // Autonomy leases a killed serve left (DESIGN.md §13): those agents' actors recover their
     // intents (kill the recorded groups, write `interrupted`); the others have nothing to do.

@@ -25,6 +25,7 @@ use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::event::{Event, EventKind};
+use crate::eventlog::global::Item as GlobalItem;
 use crate::eventlog::Subscription;
 use crate::fsutil;
 use crate::gateway::ApiStyle;
@@ -36,18 +37,21 @@ const PING: Duration = Duration::from_secs(15);
 
 type SseResponse = Response;
 
-/// One SSE frame; events in the log carry their seq as `id:`.
-fn frame(ev: &Event) -> SseEvent {
+/// One SSE frame without `id:` (`event: <type>`, `data: <Event JSON>`).
+fn unnumbered(ev: &Event) -> SseEvent {
     let name = serde_json::to_value(&ev.kind)
         .ok()
         .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_default();
-    let data = serde_json::to_string(ev).unwrap_or_default();
-    let frame = SseEvent::default().event(name).data(data);
+    SseEvent::default().event(name).data(serde_json::to_string(ev).unwrap_or_default())
+}
+
+/// One SSE frame; events in the log carry their seq as `id:`.
+fn frame(ev: &Event) -> SseEvent {
     if ev.seq == 0 {
-        frame
+        unnumbered(ev)
     } else {
-        frame.id(ev.seq.to_string())
+        unnumbered(ev).id(ev.seq.to_string())
     }
 }
 
@@ -340,32 +344,38 @@ pub async fn respond(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonB
 /// event after N first (or a `gap` for what is no longer kept).
 pub async fn agent_events(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
     let handle = agent(&hub, &id)?;
-    let after = match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
-        None => None,
-        Some(Ok(v)) => Some(v.parse::<u64>().map_err(|_| ApiError::bad_request(format!("Last-Event-ID `{v}` is not a sequence number")))?),
-        Some(Err(_)) => return Err(ApiError::bad_request("Last-Event-ID is not text")),
-    };
+    let after = last_event_id(&headers)?;
     let sub = ask(&handle, |reply| Op::Subscribe { after, reply }).await?.map_err(ApiError::internal)?;
     Ok(sse(all_of(sub), &hub))
 }
 
-/// `GET /api/events`: every agent's events as they happen (no replay). A client that falls
-/// behind gets a `: lagged` comment where events were dropped.
-pub async fn all_events(State(hub): State<Hub>) -> SseResponse {
-    let rx = hub.shared.global.subscribe();
+/// `GET /api/events`: every agent's events as they happen (DESIGN.md §14), each frame with
+/// `id: <gseq>` ([`crate::eventlog::global`]). `Last-Event-ID: N` replays every event after
+/// gseq N once, then goes live; when that cannot be done (N older than the ring, or from
+/// another run of serve) an `event: gap` frame `{"from", "to"}` without `id:` comes first. A
+/// client that falls behind is refilled the same way; it never slows an agent.
+pub async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+    let after = last_event_id(&headers)?;
+    let sub = hub.shared.global.subscribe(after);
     let shutdown = hub.shutdown.clone().cancelled_owned();
-    let frames = stream::unfold(rx, |mut rx| async move {
-        let frame = match rx.recv().await {
-            Ok(ev) => frame(&ev),
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                SseEvent::default().comment(format!("lagged: {n} events dropped"))
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+    let frames = stream::unfold(sub, |mut sub| async move {
+        let frame = match sub.next().await? {
+            GlobalItem::Event(gseq, ev) => unnumbered(&ev).id(gseq.to_string()),
+            GlobalItem::Gap { from, to } => SseEvent::default().event("gap").data(json!({"from": from, "to": to}).to_string()),
         };
-        Some((Ok::<_, Infallible>(frame), rx))
+        Some((Ok::<_, Infallible>(frame), sub))
     })
     .take_until(shutdown);
-    Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
+    Ok(Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response())
+}
+
+/// The `Last-Event-ID` header as a sequence number; absent → `None`.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+        None => Ok(None),
+        Some(Ok(v)) => v.parse::<u64>().map(Some).map_err(|_| ApiError::bad_request(format!("Last-Event-ID `{v}` is not a sequence number"))),
+        Some(Err(_)) => Err(ApiError::bad_request("Last-Event-ID is not text")),
+    }
 }
 
 /// `GET /api/agents/{id}/autonomy` (DESIGN.md §13 "Reports"): the ⑩⑪⑫ report of

@@ -102,6 +102,17 @@ impl Serve {
         Sse::new(r)
     }
 
+    /// Opens `GET /api/events` (every agent), after gseq `last` when given.
+    pub async fn all_events(&self, last: Option<u64>) -> Sse {
+        let mut req = self.request(reqwest::Method::GET, "/api/events");
+        if let Some(n) = last {
+            req = req.header("last-event-id", n.to_string());
+        }
+        let r = req.send().await.expect("events");
+        assert_eq!(r.status(), 200);
+        Sse::new(r)
+    }
+
     /// SIGTERM, then the exit code (bounded: a serve that does not stop fails the test).
     pub async fn stop(mut self) -> i32 {
         // SAFETY: kill(2) on the pid of the child this fixture started and has not reaped.
