@@ -373,7 +373,7 @@ function paintRow(row) {
   row.dot.dataset.state = d.state;
   row.dot.title = d.state;
   row.title.textContent = d.title || d.id;
-  row.wake.textContent = d.wake_at ? "⏰ " + shortTime(d.wake_at) : "";
+  row.wake.textContent = d.wake_at ? "wakes " + shortTime(d.wake_at) : "";
   row.wake.title = d.wake_at ? "next wake " + d.wake_at : "";
   const bits = [];
   if (d.pending) bits.push(d.pending + " queued");
@@ -568,9 +568,11 @@ function flush() {
 }
 
 function node(e) {
-  const n = el("div", "ev " + e.kind);
-  n.dataset.seq = String(e.seq);
-  n.dataset.type = e.type;
+  const n = el("div", e.kind === "you" ? "you" : "ev " + e.kind);
+  if (e.kind !== "you") {
+    n.dataset.seq = String(e.seq);
+    n.dataset.type = e.type;
+  }
   e.node = n;
   if (e.kind === "tool") {
     const h = el("div", "tool-head");
@@ -699,7 +701,20 @@ function sendChat(ev) {
   const text = box.value;
   if (!text.trim()) return;
   act(async (id) => {
-    const r = await api("POST", agentPath(id, "/prompt"), { text });
+    // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
+    // before the turn's first events arrive.
+    const p = S.panes.get(id) || newPane(id);
+    p.cur = null;
+    const e = add(p, { seq: 0, type: "prompt", kind: "you", text });
+    schedule();
+    let r;
+    try {
+      r = await api("POST", agentPath(id, "/prompt"), { text });
+    } catch (err) {
+      e.bad = true;
+      if (e.node) e.node.classList.add("bad");
+      throw err;
+    }
     box.value = "";
     return r && r.queued ? "Queued: it runs after the current reply." : "Sent.";
   });
@@ -788,10 +803,10 @@ function sendMsg(ev) {
   const text = $("msg-text").value;
   if (!text.trim()) return;
   act(async (id) => {
-    const r = await api("POST", agentPath(id, "/messages"), { text, from: "human" });
+    await api("POST", agentPath(id, "/messages"), { text, from: "human" });
     $("msg-text").value = "";
     await loadMessages(id, false);
-    return "Message sent (" + r.file + ").";
+    return "Message sent.";
   });
 }
 
@@ -809,15 +824,15 @@ async function loadAutonomy(id) {
   };
   kv("autonomy", r.enabled ? "on · tick every " + r.tick_secs + " s" : "off" + (r.off_reason ? ": " + r.off_reason : ""));
   if (r.lease) kv("running", r.lease.job + " (priority " + r.lease.priority + ", since " + r.lease.started_at + ")");
-  kv("⑪ now", r.now || "nothing");
+  kv("now", r.now || "nothing");
   const list = (title, items, text) => {
     out.push(el("h3", "", title));
     if (!items || !items.length) out.push(el("p", "empty", "none"));
     for (const i of items || []) out.push(el("p", "item", text(i)));
   };
-  list("⑩ mine (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
+  list("own intents (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
   list("waiting", r.waiting, (w) => w.id + " · " + w.label + " · " + w.what);
-  list("⑫ squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours !== null && s.hours !== undefined ? " · " + s.hours + " h" : "") + " · " + s.what);
+  list("squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours !== null && s.hours !== undefined ? " · " + s.hours + " h" : "") + " · " + s.what);
   if (r.skipped && r.skipped.length) list("unreadable ledger lines", r.skipped, (s) => "line " + s.line + ": " + s.why);
   out.push(el("h3", "", "intents"));
   const intents = r.intents || [];
@@ -848,6 +863,10 @@ function wire() {
     start();
   });
   $("logout").addEventListener("click", logout);
+  window.addEventListener("hashchange", () => {
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (S.rows.has(id)) select(id);
+  });
   $("filter").addEventListener("input", filter);
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => setTab(b.dataset.tab));
   $("chat").addEventListener("submit", sendChat);
