@@ -157,19 +157,23 @@ function fail(e) {
 async function readSse(body, onFrame) {
   const rd = body.getReader();
   const dec = new TextDecoder();
+  const eol = /\r\n|\r|\n/g;
   let buf = "";
   let f = { id: null, event: "", data: [] };
   for (;;) {
     const { value, done } = await rd.read();
-    if (done) return;
+    if (done) {
+      if (buf === "\r" && f.data.length) onFrame(f); // the held CR was a line end after all
+      return;
+    }
     buf += dec.decode(value, { stream: true });
     let pos = 0;
-    for (;;) {
-      let i = pos;
-      while (i < buf.length && buf[i] !== "\n" && buf[i] !== "\r") i++;
-      if (i >= buf.length || (buf[i] === "\r" && i + 1 >= buf.length)) break; // a CR may be half a CRLF
-      const line = buf.slice(pos, i);
-      pos = i + (buf[i] === "\r" && buf[i + 1] === "\n" ? 2 : 1);
+    let m;
+    eol.lastIndex = 0;
+    while ((m = eol.exec(buf)) && !(m[0] === "\r" && m.index + 1 === buf.length)) {
+      // (a CR that ends the buffer may be half a CRLF: it waits for the next read)
+      const line = buf.slice(pos, m.index);
+      pos = eol.lastIndex;
       if (line === "") {
         if (f.data.length && onFrame(f)) {
           rd.cancel().catch(() => {});
@@ -368,17 +372,22 @@ function shortTime(t) {
   return s.slice(0, 16);
 }
 
+// Writes only what changed: a list refresh during 100 busy agents touches few nodes.
+function put(node, key, v) {
+  if (node[key] !== v) node[key] = v;
+}
+
 function paintRow(row) {
   const d = row.d;
-  row.dot.dataset.state = d.state;
-  row.dot.title = d.state;
-  row.title.textContent = d.title || d.id;
-  row.wake.textContent = d.wake_at ? "wakes " + shortTime(d.wake_at) : "";
-  row.wake.title = d.wake_at ? "next wake " + d.wake_at : "";
+  if (row.dot.dataset.state !== d.state) row.dot.dataset.state = d.state;
+  put(row.dot, "title", d.state);
+  put(row.title, "textContent", d.title || d.id);
+  put(row.wake, "textContent", d.wake_at ? "wakes " + shortTime(d.wake_at) : "");
+  put(row.wake, "title", d.wake_at ? "next wake " + d.wake_at : "");
   const bits = [];
   if (d.pending) bits.push(d.pending + " queued");
   if (d.unanswered) bits.push(d.unanswered + " unanswered");
-  row.badge.textContent = bits.join(" · ");
+  put(row.badge, "textContent", bits.join(" · "));
   row.li.classList.toggle("sel", d.id === S.sel);
 }
 
