@@ -157,19 +157,23 @@ function fail(e) {
 async function readSse(body, onFrame) {
   const rd = body.getReader();
   const dec = new TextDecoder();
+  const eol = /\r\n|\r|\n/g;
   let buf = "";
   let f = { id: null, event: "", data: [] };
   for (;;) {
     const { value, done } = await rd.read();
-    if (done) return;
+    if (done) {
+      if (buf === "\r" && f.data.length) onFrame(f); // the held CR was a line end after all
+      return;
+    }
     buf += dec.decode(value, { stream: true });
     let pos = 0;
-    for (;;) {
-      let i = pos;
-      while (i < buf.length && buf[i] !== "\n" && buf[i] !== "\r") i++;
-      if (i >= buf.length || (buf[i] === "\r" && i + 1 >= buf.length)) break; // a CR may be half a CRLF
-      const line = buf.slice(pos, i);
-      pos = i + (buf[i] === "\r" && buf[i + 1] === "\n" ? 2 : 1);
+    let m;
+    eol.lastIndex = 0;
+    while ((m = eol.exec(buf)) && !(m[0] === "\r" && m.index + 1 === buf.length)) {
+      // (a CR that ends the buffer may be half a CRLF: it waits for the next read)
+      const line = buf.slice(pos, m.index);
+      pos = eol.lastIndex;
       if (line === "") {
         if (f.data.length && onFrame(f)) {
           rd.cancel().catch(() => {});
@@ -368,17 +372,22 @@ function shortTime(t) {
   return s.slice(0, 16);
 }
 
+// Writes only what changed: a list refresh during 100 busy agents touches few nodes.
+function put(node, key, v) {
+  if (node[key] !== v) node[key] = v;
+}
+
 function paintRow(row) {
   const d = row.d;
-  row.dot.dataset.state = d.state;
-  row.dot.title = d.state;
-  row.title.textContent = d.title || d.id;
-  row.wake.textContent = d.wake_at ? "⏰ " + shortTime(d.wake_at) : "";
-  row.wake.title = d.wake_at ? "next wake " + d.wake_at : "";
+  if (row.dot.dataset.state !== d.state) row.dot.dataset.state = d.state;
+  put(row.dot, "title", d.state);
+  put(row.title, "textContent", d.title || d.id);
+  put(row.wake, "textContent", d.wake_at ? "wakes " + shortTime(d.wake_at) : "");
+  put(row.wake, "title", d.wake_at ? "next wake " + d.wake_at : "");
   const bits = [];
   if (d.pending) bits.push(d.pending + " queued");
   if (d.unanswered) bits.push(d.unanswered + " unanswered");
-  row.badge.textContent = bits.join(" · ");
+  put(row.badge, "textContent", bits.join(" · "));
   row.li.classList.toggle("sel", d.id === S.sel);
 }
 
@@ -568,9 +577,11 @@ function flush() {
 }
 
 function node(e) {
-  const n = el("div", "ev " + e.kind);
-  n.dataset.seq = String(e.seq);
-  n.dataset.type = e.type;
+  const n = el("div", e.kind === "you" ? "you" : "ev " + e.kind);
+  if (e.kind !== "you") {
+    n.dataset.seq = String(e.seq);
+    n.dataset.type = e.type;
+  }
   e.node = n;
   if (e.kind === "tool") {
     const h = el("div", "tool-head");
@@ -699,7 +710,20 @@ function sendChat(ev) {
   const text = box.value;
   if (!text.trim()) return;
   act(async (id) => {
-    const r = await api("POST", agentPath(id, "/prompt"), { text });
+    // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
+    // before the turn's first events arrive.
+    const p = S.panes.get(id) || newPane(id);
+    p.cur = null;
+    const e = add(p, { seq: 0, type: "prompt", kind: "you", text });
+    schedule();
+    let r;
+    try {
+      r = await api("POST", agentPath(id, "/prompt"), { text });
+    } catch (err) {
+      e.bad = true;
+      if (e.node) e.node.classList.add("bad");
+      throw err;
+    }
     box.value = "";
     return r && r.queued ? "Queued: it runs after the current reply." : "Sent.";
   });
@@ -788,10 +812,10 @@ function sendMsg(ev) {
   const text = $("msg-text").value;
   if (!text.trim()) return;
   act(async (id) => {
-    const r = await api("POST", agentPath(id, "/messages"), { text, from: "human" });
+    await api("POST", agentPath(id, "/messages"), { text, from: "human" });
     $("msg-text").value = "";
     await loadMessages(id, false);
-    return "Message sent (" + r.file + ").";
+    return "Message sent.";
   });
 }
 
@@ -809,15 +833,15 @@ async function loadAutonomy(id) {
   };
   kv("autonomy", r.enabled ? "on · tick every " + r.tick_secs + " s" : "off" + (r.off_reason ? ": " + r.off_reason : ""));
   if (r.lease) kv("running", r.lease.job + " (priority " + r.lease.priority + ", since " + r.lease.started_at + ")");
-  kv("⑪ now", r.now || "nothing");
+  kv("now", r.now || "nothing");
   const list = (title, items, text) => {
     out.push(el("h3", "", title));
     if (!items || !items.length) out.push(el("p", "empty", "none"));
     for (const i of items || []) out.push(el("p", "item", text(i)));
   };
-  list("⑩ mine (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
+  list("own intents (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
   list("waiting", r.waiting, (w) => w.id + " · " + w.label + " · " + w.what);
-  list("⑫ squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours !== null && s.hours !== undefined ? " · " + s.hours + " h" : "") + " · " + s.what);
+  list("squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours !== null && s.hours !== undefined ? " · " + s.hours + " h" : "") + " · " + s.what);
   if (r.skipped && r.skipped.length) list("unreadable ledger lines", r.skipped, (s) => "line " + s.line + ": " + s.why);
   out.push(el("h3", "", "intents"));
   const intents = r.intents || [];
@@ -848,6 +872,10 @@ function wire() {
     start();
   });
   $("logout").addEventListener("click", logout);
+  window.addEventListener("hashchange", () => {
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (S.rows.has(id)) select(id);
+  });
   $("filter").addEventListener("input", filter);
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => setTab(b.dataset.tab));
   $("chat").addEventListener("submit", sendChat);
