@@ -98,8 +98,12 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
     b.wait_visible("#login-error").await;
     let error = b.find("#login-error").await.text().await.unwrap();
     assert!(error.to_lowercase().contains("wrong token"), "the form says the token is wrong: {error:?}");
+    // A resource entry lands once its body is in, which the page does not read on a 401.
     let statuses = b
-        .js("return performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname === '/api/agents').map(e => e.responseStatus)")
+        .wait_js(
+            "the refused /api/agents in the resource timings",
+            "(() => { const s = performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname === '/api/agents').map(e => e.responseStatus); return s.length && s; })()",
+        )
         .await;
     assert_eq!(statuses, json!([401]), "the page asked /api/agents once and was refused");
     b.wait_visible("#login").await;
@@ -190,6 +194,7 @@ async fn a_chat_answer_streams_into_one_block_and_a_tool_call_shows_its_result()
     let finished = events.iter().find(|f| f.event == "tool_finished").unwrap();
     assert_eq!(finished.data["result"], "tool-says-hi\nexit code: 0");
     assert_eq!(b.texts("#live .ev.text").await, vec![answer.to_string(), "The tool said hi.".to_string()]);
+    assert_eq!(b.texts("#live .you").await, vec!["what is the answer".to_string(), "run a tool".to_string()], "the prompts sent");
     assert_eq!(b.texts("#live .ev.tool .name").await, vec!["shell".to_string()]);
     assert_eq!(b.attrs("#live .ev.tool", "data-seq").await, vec![started.data["seq"].to_string()]);
     let input = b.texts("#live .ev.tool .input").await;
@@ -413,6 +418,7 @@ async fn a_reconnect_shows_every_event_once() {
     .await;
     let reconnects = b.js("return window.cicyStats.reconnects").await;
     assert!(reconnects.as_u64().unwrap() >= 1, "cicyStats.reconnects = {reconnects}");
+    assert_eq!(b.js("return window.cicyStats.gaps").await, 0, "the stream resumed after its last id without a gap");
 
     // Every event of the log once, in order: the page's entries are exactly the log's events
     // as entries open (see `entries`).
