@@ -38,19 +38,20 @@ pub struct Browser {
 
 /// `CICY_CHROMEDRIVER`, else `chromedriver` on PATH, else Debian's.
 fn chromedriver() -> PathBuf {
-    if let Some(p) = std::env::var_os("CICY_CHROMEDRIVER") {
-        return PathBuf::from(p);
-    }
-    let on_path = std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join("chromedriver"))
-        .find(|p| p.is_file());
-    let found = on_path.unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver"));
+    let found = match std::env::var_os("CICY_CHROMEDRIVER") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join("chromedriver"))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("/usr/bin/chromedriver")),
+    };
     assert!(
         found.is_file(),
-        "chromedriver is missing: the dashboard tests drive a real chromium; scripts/test.sh installs chromium + chromium-driver \
-         (or set CICY_CHROMEDRIVER and CICY_CHROMIUM)"
+        "chromedriver is missing ({}): the dashboard tests drive a real chromium; scripts/test.sh installs chromium + chromium-driver \
+         (or set CICY_CHROMEDRIVER and CICY_CHROMIUM)",
+        found.display()
     );
     found
 }
