@@ -49,7 +49,7 @@ function store(f) {
   }
 }
 
-// ---- login --------------------------------------------------------------------------------
+// ---- login
 
 function boot() {
   const u = new URL(location.href);
@@ -107,14 +107,18 @@ function start() {
   S.gen++;
   S.opened = false;
   S.lastGseq = 0;
+  S.panes.clear(); // what a logged-out session kept may be stale
   connect(S.gen);
   const want = decodeURIComponent(location.hash.slice(1));
   loadAgents().then(() => {
-    if (want && S.rows.has(want) && !S.sel) select(want);
+    if (S.sel) {
+      showPane();
+      loadTab();
+    } else if (want && S.rows.has(want)) select(want);
   }, fail);
 }
 
-// ---- HTTP ---------------------------------------------------------------------------------
+// ---- HTTP
 
 async function api(method, path, body) {
   const gen = S.gen;
@@ -202,7 +206,7 @@ function parse(f) {
   }
 }
 
-// ---- the global stream --------------------------------------------------------------------
+// ---- the global stream
 
 function setConn(state) {
   const c = $("conn");
@@ -306,7 +310,7 @@ function refreshAll() {
   }
 }
 
-// ---- the agent list -----------------------------------------------------------------------
+// ---- the agent list
 
 const num = (id) => Number((/(\d+)$/.exec(id) || [0, 0])[1]);
 
@@ -398,7 +402,7 @@ function filter() {
   }
 }
 
-// ---- selection and tabs -------------------------------------------------------------------
+// ---- selection and tabs
 
 function select(id) {
   if (S.sel === id) return;
@@ -449,7 +453,7 @@ function loadTab() {
   else if (S.tab === "autonomy") loadAutonomy(id).catch(fail);
 }
 
-// ---- the live pane ------------------------------------------------------------------------
+// ---- the live pane
 // A pane holds entries, not DOM: only the shown agent's entries have nodes. An entry is one
 // streamed text block, one tool call (started + finished) or one line for any other event.
 
@@ -589,11 +593,23 @@ function node(e) {
     n.append(h, el("pre", "input", e.input));
   } else if (e.ask) {
     n.append(el("span", "", e.text));
-    for (const o of e.ask.options || []) {
+    const opts = e.ask.options || [];
+    for (const o of opts) {
       const b = el("button", "opt", o.label);
       b.type = "button";
       b.addEventListener("click", () => answer(e.ask.ref, o.label));
       n.append(b);
+    }
+    if (!opts.length) {
+      const f = el("form", "row answer");
+      const i = el("input");
+      i.setAttribute("aria-label", "answer");
+      f.append(i, el("button", "opt", "Answer"));
+      f.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        if (i.value.trim()) answer(e.ask.ref, i.value);
+      });
+      n.append(f);
     }
   }
   if (e.bad) n.classList.add("bad");
@@ -693,7 +709,7 @@ async function answer(ref, text) {
   }
 }
 
-// ---- actions ------------------------------------------------------------------------------
+// ---- actions
 
 async function act(f) {
   if (!S.sel) return notice("Select an agent first.", true);
@@ -732,7 +748,7 @@ function sendChat(ev) {
 const agentCall = (path, say) => () =>
   act(async (id) => say(await api("POST", "/api/cicy/" + path, { agent_id: id })));
 
-// ---- todos --------------------------------------------------------------------------------
+// ---- todos
 
 async function loadTodos(id) {
   const r = await api("GET", agentPath(id, "/todos"));
@@ -777,7 +793,7 @@ function addTodo(ev) {
   });
 }
 
-// ---- messages -----------------------------------------------------------------------------
+// ---- messages
 
 const PAGE = 50;
 
@@ -819,7 +835,7 @@ function sendMsg(ev) {
   });
 }
 
-// ---- autonomy -----------------------------------------------------------------------------
+// ---- autonomy
 
 async function loadAutonomy(id) {
   const r = await api("GET", agentPath(id, "/autonomy"));
@@ -860,7 +876,7 @@ async function loadAutonomy(id) {
   box.replaceChildren(...out);
 }
 
-// ---- wiring -------------------------------------------------------------------------------
+// ---- wiring
 
 function wire() {
   $("login").addEventListener("submit", (e) => {
