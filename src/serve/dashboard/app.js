@@ -498,7 +498,7 @@ function line(ev) {
     case "queued": case "flush": case "system": return ev.text;
     case "done": return "done";
     case "no_answer_text": return "(no answer text)";
-    case "wake": return "wake · " + ev.reason + " #" + ev.n + (ev.todos && ev.todos.length ? " · todos " + ev.todos.join(", ") : "") + (ev.messages && ev.messages.length ? " · " + ev.messages.length + " message(s)" : "");
+    case "wake": return "wake " + ev.n + " (" + ev.reason + ")" + (ev.todos && ev.todos.length ? " · claimed todo " + ev.todos.join(", ") : "") + (ev.messages && ev.messages.length ? " · " + ev.messages.length + " message(s)" : "");
     case "message_in": return "message in from " + ev.from + ": " + ev.subject;
     case "message_out": return "message to " + ev.to + ": " + ev.text;
     case "todo_change": return "todo " + ev.action + " · " + ev.line;
