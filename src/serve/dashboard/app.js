@@ -34,11 +34,13 @@ const S = {
   timers: {},
 };
 
-class ApiError extends Error {
-  constructor(message, status) {
-    super(message);
-    this.status = status;
-  }
+const apiError = (message, status) => Object.assign(new Error(message), { status });
+
+function button(text, cls, onClick) {
+  const b = el("button", cls, text);
+  b.type = "button";
+  b.addEventListener("click", onClick);
+  return b;
 }
 
 function store(f) {
@@ -49,7 +51,7 @@ function store(f) {
   }
 }
 
-// ---- login --------------------------------------------------------------------------------
+// ---- login
 
 function boot() {
   const u = new URL(location.href);
@@ -74,12 +76,15 @@ function showLogin(err) {
   $("token").focus();
 }
 
-function unauthorized() {
+// A 401 anywhere, or "log out": the stored token is forgotten.
+function forget(err) {
   stop();
   store((s) => s.removeItem(KEY));
   S.token = null;
-  showLogin("wrong token");
+  showLogin(err);
 }
+
+const unauthorized = () => forget("wrong token");
 
 function stop() {
   S.gen++;
@@ -88,17 +93,14 @@ function stop() {
 }
 
 function logout() {
-  stop();
-  store((s) => s.removeItem(KEY));
-  S.token = null;
   S.rows.clear();
-  S.panes.clear();
   S.sel = null;
-  S.lastGseq = 0;
-  S.opened = false;
   $("agents").replaceChildren();
+  $("detail").dataset.id = "";
+  document.body.classList.remove("has-sel");
+  history.replaceState(null, "", location.pathname);
   $("token").value = "";
-  showLogin("");
+  forget("");
 }
 
 function start() {
@@ -107,14 +109,18 @@ function start() {
   S.gen++;
   S.opened = false;
   S.lastGseq = 0;
+  S.panes.clear(); // what a logged-out session kept may be stale
   connect(S.gen);
   const want = decodeURIComponent(location.hash.slice(1));
   loadAgents().then(() => {
-    if (want && S.rows.has(want) && !S.sel) select(want);
+    if (S.sel) {
+      showPane();
+      loadTab();
+    } else if (want && S.rows.has(want)) select(want);
   }, fail);
 }
 
-// ---- HTTP ---------------------------------------------------------------------------------
+// ---- HTTP
 
 async function api(method, path, body) {
   const gen = S.gen;
@@ -126,7 +132,7 @@ async function api(method, path, body) {
   const r = await fetch(path, opt);
   if (r.status === 401) {
     if (gen === S.gen) unauthorized();
-    throw new ApiError("wrong token", 401);
+    throw apiError("wrong token", 401);
   }
   let j = null;
   try {
@@ -134,8 +140,8 @@ async function api(method, path, body) {
   } catch (_) {
     j = null;
   }
-  if (gen !== S.gen) throw new ApiError("stale", 0);
-  if (!r.ok) throw new ApiError((j && j.message) || "HTTP " + r.status, r.status);
+  if (gen !== S.gen) throw apiError("stale", 0);
+  if (!r.ok) throw apiError((j && j.message) || "HTTP " + r.status, r.status);
   return j;
 }
 
@@ -202,7 +208,7 @@ function parse(f) {
   }
 }
 
-// ---- the global stream --------------------------------------------------------------------
+// ---- the global stream
 
 function setConn(state) {
   const c = $("conn");
@@ -281,12 +287,11 @@ function onGlobal(f) {
   const p = S.panes.get(ev.agent_id) || newPane(ev.agent_id);
   if (p.loading) p.queue.push(ev);
   else if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
-  if (ev.agent_id === S.sel) {
-    if (ev.type === "todo_change" && S.tab === "todos") later("tab", 300, loadTab);
-    if (/^message_(in|out)$/.test(ev.type) && S.tab === "messages") later("tab", 300, loadTab);
-    if (ev.type === "autonomy" && S.tab === "autonomy") later("tab", 300, loadTab);
-  }
+  if (ev.agent_id === S.sel && TAB_OF[ev.type] === S.tab) later("tab", 300, loadTab);
 }
+
+// The tab an event changes, re-read when it is shown.
+const TAB_OF = { todo_change: "todos", message_in: "messages", message_out: "messages", autonomy: "autonomy" };
 
 function later(name, ms, f) {
   if (S.timers[name]) return;
@@ -296,17 +301,18 @@ function later(name, ms, f) {
   }, ms);
 }
 
-// A gap: what the page shows may be stale. The list, the shown agent's panes.
-function refreshAll() {
+// A gap: what the page shows may be stale. The list first: its last_seq bounds the past
+// the shown agent's pane loads again.
+async function refreshAll() {
   S.panes.clear();
-  loadAgents().catch(fail);
+  await loadAgents().catch(fail);
   if (S.sel) {
     showPane();
     loadTab();
   }
 }
 
-// ---- the agent list -----------------------------------------------------------------------
+// ---- the agent list
 
 const num = (id) => Number((/(\d+)$/.exec(id) || [0, 0])[1]);
 
@@ -362,14 +368,12 @@ function makeRow(d) {
   return { d, li, dot, title, wake, badge };
 }
 
+// Local `YYYY-MM-DDTHH:MM[:SS]` → `HH:MM` when it is today, else `YYYY-MM-DD HH:MM`.
 function shortTime(t) {
-  if (!t) return "";
-  const s = String(t).replace("T", " ");
-  const today = new Date();
-  const p2 = (n) => String(n).padStart(2, "0");
-  const ymd = today.getFullYear() + "-" + p2(today.getMonth() + 1) + "-" + p2(today.getDate());
-  if (s.startsWith(ymd + " ")) return s.slice(11, 16);
-  return s.slice(0, 16);
+  const s = String(t || "").replace("T", " ").slice(0, 16);
+  const now = new Date();
+  const today = new Date(now - now.getTimezoneOffset() * 60000).toISOString().slice(0, 10);
+  return s.startsWith(today + " ") ? s.slice(11) : s;
 }
 
 // Writes only what changed: a list refresh during 100 busy agents touches few nodes.
@@ -398,7 +402,7 @@ function filter() {
   }
 }
 
-// ---- selection and tabs -------------------------------------------------------------------
+// ---- selection and tabs
 
 function select(id) {
   if (S.sel === id) return;
@@ -449,7 +453,7 @@ function loadTab() {
   else if (S.tab === "autonomy") loadAutonomy(id).catch(fail);
 }
 
-// ---- the live pane ------------------------------------------------------------------------
+// ---- the live pane
 // A pane holds entries, not DOM: only the shown agent's entries have nodes. An entry is one
 // streamed text block, one tool call (started + finished) or one line for any other event.
 
@@ -494,7 +498,7 @@ function line(ev) {
     case "queued": case "flush": case "system": return ev.text;
     case "done": return "done";
     case "no_answer_text": return "(no answer text)";
-    case "wake": return "wake · " + ev.reason + " #" + ev.n + (ev.todos && ev.todos.length ? " · todos " + ev.todos.join(", ") : "") + (ev.messages && ev.messages.length ? " · " + ev.messages.length + " message(s)" : "");
+    case "wake": return "wake " + ev.n + " (" + ev.reason + ")" + (ev.todos && ev.todos.length ? " · claimed todo " + ev.todos.join(", ") : "") + (ev.messages && ev.messages.length ? " · " + ev.messages.length + " message(s)" : "");
     case "message_in": return "message in from " + ev.from + ": " + ev.subject;
     case "message_out": return "message to " + ev.to + ": " + ev.text;
     case "todo_change": return "todo " + ev.action + " · " + ev.line;
@@ -508,7 +512,6 @@ function line(ev) {
     case "hook": return "hook " + ev.name + " `" + ev.command + "` → " + ev.action + (ev.reason ? ": " + ev.reason : "") + " (" + ev.duration_ms + " ms)";
     case "plan_change": return "plan: " + (ev.todos || []).map((t) => (t.status === "completed" ? "✓ " : t.status === "in_progress" ? "▸ " : "· ") + t.content).join("  ");
     case "gap": return "events " + ev.from + "–" + ev.to + " are missing (no longer kept)";
-    case "intent": return "intent " + json(ev);
     default: return ev.type;
   }
 }
@@ -589,11 +592,18 @@ function node(e) {
     n.append(h, el("pre", "input", e.input));
   } else if (e.ask) {
     n.append(el("span", "", e.text));
-    for (const o of e.ask.options || []) {
-      const b = el("button", "opt", o.label);
-      b.type = "button";
-      b.addEventListener("click", () => answer(e.ask.ref, o.label));
-      n.append(b);
+    const opts = e.ask.options || [];
+    for (const o of opts) n.append(button(o.label, "opt", () => answer(e.ask.ref, o.label)));
+    if (!opts.length) {
+      const f = el("form", "row answer");
+      const i = el("input");
+      i.setAttribute("aria-label", "answer");
+      f.append(i, el("button", "opt", "Answer"));
+      f.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        if (i.value.trim()) answer(e.ask.ref, i.value);
+      });
+      n.append(f);
     }
   }
   if (e.bad) n.classList.add("bad");
@@ -651,7 +661,7 @@ async function loadPast(p) {
       if (gen === S.gen) unauthorized();
       return;
     }
-    if (!r.ok || !r.body) throw new ApiError("cannot load the past events: HTTP " + r.status, r.status);
+    if (!r.ok || !r.body) throw apiError("cannot load the past events: HTTP " + r.status, r.status);
     await readSse(r.body, (f) => {
       const ev = parse(f);
       if (!ev) return false;
@@ -684,17 +694,15 @@ async function loadPast(p) {
   for (const ev of queued) if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
 }
 
-async function answer(ref, text) {
-  try {
-    await api("POST", agentPath(S.sel, "/respond"), { ref, response: text });
-    notice("answered: " + text);
-  } catch (e) {
-    fail(e);
-  }
-}
+const answer = (ref, text) =>
+  act(async (id) => {
+    await api("POST", agentPath(id, "/respond"), { ref, response: text });
+    return "Answered: " + text;
+  });
 
-// ---- actions ------------------------------------------------------------------------------
+// ---- actions
 
+// Runs an action on the selected agent; `#notice` shows what it says, or its error.
 async function act(f) {
   if (!S.sel) return notice("Select an agent first.", true);
   try {
@@ -732,7 +740,7 @@ function sendChat(ev) {
 const agentCall = (path, say) => () =>
   act(async (id) => say(await api("POST", "/api/cicy/" + path, { agent_id: id })));
 
-// ---- todos --------------------------------------------------------------------------------
+// ---- todos
 
 async function loadTodos(id) {
   const r = await api("GET", agentPath(id, "/todos"));
@@ -744,27 +752,17 @@ async function loadTodos(id) {
     d.dataset.status = t.status;
     d.append(el("span", "at", shortTime(t.at_local)), el("span", "text", t.text), el("span", "status", t.status));
     if (t.status === "pending") {
-      const done = el("button", "small", "done");
-      done.type = "button";
-      done.addEventListener("click", () => todoCall(id, t.id, "POST", "/done", "done"));
-      const rm = el("button", "small", "remove");
-      rm.type = "button";
-      rm.addEventListener("click", () => todoCall(id, t.id, "DELETE", "", "removed"));
-      d.append(done, rm);
+      const call = (method, rest, said) => () =>
+        act(async () => {
+          await api(method, agentPath(id, "/todos/" + t.id + rest));
+          await loadTodos(id);
+          return "Todo " + t.id + " " + said + ".";
+        });
+      d.append(button("done", "small", call("POST", "/done", "done")), button("remove", "small", call("DELETE", "", "removed")));
     }
     return d;
   });
   box.replaceChildren(...(rows.length ? rows : [el("p", "empty", "No todos.")]));
-}
-
-async function todoCall(id, n, method, rest, said) {
-  try {
-    await api(method, agentPath(id, "/todos/" + n + rest));
-    notice("Todo " + n + " " + said + ".");
-    await loadTodos(id);
-  } catch (e) {
-    fail(e);
-  }
 }
 
 function addTodo(ev) {
@@ -777,7 +775,7 @@ function addTodo(ev) {
   });
 }
 
-// ---- messages -----------------------------------------------------------------------------
+// ---- messages
 
 const PAGE = 50;
 
@@ -819,7 +817,7 @@ function sendMsg(ev) {
   });
 }
 
-// ---- autonomy -----------------------------------------------------------------------------
+// ---- autonomy
 
 async function loadAutonomy(id) {
   const r = await api("GET", agentPath(id, "/autonomy"));
@@ -841,7 +839,7 @@ async function loadAutonomy(id) {
   };
   list("own intents (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
   list("waiting", r.waiting, (w) => w.id + " · " + w.label + " · " + w.what);
-  list("squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours !== null && s.hours !== undefined ? " · " + s.hours + " h" : "") + " · " + s.what);
+  list("squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours != null ? " · " + s.hours + " h" : "") + " · " + s.what);
   if (r.skipped && r.skipped.length) list("unreadable ledger lines", r.skipped, (s) => "line " + s.line + ": " + s.why);
   out.push(el("h3", "", "intents"));
   const intents = r.intents || [];
@@ -860,7 +858,7 @@ async function loadAutonomy(id) {
   box.replaceChildren(...out);
 }
 
-// ---- wiring -------------------------------------------------------------------------------
+// ---- wiring
 
 function wire() {
   $("login").addEventListener("submit", (e) => {
