@@ -1,1 +1,891 @@
+// The cicy dashboard (DESIGN.md §14): one page, no build step, no other host. Everything the
+// server sends is untrusted text: it reaches the page only through textContent.
 "use strict";
+
+const KEY = "cicy.token";
+const MAX_ENTRIES = 500; // per agent: memory stays bounded however long serve runs
+const PAST = 300; // events of an agent's recent past loaded when it is selected
+const stats = (window.cicyStats = { events: 0, rendered: 0, lastGseq: 0, reconnects: 0, gaps: 0 });
+
+const $ = (id) => document.getElementById(id);
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+const S = {
+  token: null,
+  gen: 0, // bumped on log in / log out / 401: late answers of an older session are dropped
+  rows: new Map(), // id -> {d: status row, li, dot, title, wake, badge}
+  panes: new Map(), // id -> pane (see newPane)
+  sel: null,
+  tab: "live",
+  lastGseq: 0,
+  streamCtl: null,
+  opened: false, // the event stream was open once in this session
+  added: [], // entries of the shown pane waiting for the next frame
+  dirty: new Set(),
+  drawn: 0, // events folded into the shown pane since the last frame
+  frame: 0,
+  shown: null, // the pane whose entries have nodes in #live
+  msgs: [], // the shown agent's messages, oldest first
+  timers: {},
+};
+
+const apiError = (message, status) => Object.assign(new Error(message), { status });
+
+function button(text, cls, onClick) {
+  const b = el("button", cls, text);
+  b.type = "button";
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function store(f) {
+  try {
+    return f(window.localStorage);
+  } catch (_) {
+    return null; // storage off (private mode): the token lives in memory only
+  }
+}
+
+// ---- login
+
+function boot() {
+  const u = new URL(location.href);
+  const t = u.searchParams.get("token");
+  if (t !== null) {
+    // As Jupyter does: the link logs in once, then the token leaves the address bar.
+    store((s) => s.setItem(KEY, t));
+    S.token = t;
+    u.searchParams.delete("token");
+    history.replaceState(null, "", u.pathname + u.search + u.hash);
+  }
+  S.token = store((s) => s.getItem(KEY)) || S.token;
+  wire();
+  if (S.token) start();
+  else showLogin("");
+}
+
+function showLogin(err) {
+  $("app").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = err;
+  $("token").focus();
+}
+
+// A 401 anywhere, or "log out": the stored token is forgotten.
+function forget(err) {
+  stop();
+  store((s) => s.removeItem(KEY));
+  S.token = null;
+  showLogin(err);
+}
+
+const unauthorized = () => forget("wrong token");
+
+function stop() {
+  S.gen++;
+  if (S.streamCtl) S.streamCtl.abort();
+  S.streamCtl = null;
+}
+
+function logout() {
+  S.rows.clear();
+  S.sel = null;
+  $("agents").replaceChildren();
+  $("detail").dataset.id = "";
+  document.body.classList.remove("has-sel");
+  history.replaceState(null, "", location.pathname);
+  $("token").value = "";
+  forget("");
+}
+
+function start() {
+  $("login").hidden = true;
+  $("app").hidden = false;
+  S.gen++;
+  S.opened = false;
+  S.lastGseq = 0;
+  S.panes.clear(); // what a logged-out session kept may be stale
+  connect(S.gen);
+  const want = decodeURIComponent(location.hash.slice(1));
+  loadAgents().then(() => {
+    if (S.sel) {
+      showPane();
+      loadTab();
+    } else if (want && S.rows.has(want)) select(want);
+  }, fail);
+}
+
+// ---- HTTP
+
+async function api(method, path, body) {
+  const gen = S.gen;
+  const opt = { method, headers: { Authorization: "Bearer " + S.token }, cache: "no-store" };
+  if (body !== undefined) {
+    opt.headers["Content-Type"] = "application/json";
+    opt.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, opt);
+  if (r.status === 401) {
+    if (gen === S.gen) unauthorized();
+    throw apiError("wrong token", 401);
+  }
+  let j = null;
+  try {
+    j = await r.json();
+  } catch (_) {
+    j = null;
+  }
+  if (gen !== S.gen) throw apiError("stale", 0);
+  if (!r.ok) throw apiError((j && j.message) || "HTTP " + r.status, r.status);
+  return j;
+}
+
+const agentPath = (id, rest) => "/api/agents/" + encodeURIComponent(id) + (rest || "");
+
+function notice(text, bad) {
+  const n = $("notice");
+  n.textContent = text;
+  n.classList.toggle("bad", !!bad);
+}
+
+function fail(e) {
+  if (e && (e.status === 401 || e.status === 0)) return;
+  notice(e && e.message ? e.message : String(e), true);
+}
+
+// One SSE reader for both streams. Lines end in CR, LF or CRLF; a frame fires at its blank
+// line; `onFrame` returning true stops reading.
+async function readSse(body, onFrame) {
+  const rd = body.getReader();
+  const dec = new TextDecoder();
+  const eol = /\r\n|\r|\n/g;
+  let buf = "";
+  let f = { id: null, event: "", data: [] };
+  for (;;) {
+    const { value, done } = await rd.read();
+    if (done) {
+      if (buf === "\r" && f.data.length) onFrame(f); // the held CR was a line end after all
+      return;
+    }
+    buf += dec.decode(value, { stream: true });
+    let pos = 0;
+    let m;
+    eol.lastIndex = 0;
+    while ((m = eol.exec(buf)) && !(m[0] === "\r" && m.index + 1 === buf.length)) {
+      // (a CR that ends the buffer may be half a CRLF: it waits for the next read)
+      const line = buf.slice(pos, m.index);
+      pos = eol.lastIndex;
+      if (line === "") {
+        if (f.data.length && onFrame(f)) {
+          rd.cancel().catch(() => {});
+          return;
+        }
+        f = { id: null, event: "", data: [] };
+      } else if (line[0] !== ":") {
+        const c = line.indexOf(":");
+        const k = c < 0 ? line : line.slice(0, c);
+        let v = c < 0 ? "" : line.slice(c + 1);
+        if (v[0] === " ") v = v.slice(1);
+        if (k === "data") f.data.push(v);
+        else if (k === "event") f.event = v;
+        else if (k === "id") f.id = v;
+      }
+    }
+    buf = buf.slice(pos);
+  }
+}
+
+function parse(f) {
+  try {
+    return JSON.parse(f.data.join("\n"));
+  } catch (_) {
+    return null;
+  }
+}
+
+// ---- the global stream
+
+function setConn(state) {
+  const c = $("conn");
+  c.dataset.state = state;
+  c.textContent = state;
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function connect(gen) {
+  let delay = 500;
+  while (gen === S.gen) {
+    setConn(S.opened ? "reconnecting" : "connecting");
+    const ctl = new AbortController();
+    S.streamCtl = ctl;
+    try {
+      const headers = { Authorization: "Bearer " + S.token };
+      if (S.lastGseq) headers["Last-Event-ID"] = String(S.lastGseq);
+      const r = await fetch("/api/events", { headers, signal: ctl.signal, cache: "no-store" });
+      if (r.status === 401) {
+        if (gen === S.gen) unauthorized();
+        return;
+      }
+      if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
+      if (gen !== S.gen) return;
+      setConn("live");
+      // Without an id to resume from, what happened while the stream was down is unknown.
+      if (S.opened && !S.lastGseq) refreshAll();
+      S.opened = true;
+      delay = 500;
+      await readSse(r.body, (f) => {
+        if (gen !== S.gen) return true;
+        onGlobal(f);
+        return false;
+      });
+    } catch (_) {
+      // a dropped connection or a refused one: both retry below
+    }
+    if (gen !== S.gen) return;
+    stats.reconnects++;
+    setConn("reconnecting");
+    await sleep(delay);
+    delay = Math.min(delay * 2, 5000);
+  }
+}
+
+function onGlobal(f) {
+  stats.events++;
+  if (f.id) {
+    const n = Number(f.id);
+    if (Number.isSafeInteger(n)) S.lastGseq = stats.lastGseq = n;
+  }
+  const ev = parse(f);
+  if (!ev) return;
+  if (f.event === "gap" || ev.type === "gap") stats.gaps++;
+  if (!ev.agent_id) {
+    if (f.event === "gap") refreshAll();
+    return;
+  }
+  const row = S.rows.get(ev.agent_id);
+  if (!row) {
+    later("agents", 300, () => loadAgents().catch(fail));
+  } else {
+    if (ev.seq > row.d.last_seq) row.d.last_seq = ev.seq;
+    if (ev.type === "state") {
+      row.d.state = ev.state;
+      row.d.busy = ev.state !== "idle";
+      paintRow(row);
+      if (ev.agent_id === S.sel) paintHead();
+    }
+  }
+  // Fields the list computes on the server (next wake, pending, unanswered).
+  if (/^(todo_change|wake|message_in|message_out|queued|flush|done)$/.test(ev.type)) {
+    later("agents", 1000, () => loadAgents().catch(fail));
+  }
+  const p = S.panes.get(ev.agent_id) || newPane(ev.agent_id);
+  if (p.loading) p.queue.push(ev);
+  else if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
+  if (ev.agent_id === S.sel && TAB_OF[ev.type] === S.tab) later("tab", 300, loadTab);
+}
+
+// The tab an event changes, re-read when it is shown.
+const TAB_OF = { todo_change: "todos", message_in: "messages", message_out: "messages", autonomy: "autonomy" };
+
+function later(name, ms, f) {
+  if (S.timers[name]) return;
+  S.timers[name] = setTimeout(() => {
+    S.timers[name] = 0;
+    f();
+  }, ms);
+}
+
+// A gap: what the page shows may be stale. The list first: its last_seq bounds the past
+// the shown agent's pane loads again.
+async function refreshAll() {
+  S.panes.clear();
+  await loadAgents().catch(fail);
+  if (S.sel) {
+    showPane();
+    loadTab();
+  }
+}
+
+// ---- the agent list
+
+const num = (id) => Number((/(\d+)$/.exec(id) || [0, 0])[1]);
+
+async function loadAgents() {
+  const list = await api("GET", "/api/agents");
+  const seen = new Set();
+  const ul = $("agents");
+  list.sort((a, b) => num(a.id) - num(b.id) || (a.id < b.id ? -1 : 1));
+  let fresh = false;
+  for (const d of list) {
+    seen.add(d.id);
+    let row = S.rows.get(d.id);
+    if (!row) {
+      row = makeRow(d);
+      S.rows.set(d.id, row);
+      fresh = true;
+    } else {
+      // The stream may be ahead of this answer.
+      d.last_seq = Math.max(d.last_seq, row.d.last_seq);
+    }
+    row.d = d;
+    paintRow(row);
+  }
+  for (const [id, row] of S.rows) {
+    if (!seen.has(id)) {
+      row.li.remove();
+      S.rows.delete(id);
+    }
+  }
+  if (fresh) ul.replaceChildren(...list.map((d) => S.rows.get(d.id).li));
+  $("agent-count").textContent = String(S.rows.size);
+  filter();
+  if (S.sel) paintHead();
+}
+
+function makeRow(d) {
+  const li = el("li", "agent");
+  li.dataset.id = d.id;
+  li.tabIndex = 0;
+  const dot = el("span", "dot");
+  const title = el("span", "title");
+  const id = el("span", "id", d.id);
+  const badge = el("span", "badge");
+  const wake = el("span", "wake");
+  li.append(dot, title, id, badge, wake);
+  li.addEventListener("click", () => select(d.id));
+  li.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" || e.key === " ") {
+      e.preventDefault();
+      select(d.id);
+    }
+  });
+  return { d, li, dot, title, wake, badge };
+}
+
+// Local `YYYY-MM-DDTHH:MM[:SS]` → `HH:MM` when it is today, else `YYYY-MM-DD HH:MM`.
+function shortTime(t) {
+  const s = String(t || "").replace("T", " ").slice(0, 16);
+  const now = new Date();
+  const today = new Date(now - now.getTimezoneOffset() * 60000).toISOString().slice(0, 10);
+  return s.startsWith(today + " ") ? s.slice(11) : s;
+}
+
+// Writes only what changed: a list refresh during 100 busy agents touches few nodes.
+function put(node, key, v) {
+  if (node[key] !== v) node[key] = v;
+}
+
+function paintRow(row) {
+  const d = row.d;
+  if (row.dot.dataset.state !== d.state) row.dot.dataset.state = d.state;
+  put(row.dot, "title", d.state);
+  put(row.title, "textContent", d.title || d.id);
+  put(row.wake, "textContent", d.wake_at ? "wakes " + shortTime(d.wake_at) : "");
+  put(row.wake, "title", d.wake_at ? "next wake " + d.wake_at : "");
+  const bits = [];
+  if (d.pending) bits.push(d.pending + " queued");
+  if (d.unanswered) bits.push(d.unanswered + " unanswered");
+  put(row.badge, "textContent", bits.join(" · "));
+  row.li.classList.toggle("sel", d.id === S.sel);
+}
+
+function filter() {
+  const q = $("filter").value.trim().toLowerCase();
+  for (const row of S.rows.values()) {
+    row.li.hidden = !!q && !(row.d.title || "").toLowerCase().includes(q) && !row.d.id.toLowerCase().includes(q);
+  }
+}
+
+// ---- selection and tabs
+
+function select(id) {
+  if (S.sel === id) return;
+  const old = S.rows.get(S.sel);
+  S.sel = id;
+  if (old) paintRow(old);
+  const row = S.rows.get(id);
+  if (row) paintRow(row);
+  $("detail").dataset.id = id;
+  document.body.classList.add("has-sel");
+  history.replaceState(null, "", location.pathname + location.search + "#" + encodeURIComponent(id));
+  notice("");
+  paintHead();
+  showPane();
+  loadTab();
+}
+
+function paintHead() {
+  const row = S.rows.get(S.sel);
+  if (!row) return;
+  const d = row.d;
+  $("d-dot").dataset.state = d.state;
+  $("d-title").textContent = d.title || d.id;
+  const meta = [d.id, d.role, d.state.replace("_", " ")];
+  if (d.master_id) meta.push("master " + d.master_id);
+  if (d.pending) meta.push(d.pending + " queued");
+  if (d.steering) meta.push(d.steering + " steering");
+  if (d.wake_at) meta.push("wakes " + shortTime(d.wake_at));
+  if (d.unanswered) meta.push(d.unanswered + " unanswered");
+  $("d-meta").textContent = meta.join(" · ");
+}
+
+function setTab(tab) {
+  S.tab = tab;
+  for (const b of document.querySelectorAll("#tabs button")) b.setAttribute("aria-selected", String(b.dataset.tab === tab));
+  for (const t of ["live", "todos", "messages", "autonomy"]) $("pane-" + t).hidden = t !== tab;
+  loadTab();
+}
+
+function loadTab() {
+  const id = S.sel;
+  if (!id) return;
+  if (S.tab === "live") {
+    const p = S.panes.get(id) || newPane(id);
+    if (!p.past && !p.loading) loadPast(p);
+  } else if (S.tab === "todos") loadTodos(id).catch(fail);
+  else if (S.tab === "messages") loadMessages(id, false).catch(fail);
+  else if (S.tab === "autonomy") loadAutonomy(id).catch(fail);
+}
+
+// ---- the live pane
+// A pane holds entries, not DOM: only the shown agent's entries have nodes. An entry is one
+// streamed text block, one tool call (started + finished) or one line for any other event.
+
+function newPane(id) {
+  const p = { id, entries: [], cur: null, tools: new Map(), maxSeq: 0, minSeq: 0, past: false, loading: false, queue: [] };
+  S.panes.set(id, p);
+  return p;
+}
+
+function add(p, e) {
+  p.entries.push(e);
+  if (p.entries.length > MAX_ENTRIES) {
+    const gone = p.entries.splice(0, p.entries.length - MAX_ENTRIES);
+    for (const g of gone) {
+      g.gone = true;
+      if (g.node) g.node.remove();
+      if (g.toolId) p.tools.delete(g.toolId);
+    }
+  }
+  if (p.id === S.sel) S.added.push(e);
+  return e;
+}
+
+function touch(p, e) {
+  if (p.id === S.sel && e.node) S.dirty.add(e);
+}
+
+const json = (v) => {
+  const s = typeof v === "string" ? v : JSON.stringify(v);
+  return s && s.length > 2000 ? s.slice(0, 2000) + "…" : s || "";
+};
+
+// One line for each event that is not streamed text or a tool call.
+function line(ev) {
+  switch (ev.type) {
+    case "turn_started": return "turn started";
+    case "round_started": return "round " + (ev.round + 1);
+    case "usage": return "tokens in " + ev.input + " · out " + ev.output + " · cache read " + ev.cache_read + " · cache write " + ev.cache_creation;
+    case "aux_usage": return ev.aux + " tokens in " + ev.input + " · out " + ev.output;
+    case "error": return "error " + ev.kind + ": " + ev.message;
+    case "turn_ended": return "turn " + ev.outcome;
+    case "queued": case "flush": case "system": return ev.text;
+    case "done": return "done";
+    case "no_answer_text": return "(no answer text)";
+    case "wake": return "wake " + ev.n + " (" + ev.reason + ")" + (ev.todos && ev.todos.length ? " · claimed todo " + ev.todos.join(", ") : "") + (ev.messages && ev.messages.length ? " · " + ev.messages.length + " message(s)" : "");
+    case "message_in": return "message in from " + ev.from + ": " + ev.subject;
+    case "message_out": return "message to " + ev.to + ": " + ev.text;
+    case "todo_change": return "todo " + ev.action + " · " + ev.line;
+    case "autonomy": return "autonomy " + ev.job + " " + ev.status + (ev.detail ? ": " + ev.detail : "");
+    case "ask_user": return "question: " + ev.question;
+    case "compacted": return "compacted " + ev.before + " → " + ev.after + " messages";
+    case "retry": return "retry " + ev.attempt + " in " + ev.delay_ms + " ms: " + ev.reason;
+    case "steered": return "steer " + ev.status;
+    case "subagent_start": return "sub-agent " + ev.id + " started (" + ev.subagent_type + "): " + ev.description;
+    case "subagent_end": return "sub-agent " + ev.id + " " + ev.outcome + ": " + ev.result;
+    case "hook": return "hook " + ev.name + " `" + ev.command + "` → " + ev.action + (ev.reason ? ": " + ev.reason : "") + " (" + ev.duration_ms + " ms)";
+    case "plan_change": return "plan: " + (ev.todos || []).map((t) => (t.status === "completed" ? "✓ " : t.status === "in_progress" ? "▸ " : "· ") + t.content).join("  ");
+    case "gap": return "events " + ev.from + "–" + ev.to + " are missing (no longer kept)";
+    default: return ev.type;
+  }
+}
+
+function fold(p, ev) {
+  if (ev.seq) {
+    if (ev.seq > p.maxSeq) p.maxSeq = ev.seq;
+    if (!p.minSeq || ev.seq < p.minSeq) p.minSeq = ev.seq;
+  }
+  if (p.id === S.sel) S.drawn++;
+  const seq = ev.seq || 0;
+  const t = ev.type;
+  if (t === "text_delta" || t === "thinking_delta") {
+    const kind = t === "text_delta" ? "text" : "thinking";
+    if (p.cur && p.cur.kind === kind) {
+      p.cur.text += ev.text;
+      touch(p, p.cur);
+    } else p.cur = add(p, { seq, type: t, kind, text: ev.text });
+  } else if (t === "text_end") {
+    p.cur = null;
+  } else if (t === "state") {
+    // the list's dot shows it
+  } else if (t === "tool_started") {
+    p.cur = null;
+    const e = add(p, { seq, type: t, kind: "tool", toolId: ev.id, name: ev.name, input: json(ev.input), result: null });
+    p.tools.set(ev.id, e);
+  } else if (t === "tool_finished") {
+    p.cur = null;
+    let e = p.tools.get(ev.id);
+    if (!e) e = add(p, { seq, type: t, kind: "tool", name: ev.name, input: "", result: null });
+    p.tools.delete(ev.id);
+    e.result = ev.result;
+    e.err = ev.is_error;
+    e.ms = ev.duration_ms;
+    touch(p, e);
+  } else {
+    if (t !== "usage" && t !== "round_started") p.cur = null;
+    const e = add(p, { seq, type: t, kind: "line", text: line(ev) });
+    if (t === "ask_user") e.ask = ev;
+    if (t === "error" || (t === "turn_ended" && ev.outcome !== "completed")) e.bad = true;
+  }
+  schedule();
+}
+
+function schedule() {
+  if (!S.frame && (S.added.length || S.dirty.size || S.drawn)) S.frame = requestAnimationFrame(flush);
+}
+
+// Every change of one frame lands in one DOM pass: a streamed answer costs one layout per
+// frame, not one per delta.
+function flush() {
+  S.frame = 0;
+  const live = $("live");
+  const stick = live.scrollHeight - live.scrollTop - live.clientHeight < 60;
+  for (const e of S.dirty) paint(e);
+  S.dirty.clear();
+  if (S.added.length) {
+    const frag = document.createDocumentFragment();
+    for (const e of S.added) if (!e.node && !e.gone) frag.append(node(e));
+    live.append(frag);
+    S.added = [];
+  }
+  stats.rendered += S.drawn;
+  S.drawn = 0;
+  if (stick) live.scrollTop = live.scrollHeight;
+}
+
+function node(e) {
+  const n = el("div", e.kind === "you" ? "you" : "ev " + e.kind);
+  if (e.kind !== "you") {
+    n.dataset.seq = String(e.seq);
+    n.dataset.type = e.type;
+  }
+  e.node = n;
+  if (e.kind === "tool") {
+    const h = el("div", "tool-head");
+    h.append(el("span", "name", e.name), el("span", "ms"));
+    n.append(h, el("pre", "input", e.input));
+  } else if (e.ask) {
+    n.append(el("span", "", e.text));
+    const opts = e.ask.options || [];
+    for (const o of opts) n.append(button(o.label, "opt", () => answer(e.ask.ref, o.label)));
+    if (!opts.length) {
+      const f = el("form", "row answer");
+      const i = el("input");
+      i.setAttribute("aria-label", "answer");
+      f.append(i, el("button", "opt", "Answer"));
+      f.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        if (i.value.trim()) answer(e.ask.ref, i.value);
+      });
+      n.append(f);
+    }
+  }
+  if (e.bad) n.classList.add("bad");
+  paint(e);
+  return n;
+}
+
+function paint(e) {
+  const n = e.node;
+  if (!n) return;
+  if (e.kind === "tool") {
+    if (e.result === null) return;
+    let r = n.querySelector(".result");
+    if (!r) n.append((r = el("pre", "result")));
+    r.textContent = e.result;
+    r.classList.toggle("error", !!e.err);
+    n.querySelector(".ms").textContent = e.ms + " ms" + (e.err ? " · error" : "");
+  } else if (!e.ask) n.textContent = e.text;
+}
+
+// The selected agent's entries, drawn at once.
+function showPane() {
+  const live = $("live");
+  S.added = [];
+  S.dirty.clear();
+  const p = S.panes.get(S.sel) || newPane(S.sel);
+  // Nodes live only while their pane is shown.
+  if (S.shown && S.shown !== p) for (const e of S.shown.entries) e.node = null;
+  S.shown = p;
+  live.replaceChildren(...p.entries.map(node));
+  stats.rendered += p.entries.length;
+  live.scrollTop = live.scrollHeight;
+}
+
+// The agent's recent past, merged in front of what the stream brought (by seq: none twice).
+async function loadPast(p) {
+  const row = S.rows.get(p.id);
+  const last = row ? row.d.last_seq : 0;
+  if (!last) {
+    p.past = true;
+    return;
+  }
+  p.loading = true;
+  const gen = S.gen;
+  const tmp = { id: "", entries: [], cur: null, tools: new Map(), maxSeq: 0, minSeq: 0 };
+  const ctl = new AbortController();
+  const timer = setTimeout(() => ctl.abort(), 10000);
+  try {
+    const r = await fetch(agentPath(p.id, "/events"), {
+      headers: { Authorization: "Bearer " + S.token, "Last-Event-ID": String(Math.max(0, last - PAST)) },
+      signal: ctl.signal,
+      cache: "no-store",
+    });
+    if (r.status === 401) {
+      if (gen === S.gen) unauthorized();
+      return;
+    }
+    if (!r.ok || !r.body) throw apiError("cannot load the past events: HTTP " + r.status, r.status);
+    await readSse(r.body, (f) => {
+      const ev = parse(f);
+      if (!ev) return false;
+      if (ev.seq && ev.seq >= last) {
+        if (ev.seq === last) fold(tmp, ev);
+        return true;
+      }
+      fold(tmp, ev);
+      return false;
+    });
+  } catch (e) {
+    if (e.name !== "AbortError") fail(e);
+  } finally {
+    clearTimeout(timer);
+    ctl.abort();
+  }
+  if (gen !== S.gen || S.panes.get(p.id) !== p) return;
+  // Past events the stream also brought are dropped; then the stream's events that came while
+  // loading, in order.
+  const cut = p.minSeq || Infinity;
+  const older = tmp.entries.filter((e) => !e.seq || e.seq < cut);
+  for (const e of older) e.node = null;
+  p.entries = older.concat(p.entries).slice(-MAX_ENTRIES);
+  p.maxSeq = Math.max(p.maxSeq, tmp.maxSeq);
+  p.loading = false;
+  p.past = true;
+  const queued = p.queue;
+  p.queue = [];
+  if (p.id === S.sel) showPane();
+  for (const ev of queued) if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
+}
+
+const answer = (ref, text) =>
+  act(async (id) => {
+    await api("POST", agentPath(id, "/respond"), { ref, response: text });
+    return "Answered: " + text;
+  });
+
+// ---- actions
+
+// Runs an action on the selected agent; `#notice` shows what it says, or its error.
+async function act(f) {
+  if (!S.sel) return notice("Select an agent first.", true);
+  try {
+    notice(await f(S.sel));
+  } catch (e) {
+    fail(e);
+  }
+}
+
+function sendChat(ev) {
+  ev.preventDefault();
+  const box = $("chat-text");
+  const text = box.value;
+  if (!text.trim()) return;
+  act(async (id) => {
+    // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
+    // before the turn's first events arrive.
+    const p = S.panes.get(id) || newPane(id);
+    p.cur = null;
+    const e = add(p, { seq: 0, type: "prompt", kind: "you", text });
+    schedule();
+    let r;
+    try {
+      r = await api("POST", agentPath(id, "/prompt"), { text });
+    } catch (err) {
+      e.bad = true;
+      if (e.node) e.node.classList.add("bad");
+      throw err;
+    }
+    box.value = "";
+    return r && r.queued ? "Queued: it runs after the current reply." : "Sent.";
+  });
+}
+
+const agentCall = (path, say) => () =>
+  act(async (id) => say(await api("POST", "/api/cicy/" + path, { agent_id: id })));
+
+// ---- todos
+
+async function loadTodos(id) {
+  const r = await api("GET", agentPath(id, "/todos"));
+  if (id !== S.sel) return;
+  const box = $("todos");
+  const rows = (r.todos || []).map((t) => {
+    const d = el("div", "todo");
+    d.dataset.id = String(t.id);
+    d.dataset.status = t.status;
+    d.append(el("span", "at", shortTime(t.at_local)), el("span", "text", t.text), el("span", "status", t.status));
+    if (t.status === "pending") {
+      const call = (method, rest, said) => () =>
+        act(async () => {
+          await api(method, agentPath(id, "/todos/" + t.id + rest));
+          await loadTodos(id);
+          return "Todo " + t.id + " " + said + ".";
+        });
+      d.append(button("done", "small", call("POST", "/done", "done")), button("remove", "small", call("DELETE", "", "removed")));
+    }
+    return d;
+  });
+  box.replaceChildren(...(rows.length ? rows : [el("p", "empty", "No todos.")]));
+}
+
+function addTodo(ev) {
+  ev.preventDefault();
+  act(async (id) => {
+    const r = await api("POST", agentPath(id, "/todos"), { text: $("todo-text").value, at: $("todo-at").value.trim() });
+    $("todo-text").value = "";
+    await loadTodos(id);
+    return r.existed ? "That todo exists already." : "Todo " + r.todo.id + " added for " + r.todo.at_local.replace("T", " ") + ".";
+  });
+}
+
+// ---- messages
+
+const PAGE = 50;
+
+async function loadMessages(id, older) {
+  let q = "?limit=" + PAGE;
+  if (older && S.msgs.length) q += "&before=" + encodeURIComponent(S.msgs[0].cursor);
+  const r = await api("GET", agentPath(id, "/messages" + q));
+  if (id !== S.sel) return;
+  const page = r.messages || [];
+  S.msgs = older ? page.concat(S.msgs) : page;
+  const more = $("messages-older");
+  more.disabled = page.length < PAGE;
+  const box = $("messages");
+  const keep = box.scrollHeight - box.scrollTop;
+  box.replaceChildren(...(S.msgs.length ? S.msgs.map(msgRow) : [el("p", "empty", "No messages.")]));
+  box.scrollTop = older ? box.scrollHeight - keep : box.scrollHeight;
+}
+
+function msgRow(m) {
+  const d = el("div", "msg");
+  d.dataset.box = m.box;
+  const who = m.box === "outbox" ? "to " + ((m.meta && m.meta.to) || "?") : "from " + m.from;
+  const h = el("div", "msg-head");
+  h.append(el("span", "who", who), el("span", "subject", m.subject), el("span", "time", String(m.timestamp || "").replace("T", " ")));
+  if (m.question) h.append(el("span", "q", "question"));
+  d.append(h, el("div", "body", m.body));
+  return d;
+}
+
+function sendMsg(ev) {
+  ev.preventDefault();
+  const text = $("msg-text").value;
+  if (!text.trim()) return;
+  act(async (id) => {
+    await api("POST", agentPath(id, "/messages"), { text, from: "human" });
+    $("msg-text").value = "";
+    await loadMessages(id, false);
+    return "Message sent.";
+  });
+}
+
+// ---- autonomy
+
+async function loadAutonomy(id) {
+  const r = await api("GET", agentPath(id, "/autonomy"));
+  if (id !== S.sel) return;
+  const box = $("autonomy");
+  const out = [];
+  const kv = (k, v) => {
+    const p = el("p", "kv");
+    p.append(el("b", "", k + " "), el("span", "", v));
+    out.push(p);
+  };
+  kv("autonomy", r.enabled ? "on · tick every " + r.tick_secs + " s" : "off" + (r.off_reason ? ": " + r.off_reason : ""));
+  if (r.lease) kv("running", r.lease.job + " (priority " + r.lease.priority + ", since " + r.lease.started_at + ")");
+  kv("now", r.now || "nothing");
+  const list = (title, items, text) => {
+    out.push(el("h3", "", title));
+    if (!items || !items.length) out.push(el("p", "empty", "none"));
+    for (const i of items || []) out.push(el("p", "item", text(i)));
+  };
+  list("own intents (" + (r.mine_total || 0) + ")", r.mine, (m) => m.id + " · p" + m.priority + " · " + m.status + (m.needs !== "none" ? " · needs " + m.needs : "") + " · " + m.what);
+  list("waiting", r.waiting, (w) => w.id + " · " + w.label + " · " + w.what);
+  list("squeezed", r.squeezed, (s) => s.id + " · preempted " + s.preempted_count + "×" + (s.preempted_by ? " by " + s.preempted_by : "") + (s.hours != null ? " · " + s.hours + " h" : "") + " · " + s.what);
+  if (r.skipped && r.skipped.length) list("unreadable ledger lines", r.skipped, (s) => "line " + s.line + ": " + s.why);
+  out.push(el("h3", "", "intents"));
+  const intents = r.intents || [];
+  if (!intents.length) out.push(el("p", "empty", "none"));
+  for (const i of intents) {
+    const d = el("div", "intent");
+    d.dataset.id = i.id;
+    d.dataset.status = i.status;
+    d.append(el("span", "status", i.status), el("span", "what", i.what));
+    const meta = [i.id, "p" + i.priority, "by " + i.by, i.at];
+    if (i.needs && i.needs !== "none") meta.push("needs " + i.needs);
+    if (i.result) meta.push(i.result);
+    d.append(el("span", "meta", meta.join(" · ")));
+    out.push(d);
+  }
+  box.replaceChildren(...out);
+}
+
+// ---- wiring
+
+function wire() {
+  $("login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const t = $("token").value.trim();
+    if (!t) return showLogin("enter the token");
+    S.token = t;
+    store((s) => s.setItem(KEY, t));
+    start();
+  });
+  $("logout").addEventListener("click", logout);
+  window.addEventListener("hashchange", () => {
+    const id = decodeURIComponent(location.hash.slice(1));
+    if (S.rows.has(id)) select(id);
+  });
+  $("filter").addEventListener("input", filter);
+  for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => setTab(b.dataset.tab));
+  $("chat").addEventListener("submit", sendChat);
+  $("chat-text").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey && !e.isComposing) sendChat(e);
+  });
+  $("cancel").addEventListener("click", agentCall("cancel", (r) => (r.canceled ? "Cancelled." : "Nothing to cancel.")));
+  $("clear").addEventListener("click", agentCall("clear", (r) => "Cleared: a new conversation" + (r.canceled ? " (the running turn was cancelled)." : ".")));
+  $("compact").addEventListener("click", agentCall("compact", (r) => "Compacted: " + r.before + " → " + r.after + " messages."));
+  $("todo-form").addEventListener("submit", addTodo);
+  $("msg-form").addEventListener("submit", sendMsg);
+  $("messages-older").addEventListener("click", () => S.sel && loadMessages(S.sel, true).catch(fail));
+}
+
+boot();
