@@ -6,7 +6,7 @@
 mod common;
 
 use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
+use common::gateway::{anthropic_text, anthropic_text_deltas, Reply, ScriptedGateway};
 use common::serve::{Frame, Serve};
 
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
@@ -88,5 +88,52 @@ async fn api_events_resumes_after_the_last_seen_id_without_gap_or_duplicate() {
     assert_eq!(future.next().await.unwrap().event, "gap");
     let bad = s.request(reqwest::Method::GET, "/api/events").header("last-event-id", "x1").send().await.unwrap();
     assert_eq!(bad.status(), 400);
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_never_slows_an_agent_and_resumes_without_a_hole() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let a = t.create("assistant", None);
+    // More events than the live channel and the ring hold, and more bytes (15 MB) than the
+    // loopback socket's buffers: the stalled client must fall behind the ring.
+    let deltas: Vec<String> = (0..30_000).map(|i| format!("{i:06} {}", "x".repeat(500))).collect();
+    gw.push(Reply::sse(anthropic_text_deltas(&deltas)));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let mut stalled = s.all_events(None).await;
+
+    // The chat's own stream reads on while the other client reads nothing.
+    let chat = s.chat(&a, "talk").await.until("done").await;
+    let text: String = chat.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
+    assert_eq!(text, deltas.concat());
+
+    // The stalled client, read at last: gseqs go up by one, or jump exactly over a gap frame.
+    let (mut prev, mut pending_gap, mut gaps, mut count) = (None::<u64>, None::<(u64, u64)>, 0, 0);
+    loop {
+        let f = stalled.next().await.unwrap();
+        if f.event == "gap" {
+            let (from, to) = (f.data["from"].as_u64().unwrap(), f.data["to"].as_u64().unwrap());
+            if let Some(p) = prev {
+                assert_eq!(from, p + 1, "a gap starts right after the last frame");
+            }
+            pending_gap = Some((from, to));
+            gaps += 1;
+            continue;
+        }
+        let id = f.id.unwrap();
+        match (prev, pending_gap.take()) {
+            (_, Some((_, to))) => assert_eq!(id, to + 1, "the frame after a gap"),
+            (Some(p), None) => assert_eq!(id, p + 1, "no hole and no duplicate: {f:?}"),
+            (None, None) => {}
+        }
+        prev = Some(id);
+        count += 1;
+        if f.event == "done" {
+            break;
+        }
+    }
+    assert!(gaps >= 1, "the client never fell behind the ring: the test did not test it");
+    assert!(count > 8192);
     assert_eq!(s.stop().await, 0);
 }

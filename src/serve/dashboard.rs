@@ -59,3 +59,38 @@ pub async fn style() -> Response {
 pub async fn icon() -> Response {
     file("/favicon.svg")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DESIGN.md §14 "no external request": no file names another host. The SVG namespace is
+    /// an identifier the browser never fetches.
+    #[test]
+    fn no_file_names_another_host() {
+        for (path, _, body) in FILES {
+            let body = body.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+            for needle in ["http://", "https://", "ws://", "wss://", "src=\"//", "href=\"//", "url(//", "url(\"//", "@import"] {
+                assert!(!body.contains(needle), "{path} contains `{needle}`");
+            }
+        }
+    }
+
+    /// The page loads its script and style from this server only, by the paths served here.
+    #[test]
+    fn the_page_refers_to_the_served_paths() {
+        let page = FILES[0].2;
+        for path in ["/app.js", "/app.css", "/favicon.svg"] {
+            assert!(FILES.iter().any(|(p, _, _)| *p == path));
+            assert!(page.contains(&format!("\"{path}\"")), "index.html does not load {path}");
+        }
+        assert!(!page.contains("<style") && !page.contains(" style="), "inline style in index.html");
+        let handler = page.match_indices(" on").any(|(i, _)| {
+            let rest = &page[i + 3..];
+            let name = rest.bytes().take_while(u8::is_ascii_lowercase).count();
+            name > 0 && rest.as_bytes().get(name) == Some(&b'=')
+        });
+        assert!(!handler, "an inline event handler (on…=) in index.html");
+        assert!(!page.contains("<script>"), "an inline script in index.html");
+    }
+}

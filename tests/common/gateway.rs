@@ -412,6 +412,22 @@ pub fn anthropic_text(text: &str) -> Vec<Vec<u8>> {
     [anthropic_start(), anthropic_text_block(0, text), anthropic_end("end_turn")].concat()
 }
 
+/// A complete Anthropic stream answering with one text block sent as exactly the `deltas`
+/// given (one `text_delta` each), stop_reason `end_turn`.
+pub fn anthropic_text_deltas(deltas: &[String]) -> Vec<Vec<u8>> {
+    let mut out = anthropic_start();
+    out.push(event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#));
+    for d in deltas {
+        out.push(event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}}).to_string(),
+        ));
+    }
+    out.push(event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#));
+    out.extend(anthropic_end("end_turn"));
+    out
+}
+
 /// A complete Anthropic stream with one tool_use whose input is streamed as several
 /// `input_json_delta` fragments; stop_reason `tool_use`.
 pub fn anthropic_tool_use(id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>> {
