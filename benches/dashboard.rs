@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use common::browser::{Browser, LAPTOP};
 use common::fixture::TestHome;
-use common::gateway::{event, Reply, ScriptedGateway};
+use common::gateway::{anthropic_text_deltas, Reply, ScriptedGateway};
 use common::serve::Serve;
 
 /// Deltas in the render-rate answer.
@@ -95,29 +95,8 @@ async fn start_to_rows(gw: &ScriptedGateway, b: &Browser) {
 /// An Anthropic stream of one text block of `DELTAS` deltas (`w00000 `, `w00001 `, …); the
 /// whole text.
 fn long_answer() -> (Vec<Vec<u8>>, String) {
-    let mut chunks = vec![
-        event(
-            "message_start",
-            r#"{"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":25,"output_tokens":1}}}"#,
-        ),
-        event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
-    ];
-    let mut text = String::new();
-    for i in 0..DELTAS {
-        let piece = format!("w{i:05} ");
-        chunks.push(event(
-            "content_block_delta",
-            &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}).to_string(),
-        ));
-        text.push_str(&piece);
-    }
-    chunks.push(event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#));
-    chunks.push(event(
-        "message_delta",
-        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}"#,
-    ));
-    chunks.push(event("message_stop", r#"{"type":"message_stop"}"#));
-    (chunks, text)
+    let deltas: Vec<String> = (0..DELTAS).map(|i| format!("w{i:05} ")).collect();
+    (anthropic_text_deltas(&deltas), deltas.concat())
 }
 
 /// Installed in the page before the prompt: one sample per animation frame of
