@@ -452,6 +452,10 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
     let answer = "All hundred workers are listed; this answer streamed in while you watched.";
     gw.push(Reply::sse(anthropic_text(answer)));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    for id in &ids[1..3] {
+        let (status, _) = s.post(&format!("/api/agents/{id}/todos"), json!({"text": "check the nightly build", "at": "+2 hours"})).await;
+        assert_eq!(status, 201);
+    }
 
     let plain = reqwest::Client::builder().no_proxy().build().unwrap();
     let page = plain.get(s.url("/")).send().await.unwrap();
@@ -470,6 +474,8 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
     want.sort();
     assert_eq!(shown, want);
     assert!(!scrolls_sideways(&b).await, "no sideways scroll at laptop width");
+    let wakes = b.texts("#agents .agent .wake").await;
+    assert_eq!(wakes.iter().filter(|w| w.starts_with("wakes ")).count(), 2, "the two agents with a todo show their next wake: {wakes:?}");
     select(&b, &ids[0]).await;
     send(&b, "are they all there").await;
     b.wait_js("the streamed answer", &format!("[...document.querySelectorAll('#live .ev.text')].some(e => e.textContent === {})", json!(answer))).await;
