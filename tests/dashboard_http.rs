@@ -34,6 +34,17 @@ async fn the_page_and_its_files_load_without_a_token_under_a_strict_csp() {
         assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
         assert_eq!(h["cache-control"], "no-store", "{path}");
     }
+    // The health proof: HMAC-SHA256 under the token, computed here on its own.
+    let nonce = "0123456789abcdef".repeat(4);
+    let health: serde_json::Value = plain.get(s.url(&format!("/api/health?proof={nonce}"))).send().await.unwrap().json().await.unwrap();
+    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(s.token.as_bytes()).unwrap();
+    hmac::Mac::update(&mut mac, format!("cicy-health-proof:{nonce}").as_bytes());
+    let want: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(health["proof"], want.as_str());
+    assert_eq!(health["ok"], true);
+    assert!(plain.get(s.url("/api/health")).send().await.unwrap().json::<serde_json::Value>().await.unwrap().get("proof").is_none());
+    assert_eq!(plain.get(s.url("/api/health?proof=abc")).send().await.unwrap().status(), 400);
+
     let page = plain.get(s.url("/")).send().await.unwrap().text().await.unwrap();
     assert!(page.contains(r#"<script src="/app.js""#), "{page}");
     // The API stays behind the token; the page's files are the only open paths but health.
@@ -136,4 +147,19 @@ async fn a_client_that_stops_reading_never_slows_an_agent_and_resumes_without_a_
     assert!(gaps >= 1, "the client never fell behind the ring: the test did not test it");
     assert!(count > 8192);
     assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_token_no_header_can_carry() {
+    let gw_url = "http://127.0.0.1:9";
+    let t = TestHome::new(gw_url, 0);
+    let mut cmd = common::cli::command(t.root(), gw_url, &["serve", "--port", "0"]);
+    let out = cmd.env("CICY_API_TOKEN", "café token€").output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the API token from CICY_API_TOKEN has a character outside printable ASCII (no spaces)"),
+        "{stderr}"
+    );
+    assert!(!t.root().join("serve.json").exists());
 }

@@ -94,9 +94,10 @@ impl GlobalFeed {
         let mut backlog = VecDeque::new();
         let last = match after {
             // Not a cursor of this run: everything this run sent so far is unknown to the
-            // client; it goes on live from here.
+            // client; it goes on live from here. (When this run has sent nothing yet the gap
+            // names the id just before its first, so `from <= to` always holds.)
             Some(n) if n > newest => {
-                backlog.push_back(Item::Gap { from: self.first, to: newest });
+                backlog.push_back(Item::Gap { from: self.first.min(newest), to: newest });
                 newest
             }
             Some(n) => n,
@@ -224,6 +225,15 @@ mod tests {
         feed.publish(&ev("w-1", 2));
         let items = take(&mut sub, 2).await;
         assert_eq!(items, vec![Item::Gap { from: 1_000, to: 1_000 }, Item::Event(1_001, ev("w-1", 2))]);
+    }
+
+    #[tokio::test]
+    async fn a_cursor_ahead_of_a_feed_that_sent_nothing_gets_a_well_formed_gap() {
+        let feed = GlobalFeed::new(1_000);
+        let mut sub = feed.subscribe(Some(u64::MAX));
+        feed.publish(&ev("w-1", 1));
+        let items = take(&mut sub, 2).await;
+        assert_eq!(items, vec![Item::Gap { from: 999, to: 999 }, Item::Event(1_000, ev("w-1", 1))]);
     }
 
     #[tokio::test]

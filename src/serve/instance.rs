@@ -25,6 +25,10 @@ pub enum InstanceError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is empty: put a token in it, or delete it to have serve make one")]
     EmptyToken { path: PathBuf },
+    /// A token with a character outside printable ASCII could never pass the bearer check: an
+    /// HTTP header carries it only as ASCII (and a browser refuses to send anything else).
+    #[error("the API token from {from} has a character outside printable ASCII (no spaces): use letters, digits and punctuation only")]
+    BadToken { from: String },
 }
 
 /// `serve.json` *(DESIGN.md §9)*: `{pid, port, instance_id, started_at}`, 0600.
@@ -136,16 +140,24 @@ impl ServeLock {
 /// `$CICY_HOME/api_token`, made once as 32 random bytes in hex, 0600 **[chosen]**.
 ///
 /// Errors: [`InstanceError::EmptyToken`] for an empty file (never replaced: a user put it
-/// there); [`InstanceError::Io`].
+/// there); [`InstanceError::BadToken`] for a token with a character outside printable ASCII
+/// (0x21–0x7e); [`InstanceError::Io`].
 pub fn api_token(home: &Home, from_env: Option<String>) -> Result<String, InstanceError> {
+    let printable = |t: &str, from: &dyn Fn() -> String| {
+        if t.bytes().all(|b| b.is_ascii_graphic()) {
+            Ok(t.to_string())
+        } else {
+            Err(InstanceError::BadToken { from: from() })
+        }
+    };
     if let Some(t) = from_env.filter(|t| !t.trim().is_empty()) {
-        return Ok(t.trim().to_string());
+        return printable(t.trim(), &|| "CICY_API_TOKEN".to_string());
     }
     let path = home.root().join("api_token");
     let io = |source| InstanceError::Io { path: path.clone(), source };
     match std::fs::read_to_string(&path) {
         Ok(t) if t.trim().is_empty() => Err(InstanceError::EmptyToken { path }),
-        Ok(t) => Ok(t.trim().to_string()),
+        Ok(t) => printable(t.trim(), &|| path.display().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
             rand::rng().fill_bytes(&mut bytes);
@@ -196,5 +208,12 @@ mod tests {
         assert_eq!(api_token(&home, Some("from-env".into())).unwrap(), "from-env");
         std::fs::write(dir.path().join("api_token"), " \n").unwrap();
         assert!(matches!(api_token(&home, None), Err(InstanceError::EmptyToken { .. })));
+        let err = api_token(&home, Some("café token€".into())).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the API token from CICY_API_TOKEN has a character outside printable ASCII (no spaces): use letters, digits and punctuation only"
+        );
+        std::fs::write(dir.path().join("api_token"), "ab\u{200b}cd\n").unwrap();
+        assert!(matches!(api_token(&home, None), Err(InstanceError::BadToken { from }) if from.ends_with("api_token")));
     }
 }

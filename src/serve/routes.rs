@@ -390,9 +390,23 @@ pub async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> R
     Ok(Json(report.to_json(&folded.intents)))
 }
 
-/// `GET /api/health` (no token): `{ok, instance_id, pid, agents}`.
-pub async fn health(State(hub): State<Hub>) -> Json<Value> {
-    Json(json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()}))
+#[derive(Deserialize)]
+pub struct HealthQuery {
+    proof: Option<String>,
+}
+
+/// `GET /api/health[?proof=<nonce>]` (no token): `{ok, instance_id, pid, agents}`, plus
+/// `proof` when asked: [`super::http::token_proof`] of the nonce (32–128 lowercase hex
+/// characters, else 400). The dashboard checks it before it sends the token, so a program that
+/// took the port after serve stopped never gets the token.
+pub async fn health(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HealthQuery>) -> Result<Json<Value>, ApiError> {
+    let mut answer = json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()});
+    if let Some(nonce) = q.proof {
+        let proof = super::http::token_proof(&hub.token, &nonce)
+            .ok_or_else(|| ApiError::bad_request("proof must be a nonce of 32 to 128 lowercase hex characters"))?;
+        answer["proof"] = Value::String(proof);
+    }
+    Ok(Json(answer))
 }
 
 /// Registry rows at boot; an absent registry is no agents.
