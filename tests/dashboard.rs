@@ -1,7 +1,9 @@
 //! The dashboard (DESIGN.md §14, issue 13) in a real browser: Debian's headless chromium,
 //! driven through chromedriver, against a real `cicy-agent serve` and the scripted gateway.
-//! The token form, a streamed chat answer and a tool call, cancelling a long tool, a reconnect
-//! of `/api/events` that loses and doubles nothing, and 100 agents at phone and laptop width.
+//! The token form (and a program that takes serve's port after it stops, which never gets the
+//! token), a streamed chat answer and a tool call, a queued prompt and cancelling a long tool, a
+//! reconnect of `/api/events` that loses and doubles nothing, and 100 agents at phone and laptop
+//! width.
 //! Screenshots go to `<target>/dashboard-screenshots/`.
 //!
 //! Each test starts one serve and one browser; `scripts/test.sh` installs chromium +
@@ -98,14 +100,14 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
     b.wait_visible("#login-error").await;
     let error = b.find("#login-error").await.text().await.unwrap();
     assert!(error.to_lowercase().contains("wrong token"), "the form says the token is wrong: {error:?}");
-    // A resource entry lands once its body is in, which the page does not read on a 401.
-    let statuses = b
+    // The page asked serve to prove it knows the token, and sent it nowhere when it did not.
+    let asked = b
         .wait_js(
-            "the refused /api/agents in the resource timings",
-            "(() => { const s = performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname === '/api/agents').map(e => e.responseStatus); return s.length && s; })()",
+            "the health proof in the resource timings",
+            "(() => { const s = performance.getEntriesByType('resource').map(e => new URL(e.name)).filter(u => u.pathname.startsWith('/api/')).map(u => u.pathname + ' ' + /^[0-9a-f]{32,128}$/.test(u.searchParams.get('proof'))); return s.length && s; })()",
         )
         .await;
-    assert_eq!(statuses, json!([401]), "the page asked /api/agents once and was refused");
+    assert_eq!(asked, json!(["/api/health true"]), "one proof asked, no other /api call");
     b.wait_visible("#login").await;
 
     b.type_into("#token", &s.token).await;
@@ -140,8 +142,97 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
     assert_eq!(b.js("return location.href").await, json!(s.url("/")));
     b.wait_js("the event stream live", "document.querySelector('#conn').dataset.state === 'live'").await;
 
-    b.close().await;
+    // Serve stops and another program takes its port: the open tab must not hand it the token.
+    let (port, token) = (s.port, s.token.clone());
     assert_eq!(s.stop().await, 0);
+    let squatter = Squatter::start(port).await;
+    let check = |r: &String| {
+        assert!(!r.contains(&token), "the squatter received the token: {r:?}");
+        assert!(!r.to_lowercase().contains("authorization"), "the squatter received an Authorization header: {r:?}");
+    };
+    squatter.received(1).await.iter().for_each(check);
+    b.wait_js(
+        "the form, saying the server does not know the token",
+        "document.querySelector('#login-error').textContent === 'the server on this port does not know this token'",
+    )
+    .await;
+    b.wait_visible("#login").await;
+    assert_eq!(b.js("return localStorage.getItem('cicy.token')").await, json!(null), "the token is forgotten");
+    // Typed again, the token is checked the same way before it goes anywhere.
+    b.type_into("#token", &token).await;
+    b.click("#login-go").await;
+    b.wait_js("'wrong token' on the form", "document.querySelector('#login-error').textContent === 'wrong token'").await;
+    let requests = squatter.received(2).await;
+    let nonces: Vec<&str> = requests
+        .iter()
+        .map(|r| {
+            check(r);
+            let nonce = r.strip_prefix("GET /api/health?proof=").and_then(|r| r.split(' ').next()).unwrap_or_else(|| panic!("a proof asked: {r:?}"));
+            assert!(nonce.len() == 32 && nonce.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "a hex nonce: {nonce:?}");
+            nonce
+        })
+        .collect();
+    assert!(nonces.windows(2).all(|w| w[0] != w[1]), "a fresh nonce each time: {nonces:?}");
+
+    b.close().await;
+}
+
+/// Another program on serve's port after serve stopped: it records every request it receives
+/// and answers each like `/api/health` with a proof that is not the token's.
+struct Squatter {
+    requests: tokio::sync::watch::Receiver<Vec<String>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Squatter {
+    async fn start(port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        let (seen, requests) = tokio::sync::watch::channel(Vec::new());
+        let seen = Arc::new(seen);
+        let server = tokio::spawn(async move {
+            loop {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    // The head, and whatever body came with it within a moment.
+                    let mut got = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await {
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    seen.send_modify(|r| r.push(String::from_utf8_lossy(&got).into_owned()));
+                    let body = json!({"ok": true, "instance_id": "squatter", "pid": 1, "agents": 0, "proof": "0".repeat(64)}).to_string();
+                    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                    let _ = conn.write_all(format!("{head}{body}").as_bytes()).await;
+                    let _ = conn.shutdown().await;
+                });
+            }
+        });
+        Self { requests, server }
+    }
+
+    /// The requests received once there are at least `n` (bounded by the browser's wait).
+    async fn received(&self, n: usize) -> Vec<String> {
+        let mut rx = self.requests.clone();
+        let got = match tokio::time::timeout(common::browser::WAIT, rx.wait_for(|r| r.len() >= n)).await {
+            Ok(got) => got.unwrap().clone(),
+            Err(_) => panic!("the squatter received fewer than {n} requests: {:?}", *self.requests.borrow()),
+        };
+        got
+    }
+}
+
+impl Drop for Squatter {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,6 +321,18 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
     b.wait_css("#live .ev.tool").await;
     dot(&b, &id, "executing_tools").await;
 
+    // A second prompt waits for the turn; no event says so, the page re-reads the list.
+    send(&b, "and then this").await;
+    b.wait_js("the notice says queued", "document.querySelector('#notice').textContent === 'Queued: it runs after the current reply.'").await;
+    b.wait_js(
+        "1 queued on the row",
+        &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === '1 queued'"),
+    )
+    .await;
+    assert!(b.texts("#d-meta").await[0].contains(" · 1 queued"), "the header shows the queue: {:?}", b.texts("#d-meta").await);
+    let (status, rows) = s.get("/api/agents").await;
+    assert_eq!((status, rows[0]["pending"].clone()), (200, json!(1)));
+
     let clicked = Instant::now();
     b.click("#cancel").await;
     b.wait_js(
@@ -240,6 +343,9 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
     dot(&b, &id, "idle").await;
     let took = clicked.elapsed();
     assert!(took < Duration::from_secs(10), "cancel took {took:?} (the tool sleeps 30 s)");
+    // serve's cancel drops the queue on purpose; the page says so.
+    b.wait_js("the notice on the dropped input", "document.querySelector('#notice').textContent === 'Cancelled; the queued input was dropped.'").await;
+    b.wait_js("the row's queue gone", &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === ''")).await;
     assert!(tool.exited_within(Duration::from_secs(5)).await, "the tool's process is gone");
     let events = agent_events(&s, &id, 1).await;
     let ended = events.iter().find(|f| f.event == "turn_ended").unwrap();

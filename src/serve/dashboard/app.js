@@ -17,6 +17,7 @@ function el(tag, cls, text) {
 
 const S = {
   token: null,
+  proved: false, // serve proved it knows the token since the last failure (see ensure)
   gen: 0, // bumped on log in / log out / 401: late answers of an older session are dropped
   rows: new Map(), // id -> {d: status row, li, dot, title, wake, badge}
   panes: new Map(), // id -> pane (see newPane)
@@ -30,7 +31,10 @@ const S = {
   drawn: 0, // events folded into the shown pane since the last frame
   frame: 0,
   shown: null, // the pane whose entries have nodes in #live
-  msgs: [], // the shown agent's messages, oldest first
+  msgs: [], // the messages of agent `msgsOf`, oldest first
+  msgsOf: null,
+  older: false, // an "Older" page is loading
+  sending: false, // a prompt is on its way
   timers: {},
 };
 
@@ -53,20 +57,34 @@ function store(f) {
 
 // ---- login
 
+// A token is printable ASCII: any other character (a pasted zero-width space) cannot go in a
+// header, and fetch would throw on it forever.
+const printable = (t) => /^[ -~]+$/.test(t);
+
+// The address's `#<agent id>`; a malformed one (`#%E0%A4%A`) names none.
+function hashId() {
+  try {
+    return decodeURIComponent(location.hash.slice(1));
+  } catch (_) {
+    return "";
+  }
+}
+
 function boot() {
   const u = new URL(location.href);
   const t = u.searchParams.get("token");
   if (t !== null) {
     // As Jupyter does: the link logs in once, then the token leaves the address bar.
-    store((s) => s.setItem(KEY, t));
-    S.token = t;
+    store((s) => s.setItem(KEY, t.trim()));
+    S.token = t.trim();
     u.searchParams.delete("token");
     history.replaceState(null, "", u.pathname + u.search + u.hash);
   }
-  S.token = store((s) => s.getItem(KEY)) || S.token;
+  S.token = (store((s) => s.getItem(KEY)) || S.token || "").trim();
   wire();
-  if (S.token) start();
-  else showLogin("");
+  if (!S.token) showLogin("");
+  else if (printable(S.token)) start(false);
+  else unauthorized();
 }
 
 function showLogin(err) {
@@ -88,6 +106,7 @@ const unauthorized = () => forget("wrong token");
 
 function stop() {
   S.gen++;
+  S.proved = false;
   if (S.streamCtl) S.streamCtl.abort();
   S.streamCtl = null;
 }
@@ -103,33 +122,78 @@ function logout() {
   forget("");
 }
 
-function start() {
+// The list and panes load once the stream is open (see connect).
+function start(proved) {
   $("login").hidden = true;
   $("app").hidden = false;
-  S.gen++;
+  stop();
+  S.proved = proved;
   S.opened = false;
   S.lastGseq = 0;
   S.panes.clear(); // what a logged-out session kept may be stale
   connect(S.gen);
-  const want = decodeURIComponent(location.hash.slice(1));
-  loadAgents().then(() => {
-    if (S.sel) {
-      showPane();
-      loadTab();
-    } else if (want && S.rows.has(want)) select(want);
-  }, fail);
+}
+
+// ---- the proof
+// Whatever listens on this port gets the token with the next request: after serve stops,
+// another program may. So before the token goes out (at start, after any failed request or
+// dropped stream) the server proves it knows it: `/api/health?proof=<nonce>` answers
+// HMAC-SHA256(key = the token, "cicy-health-proof:" + nonce), asked without the token.
+
+const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("");
+
+// true: serve knows `token`; false: a server answered without the proof; throws while no
+// server answers (or a proxy in front says it cannot reach one: a 5xx).
+async function proven(token) {
+  const nonce = hex(crypto.getRandomValues(new Uint8Array(16)));
+  const r = await fetch("/api/health?proof=" + nonce, { cache: "no-store" });
+  if (r.status >= 500) throw new Error("HTTP " + r.status);
+  const j = (await r.json().catch(() => 0)) || {};
+  const enc = new TextEncoder();
+  const key = await crypto.subtle.importKey("raw", enc.encode(token), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  return r.ok && j.proof === hex(await crypto.subtle.sign("HMAC", key, enc.encode("cicy-health-proof:" + nonce)));
+}
+
+// Returns once serve has proved it knows the token; a server without the proof gets nothing
+// more: the form comes back.
+async function ensure() {
+  if (S.proved) return;
+  const gen = S.gen;
+  const ok = await proven(S.token).catch(() => null);
+  if (gen !== S.gen) throw apiError("stale", 0);
+  if (ok === null) throw new Error("serve does not answer");
+  if (!ok) {
+    forget("the server on this port does not know this token");
+    throw apiError("stale", 0);
+  }
+  S.proved = true;
+}
+
+// fetch with the token, once proven; a failed request makes the next one prove again.
+async function authed(path, opt) {
+  const gen = S.gen;
+  await ensure();
+  if (gen !== S.gen) throw apiError("stale", 0);
+  opt.headers.Authorization = "Bearer " + S.token;
+  opt.cache = "no-store";
+  try {
+    return await fetch(path, opt);
+  } catch (e) {
+    if (e.name !== "AbortError") S.proved = false;
+    throw e;
+  }
 }
 
 // ---- HTTP
 
 async function api(method, path, body) {
   const gen = S.gen;
-  const opt = { method, headers: { Authorization: "Bearer " + S.token }, cache: "no-store" };
+  const opt = { method, headers: {} };
   if (body !== undefined) {
     opt.headers["Content-Type"] = "application/json";
     opt.body = JSON.stringify(body);
   }
-  const r = await fetch(path, opt);
+  const r = await authed(path, opt);
   if (r.status === 401) {
     if (gen === S.gen) unauthorized();
     throw apiError("wrong token", 401);
@@ -225,9 +289,9 @@ async function connect(gen) {
     const ctl = new AbortController();
     S.streamCtl = ctl;
     try {
-      const headers = { Authorization: "Bearer " + S.token };
+      const headers = {};
       if (S.lastGseq) headers["Last-Event-ID"] = String(S.lastGseq);
-      const r = await fetch("/api/events", { headers, signal: ctl.signal, cache: "no-store" });
+      const r = await authed("/api/events", { headers, signal: ctl.signal });
       if (r.status === 401) {
         if (gen === S.gen) unauthorized();
         return;
@@ -235,8 +299,8 @@ async function connect(gen) {
       if (!r.ok || !r.body) throw new Error("HTTP " + r.status);
       if (gen !== S.gen) return;
       setConn("live");
-      // Without an id to resume from, what happened while the stream was down is unknown.
-      if (S.opened && !S.lastGseq) refreshAll();
+      // The first time, and without an id to resume from: what happened before is unknown.
+      if (!S.opened || !S.lastGseq) refreshAll();
       S.opened = true;
       delay = 500;
       await readSse(r.body, (f) => {
@@ -248,6 +312,7 @@ async function connect(gen) {
       // a dropped connection or a refused one: both retry below
     }
     if (gen !== S.gen) return;
+    S.proved = false; // whoever answers next proves it knows the token first
     stats.reconnects++;
     setConn("reconnecting");
     await sleep(delay);
@@ -301,15 +366,16 @@ function later(name, ms, f) {
   }, ms);
 }
 
-// A gap: what the page shows may be stale. The list first: its last_seq bounds the past
-// the shown agent's pane loads again.
+// At start, and after a gap: what the page shows may be stale. The list first: its last_seq
+// bounds the past the shown agent's pane loads again.
 async function refreshAll() {
   S.panes.clear();
   await loadAgents().catch(fail);
+  const want = hashId();
   if (S.sel) {
     showPane();
     loadTab();
-  }
+  } else if (S.rows.has(want)) select(want);
 }
 
 // ---- the agent list
@@ -391,6 +457,8 @@ function paintRow(row) {
   const bits = [];
   if (d.pending) bits.push(d.pending + " queued");
   if (d.unanswered) bits.push(d.unanswered + " unanswered");
+  const p = S.panes.get(d.id);
+  if (p && p.open.size) bits.push("question");
   put(row.badge, "textContent", bits.join(" · "));
   row.li.classList.toggle("sel", d.id === S.sel);
 }
@@ -458,7 +526,7 @@ function loadTab() {
 // streamed text block, one tool call (started + finished) or one line for any other event.
 
 function newPane(id) {
-  const p = { id, entries: [], cur: null, tools: new Map(), maxSeq: 0, minSeq: 0, past: false, loading: false, queue: [] };
+  const p = { id, entries: [], cur: null, tools: new Map(), open: new Set(), maxSeq: 0, minSeq: 0, past: false, loading: false, queue: [] };
   S.panes.set(id, p);
   return p;
 }
@@ -471,6 +539,7 @@ function add(p, e) {
       g.gone = true;
       if (g.node) g.node.remove();
       if (g.toolId) p.tools.delete(g.toolId);
+      p.open.delete(g);
     }
   }
   if (p.id === S.sel) S.added.push(e);
@@ -547,10 +616,21 @@ function fold(p, ev) {
     e.err = ev.is_error;
     e.ms = ev.duration_ms;
     touch(p, e);
+    // Its question is closed: answered, timed out or cancelled.
+    const q = e.ask || (ev.name === "ask_user" && p.open.values().next().value);
+    if (q) closeAsk(p, q);
   } else {
     if (t !== "usage" && t !== "round_started") p.cur = null;
     const e = add(p, { seq, type: t, kind: "line", text: line(ev) });
-    if (t === "ask_user") e.ask = ev;
+    if (t === "ask_user") {
+      e.q = ev;
+      // The question belongs to the ask_user call running (the event names no tool id).
+      let tool = null;
+      for (const x of p.tools.values()) if (x.name === "ask_user" && !x.ask) tool = x;
+      if (tool) tool.ask = e;
+      p.open.add(e);
+      repaint(p.id);
+    }
     if (t === "error" || (t === "turn_ended" && ev.outcome !== "completed")) e.bad = true;
   }
   schedule();
@@ -590,10 +670,10 @@ function node(e) {
     const h = el("div", "tool-head");
     h.append(el("span", "name", e.name), el("span", "ms"));
     n.append(h, el("pre", "input", e.input));
-  } else if (e.ask) {
+  } else if (e.q) {
     n.append(el("span", "", e.text));
-    const opts = e.ask.options || [];
-    for (const o of opts) n.append(button(o.label, "opt", () => answer(e.ask.ref, o.label)));
+    const opts = e.q.options || [];
+    for (const o of opts) n.append(button(o.label, "opt", () => answer(e, o.label)));
     if (!opts.length) {
       const f = el("form", "row answer");
       const i = el("input");
@@ -601,10 +681,11 @@ function node(e) {
       f.append(i, el("button", "opt", "Answer"));
       f.addEventListener("submit", (ev) => {
         ev.preventDefault();
-        if (i.value.trim()) answer(e.ask.ref, i.value);
+        if (i.value.trim()) answer(e, i.value);
       });
       n.append(f);
     }
+    n.append(el("span", "answered"));
   }
   if (e.bad) n.classList.add("bad");
   paint(e);
@@ -621,7 +702,11 @@ function paint(e) {
     r.textContent = e.result;
     r.classList.toggle("error", !!e.err);
     n.querySelector(".ms").textContent = e.ms + " ms" + (e.err ? " · error" : "");
-  } else if (!e.ask) n.textContent = e.text;
+  } else if (e.q) {
+    // An answered question takes no second answer (serve would say 404).
+    for (const c of n.querySelectorAll("button, input")) c.disabled = !!e.done;
+    n.querySelector(".answered").textContent = e.done ? "answered" : "";
+  } else n.textContent = e.text;
 }
 
 // The selected agent's entries, drawn at once.
@@ -648,15 +733,11 @@ async function loadPast(p) {
   }
   p.loading = true;
   const gen = S.gen;
-  const tmp = { id: "", entries: [], cur: null, tools: new Map(), maxSeq: 0, minSeq: 0 };
+  const tmp = { id: "", entries: [], cur: null, tools: new Map(), open: new Set(), maxSeq: 0, minSeq: 0 };
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), 10000);
   try {
-    const r = await fetch(agentPath(p.id, "/events"), {
-      headers: { Authorization: "Bearer " + S.token, "Last-Event-ID": String(Math.max(0, last - PAST)) },
-      signal: ctl.signal,
-      cache: "no-store",
-    });
+    const r = await authed(agentPath(p.id, "/events"), { headers: { "Last-Event-ID": String(Math.max(0, last - PAST)) }, signal: ctl.signal });
     if (r.status === 401) {
       if (gen === S.gen) unauthorized();
       return;
@@ -674,6 +755,7 @@ async function loadPast(p) {
     });
   } catch (e) {
     if (e.name !== "AbortError") fail(e);
+    if (e.status === 0) return; // another session's (the next one loads it again)
   } finally {
     clearTimeout(timer);
     ctl.abort();
@@ -683,7 +765,12 @@ async function loadPast(p) {
   // loading, in order.
   const cut = p.minSeq || Infinity;
   const older = tmp.entries.filter((e) => !e.seq || e.seq < cut);
-  for (const e of older) e.node = null;
+  for (const e of older) {
+    e.node = null;
+    // Calls and questions still open go on in the pane: their end may come live.
+    if (tmp.open.has(e)) p.open.add(e);
+    if (e.toolId && tmp.tools.has(e.toolId) && !p.tools.has(e.toolId)) p.tools.set(e.toolId, e);
+  }
   p.entries = older.concat(p.entries).slice(-MAX_ENTRIES);
   p.maxSeq = Math.max(p.maxSeq, tmp.maxSeq);
   p.loading = false;
@@ -691,12 +778,33 @@ async function loadPast(p) {
   const queued = p.queue;
   p.queue = [];
   if (p.id === S.sel) showPane();
+  repaint(p.id);
   for (const ev of queued) if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
 }
 
-const answer = (ref, text) =>
+function repaint(id) {
+  const row = S.rows.get(id);
+  if (row) paintRow(row);
+}
+
+function closeAsk(p, e) {
+  e.done = true;
+  p.open.delete(e);
+  touch(p, e);
+  schedule();
+  repaint(p.id);
+}
+
+const answer = (e, text) =>
   act(async (id) => {
-    await api("POST", agentPath(id, "/respond"), { ref, response: text });
+    const p = S.panes.get(id) || newPane(id);
+    try {
+      await api("POST", agentPath(id, "/respond"), { ref: e.q.ref, response: text });
+    } catch (err) {
+      if (err.status === 404) closeAsk(p, e); // no longer open: it takes no other answer
+      throw err;
+    }
+    closeAsk(p, e);
     return "Answered: " + text;
   });
 
@@ -712,12 +820,14 @@ async function act(f) {
   }
 }
 
-function sendChat(ev) {
+async function sendChat(ev) {
   ev.preventDefault();
   const box = $("chat-text");
   const text = box.value;
-  if (!text.trim()) return;
-  act(async (id) => {
+  // One send at a time: Enter pressed again while it is on its way sends nothing more.
+  if (!text.trim() || S.sending) return;
+  S.sending = true;
+  await act(async (id) => {
     // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
     // before the turn's first events arrive.
     const p = S.panes.get(id) || newPane(id);
@@ -733,8 +843,11 @@ function sendChat(ev) {
       throw err;
     }
     box.value = "";
-    return r && r.queued ? "Queued: it runs after the current reply." : "Sent.";
+    if (!(r && r.queued)) return "Sent.";
+    await loadAgents(); // its row shows the queue
+    return "Queued: it runs after the current reply.";
   });
+  S.sending = false;
 }
 
 const agentCall = (path, say) => () =>
@@ -779,19 +892,32 @@ function addTodo(ev) {
 
 const PAGE = 50;
 
+// `older`: the page before the first shown. Else the newest page, merged into what is shown
+// (the user may have paged back): the view stays where the user reads unless at the bottom.
 async function loadMessages(id, older) {
+  if (older && (S.older || S.msgsOf !== id)) return; // one "Older" page at a time
   let q = "?limit=" + PAGE;
   if (older && S.msgs.length) q += "&before=" + encodeURIComponent(S.msgs[0].cursor);
-  const r = await api("GET", agentPath(id, "/messages" + q));
+  S.older ||= older;
+  let r;
+  try {
+    r = await api("GET", agentPath(id, "/messages" + q));
+  } finally {
+    if (older) S.older = false;
+  }
   if (id !== S.sel) return;
   const page = r.messages || [];
-  S.msgs = older ? page.concat(S.msgs) : page;
-  const more = $("messages-older");
-  more.disabled = page.length < PAGE;
+  const same = S.msgsOf === id;
+  const seen = new Set();
+  S.msgs = (older ? page.concat(S.msgs) : same ? S.msgs.concat(page) : page).filter((m) => !seen.has(m.cursor) && seen.add(m.cursor));
+  S.msgsOf = id;
+  if (older || !same) $("messages-older").disabled = page.length < PAGE;
   const box = $("messages");
-  const keep = box.scrollHeight - box.scrollTop;
+  const top = box.scrollTop;
+  const fromEnd = box.scrollHeight - top;
+  const stick = !same || fromEnd - box.clientHeight < 60;
   box.replaceChildren(...(S.msgs.length ? S.msgs.map(msgRow) : [el("p", "empty", "No messages.")]));
-  box.scrollTop = older ? box.scrollHeight - keep : box.scrollHeight;
+  box.scrollTop = older ? box.scrollHeight - fromEnd : stick ? box.scrollHeight : top;
 }
 
 function msgRow(m) {
@@ -861,17 +987,27 @@ async function loadAutonomy(id) {
 // ---- wiring
 
 function wire() {
-  $("login").addEventListener("submit", (e) => {
+  $("login").addEventListener("submit", async (e) => {
     e.preventDefault();
     const t = $("token").value.trim();
     if (!t) return showLogin("enter the token");
+    // The token goes out only to a server that proves it knows it.
+    let ok = printable(t);
+    try {
+      ok = ok && (await proven(t));
+    } catch (_) {
+      return showLogin("serve does not answer");
+    }
+    if (!ok) return showLogin("wrong token");
     S.token = t;
     store((s) => s.setItem(KEY, t));
-    start();
+    start(true);
   });
+  // Queued inputs raise no event: the list (its `pending`) is re-read while the tab is seen.
+  setInterval(() => S.proved && document.visibilityState === "visible" && loadAgents().catch(fail), 15000);
   $("logout").addEventListener("click", logout);
   window.addEventListener("hashchange", () => {
-    const id = decodeURIComponent(location.hash.slice(1));
+    const id = hashId();
     if (S.rows.has(id)) select(id);
   });
   $("filter").addEventListener("input", filter);
@@ -880,7 +1016,15 @@ function wire() {
   $("chat-text").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) sendChat(e);
   });
-  $("cancel").addEventListener("click", agentCall("cancel", (r) => (r.canceled ? "Cancelled." : "Nothing to cancel.")));
+  $("cancel").addEventListener("click", () => {
+    // serve's cancel also drops the queued inputs: say so.
+    const row = S.rows.get(S.sel);
+    const n = row ? row.d.pending : 0;
+    agentCall("cancel", (r) => {
+      later("agents", 300, () => loadAgents().catch(fail));
+      return (r.canceled ? "Cancelled" : "Nothing to cancel") + (n ? "; the " + (n > 1 ? n + " queued inputs were" : "queued input was") + " dropped." : ".");
+    })();
+  });
   $("clear").addEventListener("click", agentCall("clear", (r) => "Cleared: a new conversation" + (r.canceled ? " (the running turn was cancelled)." : ".")));
   $("compact").addEventListener("click", agentCall("compact", (r) => "Compacted: " + r.before + " → " + r.after + " messages."));
   $("todo-form").addEventListener("submit", addTodo);
