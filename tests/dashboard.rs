@@ -13,7 +13,7 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -142,10 +142,14 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
     assert_eq!(b.js("return location.href").await, json!(s.url("/")));
     b.wait_js("the event stream live", "document.querySelector('#conn').dataset.state === 'live'").await;
 
-    // Serve stops and another program takes its port: the open tab must not hand it the token.
+    // Serve stops and another program takes its port: the open tab must not hand it the token,
+    // even when that program passes the proof question on to a serve of the same home now
+    // running on another port.
     let (port, token) = (s.port, s.token.clone());
     assert_eq!(s.stop().await, 0);
-    let squatter = Squatter::start(port).await;
+    let moved = Serve::start(t.root(), &gw.url(), &[]).await;
+    assert_ne!(moved.port, port);
+    let squatter = Squatter::start(port, moved.url("")).await;
     let check = |r: &String| {
         assert!(!r.contains(&token), "the squatter received the token: {r:?}");
         assert!(!r.to_lowercase().contains("authorization"), "the squatter received an Authorization header: {r:?}");
@@ -173,26 +177,34 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
         })
         .collect();
     assert!(nonces.windows(2).all(|w| w[0] != w[1]), "a fresh nonce each time: {nonces:?}");
+    assert!(squatter.relayed.load(Ordering::SeqCst) >= 2, "the squatter got real proofs from the moved serve");
 
     b.close().await;
+    assert_eq!(moved.stop().await, 0);
 }
 
-/// Another program on serve's port after serve stopped: it records every request it receives
-/// and answers each like `/api/health` with a proof that is not the token's.
+/// Another program on serve's port after serve stopped: it records every request it receives,
+/// relays `/api/health?proof=` questions to the real serve now at `relay_to` and hands back its
+/// answer (a true proof, but for that serve's port), and answers anything else like
+/// `/api/health` without a proof.
 struct Squatter {
     requests: tokio::sync::watch::Receiver<Vec<String>>,
+    relayed: Arc<AtomicUsize>,
     server: tokio::task::JoinHandle<()>,
 }
 
 impl Squatter {
-    async fn start(port: u16) -> Self {
+    async fn start(port: u16, relay_to: String) -> Self {
         let listener = TcpListener::bind(("127.0.0.1", port)).await.unwrap();
         let (seen, requests) = tokio::sync::watch::channel(Vec::new());
         let seen = Arc::new(seen);
+        let relayed = Arc::new(AtomicUsize::new(0));
+        let count = relayed.clone();
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
         let server = tokio::spawn(async move {
             loop {
                 let (mut conn, _) = listener.accept().await.unwrap();
-                let seen = seen.clone();
+                let (seen, count, http, relay_to) = (seen.clone(), count.clone(), http.clone(), relay_to.clone());
                 tokio::spawn(async move {
                     use tokio::io::{AsyncReadExt, AsyncWriteExt};
                     // The head, and whatever body came with it within a moment.
@@ -207,15 +219,26 @@ impl Squatter {
                     if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut buf)).await {
                         got.extend_from_slice(&buf[..n]);
                     }
-                    seen.send_modify(|r| r.push(String::from_utf8_lossy(&got).into_owned()));
-                    let body = json!({"ok": true, "instance_id": "squatter", "pid": 1, "agents": 0, "proof": "0".repeat(64)}).to_string();
+                    let request = String::from_utf8_lossy(&got).into_owned();
+                    seen.send_modify(|r| r.push(request.clone()));
+                    let asked = request.strip_prefix("GET /api/health?proof=").and_then(|r| r.split(' ').next());
+                    let body = match asked {
+                        Some(nonce) => {
+                            let answer = http.get(format!("{relay_to}/api/health?proof={nonce}")).send().await.unwrap();
+                            let answer: serde_json::Value = answer.json().await.unwrap();
+                            assert_eq!(answer["proof"].as_str().map(str::len), Some(64), "{answer}");
+                            count.fetch_add(1, Ordering::SeqCst);
+                            answer.to_string()
+                        }
+                        None => json!({"ok": true, "instance_id": "squatter", "pid": 1, "agents": 0}).to_string(),
+                    };
                     let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
                     let _ = conn.write_all(format!("{head}{body}").as_bytes()).await;
                     let _ = conn.shutdown().await;
                 });
             }
         });
-        Self { requests, server }
+        Self { requests, relayed, server }
     }
 
     /// The requests received once there are at least `n` (bounded by the browser's wait).
@@ -360,7 +383,9 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
 /// An HTTP pass-through between the browser and serve (serve checks that `Host` names its own
 /// port, so a plain TCP relay is refused) whose responses the test can cut: the page's
 /// `/api/events` stream breaks mid-body as when a network drops, and while it is down every
-/// request gets a 502.
+/// request gets a 502. Serve's health proof names serve's port, which the page (on the relay's
+/// port) refuses; the relay knows the token, as a proxy a user trusts would, and answers the
+/// proof for its own port.
 struct CutProxy {
     addr: SocketAddr,
     up: Arc<AtomicBool>,
@@ -371,6 +396,8 @@ struct CutProxy {
 #[derive(Clone)]
 struct Upstream {
     base: String,
+    token: String,
+    port: u16,
     http: reqwest::Client,
     up: Arc<AtomicBool>,
     cuts: tokio::sync::watch::Receiver<u64>,
@@ -383,6 +410,12 @@ async fn relay(State(u): State<Upstream>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    if let Some(nonce) = path.strip_prefix("/api/health?proof=") {
+        let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(u.token.as_bytes()).unwrap();
+        hmac::Mac::update(&mut mac, format!("cicy-health-proof:{}:{nonce}", u.port).as_bytes());
+        let proof: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        return axum::Json(json!({"ok": true, "proof": proof})).into_response();
+    }
     let mut out = u.http.request(parts.method.clone(), format!("{}{path}", u.base)).body(body);
     for (k, v) in &parts.headers {
         if !matches!(k.as_str(), "host" | "content-length" | "accept-encoding" | "connection") {
@@ -417,12 +450,12 @@ async fn relay(State(u): State<Upstream>, req: Request) -> Response {
 }
 
 impl CutProxy {
-    async fn start(upstream: &str) -> Self {
+    async fn start(upstream: &str, token: &str) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
         let (cuts, rx) = tokio::sync::watch::channel(0);
-        let state = Upstream { base: upstream.to_string(), http: reqwest::Client::builder().no_proxy().build().unwrap(), up: up.clone(), cuts: rx };
+        let state = Upstream { base: upstream.to_string(), token: token.to_string(), port: addr.port(), http: reqwest::Client::builder().no_proxy().build().unwrap(), up: up.clone(), cuts: rx };
         let app = Router::new().fallback(relay).with_state(state);
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -495,7 +528,7 @@ async fn a_reconnect_shows_every_event_once() {
     gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command": "echo away"}"#)));
     gw.push(Reply::sse(anthropic_text("Also while away.")));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
-    let proxy = CutProxy::start(&s.url("")).await;
+    let proxy = CutProxy::start(&s.url(""), &s.token).await;
     let b = Browser::start(LAPTOP).await;
     open_logged_in(&b, &proxy.url(""), &s.token, 1).await;
     select(&b, &id).await;

@@ -38,7 +38,7 @@ async fn the_page_and_its_files_load_without_a_token_under_a_strict_csp() {
     let nonce = "0123456789abcdef".repeat(4);
     let health: serde_json::Value = plain.get(s.url(&format!("/api/health?proof={nonce}"))).send().await.unwrap().json().await.unwrap();
     let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(s.token.as_bytes()).unwrap();
-    hmac::Mac::update(&mut mac, format!("cicy-health-proof:{nonce}").as_bytes());
+    hmac::Mac::update(&mut mac, format!("cicy-health-proof:{}:{nonce}", s.port).as_bytes());
     let want: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(health["proof"], want.as_str());
     assert_eq!(health["ok"], true);

@@ -149,7 +149,7 @@ async fn cancel_during_a_sleeping_tool_kills_its_group_and_ends_the_run() {
     let mut stream = s.chat(&id, "sleep").await;
     let pid = tool_pid(&t.workspace(&id)).await;
     let (status, body) = s.post("/api/cicy/cancel", json!({"agent_id": id})).await;
-    assert_eq!((status, body), (200, json!({"success": true, "canceled": true, "agent_id": id})));
+    assert_eq!((status, body), (200, json!({"success": true, "canceled": true, "agent_id": id, "dropped": 0})));
     let frames = stream.until("done").await;
     let ended = frames.iter().find(|f| f.event == "turn_ended").unwrap();
     assert_eq!(ended.data["outcome"], "cancelled");

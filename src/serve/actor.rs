@@ -64,7 +64,7 @@ pub enum Op {
     Prompt { text: String, reply: oneshot::Sender<bool> },
     Steer { text: String, interrupt: bool, reply: oneshot::Sender<SteerReply> },
     /// Answers whether a job was running.
-    Cancel { reply: oneshot::Sender<bool> },
+    Cancel { reply: oneshot::Sender<CancelReply> },
     Retry { reply: oneshot::Sender<RetryReply> },
     Clear { reply: oneshot::Sender<Result<ClearReply, String>> },
     Compact { keep: usize, reply: oneshot::Sender<Result<CompactReply, Busy>> },
@@ -139,6 +139,14 @@ pub struct CompactReply {
 /// `/compact` refused because the agent is busy (409).
 #[derive(Debug)]
 pub struct Busy;
+
+/// What `POST /api/cicy/cancel` did: whether a job was running, and how many queued inputs
+/// the cancel dropped with it (DESIGN.md §9 abort clears the pending queue).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelReply {
+    pub canceled: bool,
+    pub dropped: usize,
+}
 
 /// A row of `GET /api/agents` (DESIGN.md §9). `wake_at` (the earliest pending todo, local
 /// minute) and `unanswered` (unresolved reply obligations) are filled in by the route from
@@ -378,8 +386,9 @@ impl Actor {
                 let _ = reply.send(SteerReply { status });
             }
             Op::Cancel { reply } => {
+                let dropped = self.pending.len();
                 let canceled = self.abort();
-                let _ = reply.send(canceled);
+                let _ = reply.send(CancelReply { canceled, dropped });
             }
             Op::Retry { reply } => {
                 let r = self.retry();

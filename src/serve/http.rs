@@ -115,17 +115,18 @@ pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Re
 }
 
 /// The answer to `GET /api/health?proof=<nonce>` **[chosen]**: lowercase hex of
-/// HMAC-SHA256 keyed with the token's bytes over `cicy-health-proof:<nonce>`. It shows that
-/// this server knows the token without revealing it. `None` when `nonce` is not 32–128
+/// HMAC-SHA256 keyed with the token's bytes over `cicy-health-proof:<port>:<nonce>`, `port`
+/// being the one this server listens on. It shows that the server on that port knows the
+/// token without revealing it; with the port in it, a program on another port cannot relay the
+/// question to serve and pass the answer off as its own. `None` when `nonce` is not 32–128
 /// lowercase hex characters (a short or reused nonce would make the proof replayable).
-pub fn token_proof(token: &str, nonce: &str) -> Option<String> {
+pub fn token_proof(token: &str, port: u16, nonce: &str) -> Option<String> {
     use hmac::{Hmac, Mac};
     if !(32..=128).contains(&nonce.len()) || !nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return None;
     }
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
-    mac.update(b"cicy-health-proof:");
-    mac.update(nonce.as_bytes());
+    mac.update(format!("cicy-health-proof:{port}:{nonce}").as_bytes());
     Some(mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -162,16 +163,17 @@ pub async fn not_found() -> ApiError {
 mod tests {
     use super::*;
 
-    /// `printf 'cicy-health-proof:00112233445566778899aabbccddeeff' | openssl dgst -sha256 -hmac tok`
-    const PROOF_TOK: &str = "f04936223a4974629919a3c35dd555dda8c7cfd67661be53156119a1ded46bc0";
+    /// `printf 'cicy-health-proof:8008:00112233445566778899aabbccddeeff' | openssl dgst -sha256 -hmac tok`
+    const PROOF_TOK: &str = "97576b935c99e013e1ee52fa52d6872f65ac0ff0281eb26f421b3c69d9ec2143";
 
     #[test]
     fn the_token_proof_is_hmac_sha256_of_the_prefixed_nonce() {
         let nonce = "00112233445566778899aabbccddeeff";
-        assert_eq!(token_proof("tok", nonce).as_deref(), Some(PROOF_TOK));
-        assert_ne!(token_proof("tok2", nonce).as_deref(), Some(PROOF_TOK));
+        assert_eq!(token_proof("tok", 8008, nonce).as_deref(), Some(PROOF_TOK));
+        assert_ne!(token_proof("tok2", 8008, nonce).as_deref(), Some(PROOF_TOK));
+        assert_ne!(token_proof("tok", 8009, nonce).as_deref(), Some(PROOF_TOK), "the port is part of the proof");
         for bad in ["", "0011", "00112233445566778899AABBCCDDEEFF", &"0".repeat(129), "00112233445566778899aabbccddeefg"] {
-            assert_eq!(token_proof("tok", bad), None, "{bad}");
+            assert_eq!(token_proof("tok", 8008, bad), None, "{bad}");
         }
     }
 

@@ -137,11 +137,12 @@ fn agent_of(hub: &Hub, body: &AgentBody) -> Result<AgentHandle, ApiError> {
     agent(hub, id)
 }
 
-/// `POST /api/cicy/cancel` *(cicy)* → `{success, canceled, agent_id}`.
+/// `POST /api/cicy/cancel` *(cicy)* → `{success, canceled, agent_id, dropped}`; `dropped`
+/// **[chosen]** counts the queued inputs the cancel dropped.
 pub async fn cancel(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<Value>, ApiError> {
     let handle = agent_of(&hub, &body)?;
-    let canceled = ask(&handle, |reply| Op::Cancel { reply }).await?;
-    Ok(Json(json!({"success": true, "canceled": canceled, "agent_id": handle.id})))
+    let r = ask(&handle, |reply| Op::Cancel { reply }).await?;
+    Ok(Json(json!({"success": true, "canceled": r.canceled, "agent_id": handle.id, "dropped": r.dropped})))
 }
 
 /// `POST /api/cicy/retry` *(cicy)* → `{success, started, reason}`.
@@ -402,7 +403,7 @@ pub struct HealthQuery {
 pub async fn health(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HealthQuery>) -> Result<Json<Value>, ApiError> {
     let mut answer = json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()});
     if let Some(nonce) = q.proof {
-        let proof = super::http::token_proof(&hub.token, &nonce)
+        let proof = super::http::token_proof(&hub.token, hub.port, &nonce)
             .ok_or_else(|| ApiError::bad_request("proof must be a nonce of 32 to 128 lowercase hex characters"))?;
         answer["proof"] = Value::String(proof);
     }

@@ -18,6 +18,7 @@ function el(tag, cls, text) {
 const S = {
   token: null,
   proved: false, // serve proved it knows the token since the last failure (see ensure)
+  checking: false, // a token typed in the form is being proven
   gen: 0, // bumped on log in / log out / 401: late answers of an older session are dropped
   rows: new Map(), // id -> {d: status row, li, dot, title, wake, badge}
   panes: new Map(), // id -> pane (see newPane)
@@ -138,7 +139,9 @@ function start(proved) {
 // Whatever listens on this port gets the token with the next request: after serve stops,
 // another program may. So before the token goes out (at start, after any failed request or
 // dropped stream) the server proves it knows it: `/api/health?proof=<nonce>` answers
-// HMAC-SHA256(key = the token, "cicy-health-proof:" + nonce), asked without the token.
+// HMAC-SHA256(key = the token, "cicy-health-proof:<port>:<nonce>"), asked without the token.
+// The port is the one serve listens on, so a program on this port cannot pass the question on
+// to a serve on another port and hand back its answer.
 
 const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("");
 
@@ -146,12 +149,15 @@ const hex = (b) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(
 // server answers (or a proxy in front says it cannot reach one: a 5xx).
 async function proven(token) {
   const nonce = hex(crypto.getRandomValues(new Uint8Array(16)));
-  const r = await fetch("/api/health?proof=" + nonce, { cache: "no-store" });
+  // A server that takes the connection and never answers must not hold the page forever.
+  const r = await fetch("/api/health?proof=" + nonce, { cache: "no-store", signal: AbortSignal.timeout(10000) });
   if (r.status >= 500) throw new Error("HTTP " + r.status);
   const j = (await r.json().catch(() => 0)) || {};
   const enc = new TextEncoder();
   const key = await crypto.subtle.importKey("raw", enc.encode(token), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
-  return r.ok && j.proof === hex(await crypto.subtle.sign("HMAC", key, enc.encode("cicy-health-proof:" + nonce)));
+  const port = location.port || (location.protocol === "https:" ? "443" : "80");
+  const msg = "cicy-health-proof:" + port + ":" + nonce;
+  return r.ok && j.proof === hex(await crypto.subtle.sign("HMAC", key, enc.encode(msg)));
 }
 
 // Returns once serve has proved it knows the token; a server without the proof gets nothing
@@ -842,7 +848,7 @@ async function sendChat(ev) {
       if (e.node) e.node.classList.add("bad");
       throw err;
     }
-    box.value = "";
+    if (box.value === text) box.value = ""; // what was typed meanwhile stays
     if (!(r && r.queued)) return "Sent.";
     await loadAgents(); // its row shows the queue
     return "Queued: it runs after the current reply.";
@@ -992,11 +998,18 @@ function wire() {
     const t = $("token").value.trim();
     if (!t) return showLogin("enter the token");
     // The token goes out only to a server that proves it knows it.
+    if (S.checking) return;
     let ok = printable(t);
+    S.checking = true;
+    $("login-go").disabled = true;
+    $("login-error").textContent = "checking…";
     try {
       ok = ok && (await proven(t));
     } catch (_) {
       return showLogin("serve does not answer");
+    } finally {
+      S.checking = false;
+      $("login-go").disabled = false;
     }
     if (!ok) return showLogin("wrong token");
     S.token = t;
@@ -1017,10 +1030,9 @@ function wire() {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) sendChat(e);
   });
   $("cancel").addEventListener("click", () => {
-    // serve's cancel also drops the queued inputs: say so.
-    const row = S.rows.get(S.sel);
-    const n = row ? row.d.pending : 0;
+    // serve's cancel also drops the queued inputs (from any client): it says how many.
     agentCall("cancel", (r) => {
+      const n = r.dropped || 0;
       later("agents", 300, () => loadAgents().catch(fail));
       return (r.canceled ? "Cancelled" : "Nothing to cancel") + (n ? "; the " + (n > 1 ? n + " queued inputs were" : "queued input was") + " dropped." : ".");
     })();
