@@ -411,9 +411,7 @@ async fn relay(State(u): State<Upstream>, req: Request) -> Response {
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     if let Some(nonce) = path.strip_prefix("/api/health?proof=") {
-        let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(u.token.as_bytes()).unwrap();
-        hmac::Mac::update(&mut mac, format!("cicy-health-proof:{}:{nonce}", u.port).as_bytes());
-        let proof: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        let proof = common::serve::health_proof(&u.token, u.port, nonce);
         return axum::Json(json!({"ok": true, "proof": proof})).into_response();
     }
     let mut out = u.http.request(parts.method.clone(), format!("{}{path}", u.base)).body(body);

@@ -37,10 +37,7 @@ async fn the_page_and_its_files_load_without_a_token_under_a_strict_csp() {
     // The health proof: HMAC-SHA256 under the token, computed here on its own.
     let nonce = "0123456789abcdef".repeat(4);
     let health: serde_json::Value = plain.get(s.url(&format!("/api/health?proof={nonce}"))).send().await.unwrap().json().await.unwrap();
-    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::Mac>::new_from_slice(s.token.as_bytes()).unwrap();
-    hmac::Mac::update(&mut mac, format!("cicy-health-proof:{}:{nonce}", s.port).as_bytes());
-    let want: String = hmac::Mac::finalize(mac).into_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(health["proof"], want.as_str());
+    assert_eq!(health["proof"], common::serve::health_proof(&s.token, s.port, &nonce).as_str());
     assert_eq!(health["ok"], true);
     assert!(plain.get(s.url("/api/health")).send().await.unwrap().json::<serde_json::Value>().await.unwrap().get("proof").is_none());
     assert_eq!(plain.get(s.url("/api/health?proof=abc")).send().await.unwrap().status(), 400);

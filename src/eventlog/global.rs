@@ -53,12 +53,18 @@ fn lock(m: &Mutex<FeedState>) -> MutexGuard<'_, FeedState> {
 }
 
 impl GlobalFeed {
-    /// A feed whose first event gets gseq `first` (serve passes its start in unix
-    /// microseconds; tests pass 1).
+    /// A feed whose first event gets gseq `first` (at least 1).
     pub fn new(first: u64) -> Arc<GlobalFeed> {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
         let first = first.max(1);
         Arc::new(GlobalFeed { first, state: Mutex::new(FeedState { next: first, ring: VecDeque::with_capacity(GLOBAL_RING), live }) })
+    }
+
+    /// A feed numbered from now in unix microseconds (what serve uses): a cursor a client kept
+    /// from an earlier run is then always older than this run's events, and gets a gap.
+    pub fn starting_now() -> Arc<GlobalFeed> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        Self::new(now.map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(1)))
     }
 
     /// Numbers `ev`, keeps it in the ring and sends it to live subscribers; returns its gseq.

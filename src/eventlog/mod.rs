@@ -6,7 +6,8 @@
 //! briefly by every append, rotation and reservation) and `dropped` (a marker: rotation has
 //! dropped a file). [`EventLog`] is one process's writer; [`read_after`] reads back;
 //! [`AgentEvents`] (in `bus`) is the in-memory side: numbering, ring, subscribers and the writer
-//! task; [`GlobalFeed`] (in `global`) merges every agent's events for `GET /api/events`. It knows nothing of turns, HTTP or the terminal.
+//! task; [`GlobalFeed`] (in `global`) merges every agent's events for `GET /api/events`. It
+//! knows nothing of turns, HTTP or the terminal.
 //!
 //! Sequence numbers never repeat, even across `kill -9`: a process reserves ranges of
 //! [`RESERVE_CHUNK`] by writing `hwm` before it uses any seq of the range, so a restart takes

@@ -143,21 +143,14 @@ impl ServeLock {
 /// there); [`InstanceError::BadToken`] for a token with a character outside printable ASCII
 /// (0x21–0x7e); [`InstanceError::Io`].
 pub fn api_token(home: &Home, from_env: Option<String>) -> Result<String, InstanceError> {
-    let printable = |t: &str, from: &dyn Fn() -> String| {
-        if t.bytes().all(|b| b.is_ascii_graphic()) {
-            Ok(t.to_string())
-        } else {
-            Err(InstanceError::BadToken { from: from() })
-        }
-    };
     if let Some(t) = from_env.filter(|t| !t.trim().is_empty()) {
-        return printable(t.trim(), &|| "CICY_API_TOKEN".to_string());
+        return printable(t.trim(), || "CICY_API_TOKEN".to_string());
     }
     let path = home.root().join("api_token");
     let io = |source| InstanceError::Io { path: path.clone(), source };
     match std::fs::read_to_string(&path) {
         Ok(t) if t.trim().is_empty() => Err(InstanceError::EmptyToken { path }),
-        Ok(t) => printable(t.trim(), &|| path.display().to_string()),
+        Ok(t) => printable(t.trim(), || path.display().to_string()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
             rand::rng().fill_bytes(&mut bytes);
@@ -167,6 +160,16 @@ pub fn api_token(home: &Home, from_env: Option<String>) -> Result<String, Instan
             Ok(token)
         }
         Err(e) => Err(io(e)),
+    }
+}
+
+/// `token` as it is when every byte is printable ASCII (0x21–0x7e), else
+/// [`InstanceError::BadToken`] naming where it came from.
+fn printable(token: &str, from: impl FnOnce() -> String) -> Result<String, InstanceError> {
+    if token.bytes().all(|b| b.is_ascii_graphic()) {
+        Ok(token.to_string())
+    } else {
+        Err(InstanceError::BadToken { from: from() })
     }
 }
 

@@ -218,10 +218,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .connect_timeout(config.connect_timeout)
         .build()
         .map_err(|e| ServeError::Client(e.to_string()))?;
-    // Numbered from the start in microseconds, so a cursor of an earlier run is always older
-    // than this run's events (`crate::eventlog::global`).
-    let started_us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| u64::try_from(d.as_micros()).unwrap_or(1));
-    let global = crate::eventlog::GlobalFeed::new(started_us);
+    let global = crate::eventlog::GlobalFeed::starting_now();
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
     // Autonomy leases a killed serve left (DESIGN.md §13): those agents' actors recover their
     // intents (kill the recorded groups, write `interrupted`); the others have nothing to do.

@@ -137,6 +137,15 @@ impl Drop for Serve {
     }
 }
 
+/// The `proof` that `GET /api/health?proof=<nonce>` must answer, computed here on its own:
+/// hex HMAC-SHA256 keyed with `token` over `cicy-health-proof:<port>:<nonce>`.
+pub fn health_proof(token: &str, port: u16, nonce: &str) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).expect("any key length");
+    mac.update(format!("cicy-health-proof:{port}:{nonce}").as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// An SSE response read frame by frame.
 pub struct Sse {
     body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
