@@ -21,7 +21,7 @@ const S = {
   checking: false, // a token typed in the form is being proven
   gen: 0, // bumped on log in / log out / 401: late answers of an older session are dropped
   rows: new Map(), // id -> {d: status row, li, dot, title, wake, badge}
-  panes: new Map(), // id -> pane (see newPane)
+  panes: new Map(), // id -> pane (see blankPane)
   sel: null,
   tab: "live",
   lastGseq: 0,
@@ -355,7 +355,7 @@ function onGlobal(f) {
   if (/^(todo_change|wake|message_in|message_out|queued|flush|done)$/.test(ev.type)) {
     later("agents", 1000, () => loadAgents().catch(fail));
   }
-  const p = S.panes.get(ev.agent_id) || newPane(ev.agent_id);
+  const p = pane(ev.agent_id);
   if (p.loading) p.queue.push(ev);
   else if (!ev.seq || ev.seq > p.maxSeq) fold(p, ev);
   if (ev.agent_id === S.sel && TAB_OF[ev.type] === S.tab) later("tab", 300, loadTab);
@@ -520,7 +520,7 @@ function loadTab() {
   const id = S.sel;
   if (!id) return;
   if (S.tab === "live") {
-    const p = S.panes.get(id) || newPane(id);
+    const p = pane(id);
     if (!p.past && !p.loading) loadPast(p);
   } else if (S.tab === "todos") loadTodos(id).catch(fail);
   else if (S.tab === "messages") loadMessages(id, false).catch(fail);
@@ -531,9 +531,12 @@ function loadTab() {
 // A pane holds entries, not DOM: only the shown agent's entries have nodes. An entry is one
 // streamed text block, one tool call (started + finished) or one line for any other event.
 
-function newPane(id) {
-  const p = { id, entries: [], cur: null, tools: new Map(), open: new Set(), maxSeq: 0, minSeq: 0, past: false, loading: false, queue: [] };
-  S.panes.set(id, p);
+// An agent's entries and what folding needs; the pane loadPast folds into is never registered.
+const blankPane = (id) => ({ id, entries: [], cur: null, tools: new Map(), open: new Set(), maxSeq: 0, minSeq: 0, past: false, loading: false, queue: [] });
+
+function pane(id) {
+  let p = S.panes.get(id);
+  if (!p) S.panes.set(id, (p = blankPane(id)));
   return p;
 }
 
@@ -720,7 +723,7 @@ function showPane() {
   const live = $("live");
   S.added = [];
   S.dirty.clear();
-  const p = S.panes.get(S.sel) || newPane(S.sel);
+  const p = pane(S.sel);
   // Nodes live only while their pane is shown.
   if (S.shown && S.shown !== p) for (const e of S.shown.entries) e.node = null;
   S.shown = p;
@@ -739,7 +742,7 @@ async function loadPast(p) {
   }
   p.loading = true;
   const gen = S.gen;
-  const tmp = { id: "", entries: [], cur: null, tools: new Map(), open: new Set(), maxSeq: 0, minSeq: 0 };
+  const tmp = blankPane("");
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), 10000);
   try {
@@ -803,7 +806,7 @@ function closeAsk(p, e) {
 
 const answer = (e, text) =>
   act(async (id) => {
-    const p = S.panes.get(id) || newPane(id);
+    const p = pane(id);
     try {
       await api("POST", agentPath(id, "/respond"), { ref: e.q.ref, response: text });
     } catch (err) {
@@ -836,7 +839,7 @@ async function sendChat(ev) {
   await act(async (id) => {
     // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
     // before the turn's first events arrive.
-    const p = S.panes.get(id) || newPane(id);
+    const p = pane(id);
     p.cur = null;
     const e = add(p, { seq: 0, type: "prompt", kind: "you", text });
     schedule();
