@@ -35,17 +35,24 @@ CICY_TEST_MCP_SERVER="$(scripts/mcp-test-server.sh)"
 export CICY_TEST_MCP_SERVER
 # The dashboard's browser tests (tests/dashboard.rs) drive Debian's chromium through
 # chromedriver; install both once when chromedriver is missing.
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+    sudo_cmd=(sudo)
+fi
 if ! command -v chromedriver >/dev/null 2>&1 && [ ! -x /usr/bin/chromedriver ]; then
     echo "installing chromium and chromium-driver for the dashboard's browser tests" >&2
-    sudo_cmd=()
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo_cmd=(sudo)
-    fi
     if ! { "${sudo_cmd[@]}" apt-get update -qq >/dev/null \
         && "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }; then
         echo "error: could not install chromium and chromium-driver (apt-get, as root or with sudo);" >&2
         echo "install them by hand: the dashboard tests need chromedriver" >&2
         exit 1
     fi
+fi
+# tests/durable_writes.rs counts a turn's fsyncs with strace.
+if ! command -v strace >/dev/null 2>&1; then
+    echo "installing strace for tests/durable_writes.rs" >&2
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null \
+        || { "${sudo_cmd[@]}" apt-get update -qq >/dev/null && "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; } \
+        || { echo "error: could not install strace (apt-get, as root or with sudo)" >&2; exit 1; }
 fi
 HOME="$test_home" cargo test --all-targets -j 2 "$@"

@@ -11,16 +11,32 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Writes `bytes` to `path` atomically. Errors carry the path.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| with_path(e, dir))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tmp-")
-        .tempfile_in(dir)
-        .map_err(|e| with_path(e, dir))?;
-    tmp.write_all(bytes).map_err(|e| with_path(e, path))?;
-    tmp.as_file().sync_all().map_err(|e| with_path(e, path))?;
-    tmp.persist(path).map_err(|e| with_path(e.error, path))?;
-    sync_dir(dir)
+    write_atomic_all(&[(path, bytes)])
+}
+
+/// Writes each `(path, bytes)` atomically, in order, then fsyncs each folder once: a folder
+/// holding several of the files costs one fsync, not one per rename. Each file's data is
+/// fsynced before its rename, so whichever renames a crash keeps, each name holds either its
+/// old or its new bytes; callers order the files so that every prefix of the renames is a
+/// state they can recover from. Errors carry the path; files before the failing one stay
+/// written.
+pub fn write_atomic_all(files: &[(&Path, &[u8])]) -> io::Result<()> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    for (path, bytes) in files {
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        fs::create_dir_all(dir).map_err(|e| with_path(e, dir))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempfile_in(dir)
+            .map_err(|e| with_path(e, dir))?;
+        tmp.write_all(bytes).map_err(|e| with_path(e, path))?;
+        tmp.as_file().sync_all().map_err(|e| with_path(e, path))?;
+        tmp.persist(path).map_err(|e| with_path(e.error, path))?;
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs.into_iter().try_for_each(sync_dir)
 }
 
 /// fsyncs a folder so a rename inside it survives a crash.
@@ -92,6 +108,18 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec!["b.json".to_string()]);
+    }
+
+    #[test]
+    fn write_atomic_all_writes_every_file_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (dir.path().join("a.json"), dir.path().join("b.json"), dir.path().join("sub/c.json"));
+        fs::write(&a, b"old").unwrap();
+        write_atomic_all(&[(&a, b"one"), (&b, b"two"), (&c, b"three")]).unwrap();
+        assert_eq!((fs::read(&a).unwrap(), fs::read(&b).unwrap(), fs::read(&c).unwrap()), (b"one".to_vec(), b"two".to_vec(), b"three".to_vec()));
+        let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["a.json", "b.json", "sub"]);
     }
 
     #[test]

@@ -91,16 +91,21 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     let history = h.path().join("workers/w-1/.cicy/history");
 
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let mut restarts_that_sent = 0;
     for i in 0..KILLS {
         let before = gw.requests().len();
         let mut child = command(h.path(), &url, &["chat", "w-1"]).stdin(Stdio::piped()).spawn().expect("spawn chat");
         let mut stdin = child.stdin.take().expect("stdin");
         let lines: String = (0..20).map(|k| format!("task {i}.{k}: run the next steps\n")).collect();
         stdin.write_all(lines.as_bytes()).await.expect("write stdin");
-        // Mostly anywhere in the first 700 ms; every fifth kill lands within start-up.
-        let delay = if i % 5 == 4 { rng.next() % 40 } else { 40 + rng.next() % 660 };
-        tokio::time::sleep(Duration::from_millis(delay)).await;
+        // Every fifth kill lands within start-up; the others anywhere in the 700 ms after the
+        // run's first request, so that a slow start on a busy machine still leaves them among
+        // streams, tool runs and writes.
+        if i % 5 == 4 {
+            tokio::time::sleep(Duration::from_millis(rng.next() % 40)).await;
+        } else {
+            gw.wait_for_requests(before + 1).await;
+            tokio::time::sleep(Duration::from_millis(rng.next() % 700)).await;
+        }
         if let Some(status) = child.try_wait().expect("try_wait") {
             let out = child.wait_with_output().await.expect("output");
             panic!("kill {i}: the session ended by itself ({status}) instead of running: {}", String::from_utf8_lossy(&out.stderr));
@@ -110,11 +115,7 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "kill {i}");
         drop(stdin);
         check_files(&history);
-        if gw.requests().len() > before {
-            restarts_that_sent += 1;
-        }
     }
-    assert!(restarts_that_sent >= KILLS * 3 / 5, "only {restarts_that_sent} of {KILLS} runs got to send a request");
 
     // A last run, not killed: it loads what the kills left, heals it and finishes its turn.
     let o = cicy(h.path(), &url, &["chat", "w-1", "wrap up"], None).await;

@@ -8,6 +8,7 @@
 //! is `invariants`' job, deciding what to compact is `crate::compact`'s.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
@@ -196,18 +197,22 @@ pub struct Archive {
 #[derive(Debug, Clone)]
 pub struct HistoryStore {
     dir: PathBuf,
+    /// The digest of the last `current.json` this store (or a clone of it) wrote, without its
+    /// `updated_at`: a round whose history did not change since the turn's start writes no
+    /// second copy (two fsyncs a turn).
+    last_current: Arc<Mutex<Option<Saved>>>,
 }
 
 impl HistoryStore {
     /// The store of the agent whose workspace is `workspace`.
     pub fn new(workspace: &Path) -> Self {
-        Self { dir: workspace.join(".cicy").join("history") }
+        Self::at(workspace.join(".cicy").join("history"))
     }
 
     /// A store rooted at `dir` instead of a workspace's `.cicy/history/` (a sub-agent's
     /// `.cicy/history/sub/<id>/`, DESIGN.md §12), with the same layout inside.
     pub fn at(dir: PathBuf) -> Self {
-        Self { dir }
+        Self { dir, last_current: Arc::default() }
     }
 
     pub fn dir(&self) -> &Path {
@@ -409,18 +414,87 @@ impl HistoryStore {
         fsutil::sync_dir(&self.dir).map_err(io(&self.dir))
     }
 
-    /// Writes `chat/<conv>/current.json` atomically (updating `updated_at`).
+    /// Writes `chat/<conv>/current.json` atomically (updating `updated_at`), unless it would
+    /// hold what this store last wrote there but for `updated_at`.
     pub fn save_current(&self, current: &mut CurrentFile) -> Result<(), HistoryError> {
-        current.updated_at = fsutil::now_rfc3339();
-        let path = self.conversation_dir(&current.conversation_id).join("current.json");
-        write_json(&path, current)
+        let Some(next) = self.changed_current(current)? else { return Ok(()) };
+        write_files(&[(&next.path, &next.bytes)])?;
+        self.remember(next);
+        Ok(())
     }
 
     /// Writes `chat/<conv>/reply.json` atomically.
     pub fn save_reply(&self, reply: &ReplyFile) -> Result<(), HistoryError> {
         let path = self.conversation_dir(&reply.conversation_id).join("reply.json");
-        write_json(&path, reply)
+        write_files(&[(&path, &to_json(&path, reply)?)])
     }
+
+    /// Writes `current.json`, then `reply.json` (a turn's start and end), with one fsync of
+    /// their folder. The order is what [`restore`](Self::restore) recovers from: a crash that
+    /// keeps only the first rename leaves the new history with the previous reply snapshot,
+    /// which restore reads as an interrupted turn whose messages are all in the history.
+    pub fn save_turn(&self, current: &mut CurrentFile, reply: &ReplyFile) -> Result<(), HistoryError> {
+        current.updated_at = fsutil::now_rfc3339();
+        let cur_path = self.conversation_dir(&current.conversation_id).join("current.json");
+        let cur_bytes = to_json(&cur_path, current)?;
+        let reply_path = self.conversation_dir(&reply.conversation_id).join("reply.json");
+        let reply_bytes = to_json(&reply_path, reply)?;
+        write_files(&[(&cur_path, &cur_bytes), (&reply_path, &reply_bytes)])?;
+        self.remember(Written { digest: digest_without_updated_at(&cur_bytes), path: cur_path, bytes: cur_bytes });
+        Ok(())
+    }
+
+    /// `current`'s bytes with a fresh `updated_at`, or `None` (and `updated_at` left as it was)
+    /// when they equal, but for `updated_at`, what this store last wrote to that path.
+    fn changed_current(&self, current: &mut CurrentFile) -> Result<Option<Written>, HistoryError> {
+        let before = std::mem::replace(&mut current.updated_at, fsutil::now_rfc3339());
+        let path = self.conversation_dir(&current.conversation_id).join("current.json");
+        let bytes = to_json(&path, current)?;
+        let digest = digest_without_updated_at(&bytes);
+        let last = self.last_current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if last.is_some_and(|s| s.path == path && s.digest == digest) {
+            current.updated_at = before;
+            return Ok(None);
+        }
+        Ok(Some(Written { path, bytes, digest }))
+    }
+
+    fn remember(&self, w: Written) {
+        *self.last_current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Saved { path: w.path, digest: w.digest });
+    }
+}
+
+/// The `current.json` a store last wrote: where, and its digest without `updated_at`.
+#[derive(Debug, Clone)]
+struct Saved {
+    path: PathBuf,
+    digest: [u8; 32],
+}
+
+/// A `current.json` about to be written.
+struct Written {
+    path: PathBuf,
+    bytes: Vec<u8>,
+    digest: [u8; 32],
+}
+
+/// SHA-256 of a pretty-printed `current.json` with the value of its top-level `updated_at`
+/// left out. The first `"updated_at": "` is the top-level key: `CurrentFile` serializes it
+/// before any message, and inside a JSON string its quotes would be escaped.
+fn digest_without_updated_at(bytes: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    const KEY: &[u8] = b"\"updated_at\": \"";
+    let mut h = Sha256::new();
+    match bytes.windows(KEY.len()).position(|w| w == KEY) {
+        Some(at) => {
+            let value = at + KEY.len();
+            let end = bytes[value..].iter().position(|&b| b == b'"').map_or(bytes.len(), |n| value + n);
+            h.update(&bytes[..value]);
+            h.update(&bytes[end..]);
+        }
+        None => h.update(bytes),
+    }
+    h.finalize().into()
 }
 
 /// `<unix>` or `<unix>-<n>` of an archive's name as (unix, n); n is 0 without a suffix.
@@ -431,13 +505,19 @@ fn parse_stamp(stamp: &str) -> Option<(u64, u32)> {
     }
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), HistoryError> {
-    let bytes = serde_json::to_vec_pretty(value)
-        .map_err(|e| HistoryError::Io { path: path.to_path_buf(), source: e.into() })?;
+fn to_json<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, HistoryError> {
+    serde_json::to_vec_pretty(value).map_err(|e| HistoryError::Io { path: path.to_path_buf(), source: e.into() })
+}
+
+fn write_files(files: &[(&PathBuf, &Vec<u8>)]) -> Result<(), HistoryError> {
+    let files: Vec<(&Path, &[u8])> = files.iter().map(|(p, b)| (p.as_path(), b.as_slice())).collect();
     // A turn saves its history on an async worker; under `serve` the fsyncs must not stall the
     // other agents' tasks of that worker.
-    fsutil::blocking(|| fsutil::write_atomic(path, &bytes))
-        .map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })
+    fsutil::blocking(|| fsutil::write_atomic_all(&files)).map_err(|source| {
+        // The error names the file; which one failed is in its text.
+        let path = files.first().map(|(p, _)| p.to_path_buf()).unwrap_or_default();
+        HistoryError::Io { path, source }
+    })
 }
 
 /// Reads a JSON file: `None` if missing; an unparsable file is moved aside and reported.
@@ -454,5 +534,48 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, His
                 .map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })?;
             Err(HistoryError::Corrupt { path: path.to_path_buf(), message: e.to_string(), moved_to })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_unchanged_history_is_not_written_again_and_a_changed_one_is() {
+        let ws = tempfile::tempdir().unwrap();
+        let store = HistoryStore::new(ws.path());
+        let mut c = CurrentFile::new("w-1", "m");
+        c.push(Message::user_text("hi"));
+        c.updated_at = "2000-01-01T00:00:00Z".into();
+        let reply = ReplyFile::idle(&c.conversation_id, "m");
+        store.save_turn(&mut c, &reply).unwrap();
+        let path = store.conversation_dir(&c.conversation_id).join("current.json");
+        let first = std::fs::read(&path).unwrap();
+        // A clone of the store (the turn's) shares what was last written.
+        store.clone().save_current(&mut c).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), first, "an unchanged history was rewritten");
+        assert_eq!(c.updated_at, serde_json::from_slice::<CurrentFile>(&first).unwrap().updated_at);
+        c.push(Message::user_text("more"));
+        store.save_current(&mut c).unwrap();
+        let written: CurrentFile = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(written, c);
+        // Another store of the same workspace knows nothing of these writes and writes.
+        c.updated_at = "2000-01-01T00:00:00Z".into();
+        HistoryStore::new(ws.path()).save_current(&mut c).unwrap();
+        assert_ne!(c.updated_at, "2000-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn the_digest_leaves_out_only_the_top_level_updated_at() {
+        let mut c = CurrentFile::new("w-1", "m");
+        c.push(Message::user_text(r#"a message that says "updated_at": "x""#));
+        let bytes = |c: &CurrentFile| serde_json::to_vec_pretty(c).unwrap();
+        let d = digest_without_updated_at(&bytes(&c));
+        c.updated_at = "2030-05-05T05:05:05Z".into();
+        assert_eq!(digest_without_updated_at(&bytes(&c)), d);
+        c.status = CurrentStatus::Running;
+        assert_ne!(digest_without_updated_at(&bytes(&c)), d);
     }
 }

@@ -226,8 +226,7 @@ async fn run_user_turn(
         updated_at: now,
         ..ReplyFile::idle(&cur.conversation_id, &m.model)
     };
-    session.store.save_current(&mut session.current)?;
-    session.store.save_reply(&reply)?;
+    session.store.save_turn(&mut session.current, &reply)?;
     events.emit(EventKind::TurnStarted {
         turn_id: reply.turn_id.clone(),
         conv_id: session.current.conversation_id.clone(),
@@ -247,8 +246,7 @@ async fn run_user_turn(
     };
     reply.updated_at = fsutil::now_rfc3339();
     session.current.status = CurrentStatus::Idle;
-    session.store.save_current(&mut session.current)?;
-    session.store.save_reply(&reply)?;
+    session.store.save_turn(&mut session.current, &reply)?;
     if outcome.is_none() && remember {
         // §8 write loop: only buffer here; the caller flushes once the user has the answer.
         session.memory().record_turn(&text, &reply.items, events);

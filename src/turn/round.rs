@@ -316,7 +316,14 @@ fn append_answer(t: &mut Turn<'_>, content: &[ContentBlock]) -> Result<Vec<ToolC
     if calls.is_empty() && !content.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
         t.events.emit(EventKind::NoAnswerText);
     }
-    if !content.is_empty() {
+    if content.is_empty() {
+        return Ok(calls);
+    }
+    if calls.is_empty() && !t.hooks.has(crate::hooks::HookName::BeforeFinish) {
+        // The turn ends right after this, and its end saves history and snapshot together
+        // with no await between: a save here would be two more fsyncs for nothing.
+        push(t, Message::assistant(content));
+    } else {
         append(t, Message::assistant(content))?;
     }
     Ok(calls)
@@ -325,12 +332,17 @@ fn append_answer(t: &mut Turn<'_>, content: &[ContentBlock]) -> Result<Vec<ToolC
 /// Appends a message to the history and the reply snapshot, and persists the snapshot so a
 /// crash before the next round loses nothing.
 pub(super) fn append(t: &mut Turn<'_>, msg: Message) -> Result<(), AgentError> {
+    push(t, msg);
+    t.session.store.save_reply(t.reply)?;
+    Ok(())
+}
+
+/// Appends a message to the history and the reply snapshot, in memory only.
+fn push(t: &mut Turn<'_>, msg: Message) {
     let cur = &mut t.session.current;
     cur.push(msg);
     t.reply.items.push(cur.messages[cur.messages.len() - 1].clone());
     t.reply.updated_at = fsutil::now_rfc3339();
-    t.session.store.save_reply(t.reply)?;
-    Ok(())
 }
 
 #[cfg(test)]
