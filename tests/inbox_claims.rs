@@ -103,14 +103,14 @@ async fn a_broken_wake_json_claims_nothing_names_the_file_and_the_message_waits_
             break f.data;
         }
     };
+    assert_eq!(names(&mb.inbox_dir()), std::slice::from_ref(&first.name), "not claimed, not archived");
+    assert!(names(&mb.archive_dir()).is_empty());
+    assert_eq!(WakeDb::open(&t.home).unwrap().obligation_count_unresolved(&id).unwrap(), 0);
     assert_eq!(error["kind"], "wake");
     assert_eq!(
         error["message"].as_str().unwrap(),
         format!("the wake cannot run (its messages and todos stay pending): {}: EOF while parsing a value at line 1 column 12", wake_json.display())
     );
-    assert_eq!(names(&mb.inbox_dir()), std::slice::from_ref(&first.name), "not claimed, not archived");
-    assert!(names(&mb.archive_dir()).is_empty());
-    assert_eq!(WakeDb::open(&t.home).unwrap().obligation_count_unresolved(&id).unwrap(), 0);
     assert_eq!(std::fs::read(&wake_json).unwrap(), b"{\"wakes\": 3,", "the broken file is not overwritten");
 
     // Repaired: the next message's wake takes both.
