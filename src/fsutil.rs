@@ -7,7 +7,8 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Writes `bytes` to `path` atomically. Errors carry the path.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -63,6 +64,23 @@ pub fn rename_aside(path: &Path, tag: &str) -> io::Result<PathBuf> {
     }
     fs::rename(path, &target).map_err(|e| with_path(e, path))?;
     Ok(target)
+}
+
+/// **[chosen]** How long a file written in place (an inbox message, an outbox command) must be
+/// unchanged before a reader takes it as whole when nothing told it the writer finished.
+pub const DEFAULT_WRITE_GRACE: Duration = Duration::from_secs(2);
+
+static WRITE_GRACE_MS: AtomicU64 = AtomicU64::new(DEFAULT_WRITE_GRACE.as_millis() as u64);
+
+/// The write grace of this process: [`DEFAULT_WRITE_GRACE`] unless serve's `--write-grace-ms`
+/// set another.
+pub fn write_grace() -> Duration {
+    Duration::from_millis(WRITE_GRACE_MS.load(Ordering::Relaxed))
+}
+
+/// Sets [`write_grace`] for the whole process (serve's start, before any claim).
+pub fn set_write_grace(grace: Duration) {
+    WRITE_GRACE_MS.store(u64::try_from(grace.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
 }
 
 /// Seconds since the Unix epoch (0 if the clock is before it).

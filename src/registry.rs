@@ -223,6 +223,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         priority    INTEGER NOT NULL,
         started_at  TEXT NOT NULL
     );",
+    // DESIGN.md §10: what each claimed file was (inbox name, archive name, inode, size, mtime;
+    // `crate::wake::obligation::ClaimedFile`), so a new message saved under a claimed name is
+    // not taken for the claimed one. NULL on rows claimed before this column.
+    "ALTER TABLE obligation ADD COLUMN files TEXT;",
 ];
 
 /// How long a connection waits for another process's write transaction before SQLite reports

@@ -12,7 +12,9 @@ use cicy::autonomy::tick::{tick, tick_in, Mode, Tick};
 use cicy::registry::{AgentRecord, Registry};
 use cicy::wake::at::at_of_unix;
 use cicy::wake::db::WakeDb;
+use cicy::wake::inbox::settle::FileStamp;
 use cicy::wake::inbox::{Folder, Mailbox};
+use cicy::wake::obligation::ClaimedFile;
 
 use common::fixture::TestHome;
 use common::wake::note;
@@ -62,12 +64,13 @@ fn an_unread_message_a_due_todo_or_an_owed_answer_keeps_intents_from_running() {
     let mb = Mailbox::of_workspace(&record.workspace);
     let msg = mb.write(Folder::Inbox, &note("human", "are you there?")).unwrap();
     assert_eq!(line(&t, &record), "[dry-run] not idle: an unread message waits in the inbox");
-    mb.archive(std::slice::from_ref(&msg.name)).unwrap();
+    mb.archive(&[(msg.name.clone(), msg.name.clone())]).unwrap();
     let mut db = WakeDb::open(&t.home).unwrap();
     db.todo_add(&record.id, "call back", &at_of_unix(1)).unwrap();
     assert_eq!(line(&t, &record), "[dry-run] not idle: a todo is due");
     db.todo_done(&record.id, 1).unwrap();
-    db.obligation_commit(&record.id, "c-1", &["m-1".to_string()]).unwrap();
+    let claimed = ClaimedFile { name: "m-1.md".into(), archived: "m-1.md".into(), stamp: FileStamp { ino: 1, size: 1, mtime_ns: 1 } };
+    db.obligation_commit(&record.id, "c-1", &[claimed]).unwrap();
     assert_eq!(line(&t, &record), "[dry-run] not idle: a message awaits its answer");
 }
 

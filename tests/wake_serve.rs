@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use cicy::wake::at::{at_of_unix, At};
 use cicy::wake::db::WakeDb;
+use cicy::wake::inbox::settle::FileStamp;
 use cicy::wake::inbox::{self, Mailbox, MessageFile};
+use cicy::wake::obligation::ClaimedFile;
 
 use common::fixture::TestHome;
 use common::gateway::{anthropic_text, Reply, ScriptedGateway};
@@ -139,7 +141,8 @@ async fn a_claim_committed_before_a_kill_is_archived_answered_with_the_notice_an
     let mb = mailbox(&t, &id);
     let claimed = mb.write(inbox::Folder::Inbox, &note("human", "do the thing")).unwrap();
     let mut db = WakeDb::open(&t.home).unwrap();
-    db.obligation_commit(&id, "direct:human", std::slice::from_ref(&claimed.name)).unwrap();
+    let stamp = FileStamp::of(&std::fs::metadata(mb.inbox_dir().join(&claimed.name)).unwrap());
+    db.obligation_commit(&id, "direct:human", &[ClaimedFile { name: claimed.name.clone(), archived: claimed.name.clone(), stamp }]).unwrap();
     drop(db);
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut events = s.events(&id, Some(0)).await;

@@ -151,6 +151,11 @@ enum Command {
         /// `CICY_WATCH_MAX`.
         #[arg(long, env = "CICY_WATCH_MAX")]
         max_inbox_watches: Option<usize>,
+        /// Milliseconds a file written in place (an inbox message, an outbox command) must be
+        /// unchanged before it is taken, unless the inbox watch saw its writer close it (2000);
+        /// also `CICY_WRITE_GRACE_MS`. Raise it for writers that pause longer mid-file.
+        #[arg(long, env = "CICY_WRITE_GRACE_MS", default_value_t = cicy::fsutil::DEFAULT_WRITE_GRACE.as_millis() as u64)]
+        write_grace_ms: u64,
     },
     /// Long-term memory of an agent: ls, show <mem_id>, check, rebuild, flush, forget <mem_id>.
     Memory {
@@ -398,7 +403,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status { id, json } => status::run(&home, &id, json, &mut std::io::stdout().lock()),
         Command::Memory { id, action } => memory::run(&home, &id, action),
         Command::Checkpoint { id, action } => checkpoint::run(&home, &id, action, &mut std::io::stdout().lock()),
-        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes, max_inbox_watches } => {
+        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes, max_inbox_watches, write_grace_ms } => {
+            cicy::fsutil::set_write_grace(std::time::Duration::from_millis(write_grace_ms));
             let wake = cicy::serve::WakeLimits {
                 max_wake: std::time::Duration::from_secs(max_wake_secs),
                 retries: wake_retries,

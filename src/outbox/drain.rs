@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::command::{OutboxCommand, Rejection};
 use super::{new_id, Outbox};
+use crate::fsutil::write_grace;
 
 /// A `.processing` file at least this old belongs to a consumer that died; it is claimed
 /// again as `….retry-<ulid>.processing` (Choruz B4 `PROCESSING_STALE_AFTER`).
@@ -158,21 +159,12 @@ impl Outbox {
     }
 }
 
-/// **[chosen]** How long an empty command file is left alone before it is deleted as empty.
-pub const EMPTY_GRACE: Duration = Duration::from_secs(2);
-
 /// Claims `new/<name>` for this consumer and returns the claimed path, or `None` (counted in
-/// `stats.skipped`) when another consumer holds or took it.
+/// `stats.skipped`) when another consumer holds or took it, or its writer may not be done.
 fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainStats) -> Option<PathBuf> {
     let path = new_dir.join(name);
     let target = if name.ends_with(".json") {
-        // An empty file written in place a moment ago may still be getting its bytes (the
-        // producer renames, a hand-written `echo > x.json` does not): claiming it now would
-        // delete it as empty under the writer. It waits for a later pass.
-        let young_empty = fs::metadata(&path).is_ok_and(|m| {
-            m.len() == 0 && m.modified().is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() < EMPTY_GRACE)
-        });
-        if young_empty {
+        if is_unfinished(&path, SystemTime::now(), write_grace()) {
             stats.skipped += 1;
             return None;
         }
@@ -204,6 +196,16 @@ fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainSta
             None
         }
     }
+}
+
+/// A file written in place a moment ago may still be getting its bytes (the producer
+/// renames; a hand-written `printf … > x.json` does not): claimed now, an empty one would be
+/// deleted as empty and a half one moved to `bad/` while its writer goes on. So a file younger
+/// than `grace` that is empty or not yet a JSON value waits for a later pass; a whole command
+/// runs at once, and one still broken after `grace` is judged as it is.
+fn is_unfinished(path: &Path, now: SystemTime, grace: Duration) -> bool {
+    let young = fs::metadata(path).is_ok_and(|m| m.modified().is_ok_and(|t| now.duration_since(t).unwrap_or_default() < grace));
+    young && fs::read_to_string(path).map_or(true, |text| text.trim().is_empty() || parse(&text).is_none())
 }
 
 /// Sets the mtime of `path` to now.

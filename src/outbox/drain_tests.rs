@@ -1,4 +1,5 @@
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use super::*;
@@ -61,8 +62,9 @@ fn commands_run_in_name_order_and_replies_join_with_a_blank_line() {
 fn double_escaped_json_parses_and_garbage_goes_to_bad() {
     let (_d, ob) = outbox();
     put(&ob, "a.json", r#"{\"type\":\"send\",\"content\":\"hi\"}"#);
-    put(&ob, "b.json", "not json at all");
+    age(&put(&ob, "b.json", "not json at all"), 3);
     fs::write(ob.new_dir().join("c.json"), b"{\"type\":\"send\",\"content\":\"\xff\"}").unwrap();
+    age(&ob.new_dir().join("c.json"), 3);
     let mut seen = Vec::new();
     let stats = ob.drain(PROCESSING_STALE_AFTER, echo(&mut seen));
     assert_eq!(seen, ["hi"]);
@@ -86,7 +88,7 @@ fn empty_and_typeless_files_are_deleted_unrun() {
     age(&young, 3);
     put(&ob, "a.json", "");
     age(&ob.new_dir().join("a.json"), 3);
-    put(&ob, "b.json", " \n\t");
+    age(&put(&ob, "b.json", " \n\t"), 3);
     put(&ob, "c.json", r#"{"content":"no type"}"#);
     put(&ob, "d.json", r#"{"type":""}"#);
     put(&ob, "e.json", "[1,2]");
@@ -94,6 +96,27 @@ fn empty_and_typeless_files_are_deleted_unrun() {
     assert_eq!(stats, DrainStats { dropped: 6, ..DrainStats::default() });
     assert!(listing(&ob.new_dir()).is_empty());
     assert!(!ob.bad_dir().exists());
+}
+
+#[test]
+fn a_command_written_in_place_in_two_parts_waits_for_its_writer_and_then_runs() {
+    let (_d, ob) = outbox();
+    let path = ob.new_dir().join("0.json");
+    let mut writer = fs::File::create(&path).unwrap();
+    writer.write_all(br#"{"type":"send","#).unwrap();
+    // Young however slow this machine is (a future mtime counts as now); the next write
+    // stamps it with the real time again.
+    writer.set_modified(SystemTime::now() + Duration::from_secs(3600)).unwrap();
+    put(&ob, "1.json", r#"{"type":"send","content":"beside"}"#);
+    let mut seen = Vec::new();
+    let stats = ob.drain(PROCESSING_STALE_AFTER, echo(&mut seen));
+    assert_eq!((seen.as_slice(), stats.skipped, stats.bad.len()), (["beside".to_string()].as_slice(), 1, 0), "the half command is not judged yet");
+    assert_eq!(listing(&ob.new_dir()), ["0.json"]);
+    writer.write_all(br#""content":"whole"}"#).unwrap();
+    drop(writer);
+    let stats = ob.drain(PROCESSING_STALE_AFTER, echo(&mut seen));
+    assert_eq!((seen.as_slice(), stats.processed), (["beside".to_string(), "whole".to_string()].as_slice(), 1));
+    assert!(listing(&ob.new_dir()).is_empty() && !ob.bad_dir().exists());
 }
 
 #[test]

@@ -35,7 +35,6 @@ use crate::fsutil;
 use crate::home::Home;
 use crate::registry::AgentRecord;
 use crate::turn::Steering;
-use crate::wake::claim::UNPARSED_RETRY;
 use crate::wake::message::Reason;
 use crate::wake::run::Trigger;
 
@@ -475,20 +474,21 @@ impl Actor {
             return;
         }
         let (home, id, ws) = (self.shared.home.clone(), self.record.id.clone(), self.record.workspace.clone());
-        let prepared = fsutil::blocking(|| crate::wake::run::prepare(&home, &id, &ws, Trigger { reason }));
-        match prepared {
-            Ok(Ok(p)) => {
-                if p.retry_soon {
-                    self.wake_retry_at = Some(Instant::now() + UNPARSED_RETRY);
-                }
-                self.start(Work::Wake(Box::new(p)));
-            }
-            Ok(Err(nothing)) => {
-                if nothing.retry_soon {
-                    self.wake_retry_at = Some(Instant::now() + UNPARSED_RETRY);
-                }
-            }
-            Err(e) => self.emit(EventKind::Error { kind: "wake".into(), message: e.to_string() }),
+        let looked = fsutil::blocking(|| crate::wake::run::prepare(&home, &id, &ws, Trigger { reason }));
+        for note in looked.aside {
+            self.emit(super::wake_job::note_event(note));
+        }
+        if let Some(wait) = looked.retry_in {
+            let at = Instant::now() + wait;
+            self.wake_retry_at = Some(self.wake_retry_at.map_or(at, |t| t.min(at)));
+        }
+        match looked.wake {
+            Ok(Some(p)) => self.start(Work::Wake(Box::new(p))),
+            Ok(None) => {}
+            Err(e) => self.emit(EventKind::Error {
+                kind: "wake".into(),
+                message: format!("the wake cannot run (its messages and todos stay pending): {e}"),
+            }),
         }
     }
 
@@ -733,6 +733,13 @@ impl Actor {
             JobEnd::Open(e) => {
                 self.emit(EventKind::Error { kind: "open".into(), message: e.to_string() });
                 self.fail_replies(&e.to_string());
+                if let Work::Wake(p) = &work {
+                    // No turn can answer this wake's claims: they are pending again.
+                    let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
+                    if let Err(e) = fsutil::blocking(|| crate::wake::run::abandon(home, id, ws, p)) {
+                        self.emit(EventKind::Error { kind: "wake".into(), message: format!("releasing the claims of a wake that could not start: {e}") });
+                    }
+                }
             }
             JobEnd::Turn(Ok(_)) | JobEnd::Retry(Ok(Some(_))) => {}
             JobEnd::Turn(Err(e)) | JobEnd::Retry(Err(e)) => {

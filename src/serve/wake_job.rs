@@ -87,6 +87,7 @@ pub fn note_event(note: WakeNote) -> EventKind {
         WakeNote::Todo { action, id, line } => EventKind::TodoChange { action: action.to_string(), id, line },
         WakeNote::MessageOut { from, to, text, file } => EventKind::MessageOut { from, to, text, file },
         WakeNote::MessageIn { from, subject, file } => EventKind::MessageIn { from, subject, file },
+        WakeNote::InboxAside { file, why } => EventKind::System { text: format!("inbox: {file} {why}") },
     }
 }
 

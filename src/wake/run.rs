@@ -1,5 +1,6 @@
 //! The start and the end of a wake (DESIGN.md §10), as blocking steps serve runs around the
-//! turn: [`prepare`] claims the due todos and one conversation and writes the wake message;
+//! turn: [`prepare`] reads what the wake needs, claims the due todos and one conversation and
+//! writes the wake message (a claim it cannot run on is released, never kept);
 //! [`finalize`] makes the wake never silent (the direct-chat answer, the fallbacks with the
 //! last error lines), ends the claimed todos (done, or a retry `(attempt k)`), and records a
 //! crash for the next wake; [`recover`] handles what a killed serve left.
@@ -8,10 +9,11 @@
 //! turn loop, HTTP or the scheduler.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::claim::{claim_next, claim_of, finish_moves};
+use super::claim::{claim_next, claim_of, claimed_messages, finish_moves, release};
 use super::db::WakeDb;
 use super::deliver::{deliver_fallback, Outgoing, SERVE_SENDER};
 use super::inbox::{Mailbox, MessageFile};
@@ -50,14 +52,19 @@ pub struct Prepared {
     pub todos: Vec<Todo>,
     pub claim: Option<Claim>,
     pub messages: Vec<MessageFile>,
-    /// A young inbox file did not parse yet: look again soon.
-    pub retry_soon: bool,
 }
 
-/// Why nothing ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Nothing {
-    pub retry_soon: bool,
+/// What [`prepare`] found.
+#[derive(Debug)]
+pub struct Looked {
+    /// The wake to run; `None` when nothing is due and the inbox has nothing to claim (a wake
+    /// with nothing to do runs no turn *(cryo)*); an error when it cannot run (nothing stays
+    /// claimed: what was claimed was released).
+    pub wake: Result<Option<Prepared>, WakeError>,
+    /// An inbox file is still being written, or did not parse yet: look again after this long.
+    pub retry_in: Option<Duration>,
+    /// Inbox files that left `inbox/` without a claim, for the agent's events.
+    pub aside: Vec<WakeNote>,
 }
 
 /// `<ws>/.cicy/wake.json`.
@@ -87,43 +94,88 @@ fn write_count(ws: &Path, c: &WakeCount) -> Result<(), WakeError> {
 }
 
 /// Claims the due todos (one transaction) and the next inbox conversation (obligation, then
-/// archive), and writes the wake message. `Err(Nothing)` when nothing is due and the inbox has
-/// nothing to claim: a wake with nothing to do runs no turn *(cryo)*.
-pub fn prepare(home: &Home, agent: &str, ws: &Path, trigger: Trigger) -> Result<Result<Prepared, Nothing>, WakeError> {
+/// archive), and writes the wake message. What can refuse the wake (`wake.json`, the database)
+/// is read before anything is claimed; a step that fails after the claims releases them
+/// (messages back to `inbox/`, todos pending), so a wake that cannot run swallows nothing.
+pub fn prepare(home: &Home, agent: &str, ws: &Path, trigger: Trigger) -> Looked {
+    let mut looked = Looked { wake: Ok(None), retry_in: None, aside: Vec::new() };
+    looked.wake = claim_and_build(home, agent, ws, trigger, &mut looked);
+    looked
+}
+
+fn claim_and_build(home: &Home, agent: &str, ws: &Path, trigger: Trigger, looked: &mut Looked) -> Result<Option<Prepared>, WakeError> {
     let mut db = WakeDb::open(home)?;
+    let mut count = read_count(ws)?;
+    let mb = Mailbox::of_workspace(ws);
     let now = chrono::Local::now();
     let due = db.todo_claim_due(agent, now.timestamp())?;
-    let claimed = claim_next(&mut db, &Mailbox::of_workspace(ws), agent)?;
-    let retry_soon = claimed.retry_soon;
+    let claimed = match claim_next(&mut db, &mb, agent, SystemTime::now(), fsutil::write_grace()) {
+        Ok(c) => c,
+        Err(e) => {
+            release_all(&mut db, &mb, agent, &due, None);
+            return Err(e);
+        }
+    };
+    looked.retry_in = claimed.retry_in;
+    looked.aside = claimed.aside;
     let (claim, messages) = match claimed.claim {
         Some((c, m)) => (Some(c), m),
         None => (None, Vec::new()),
     };
     if due.is_empty() && claim.is_none() {
-        return Ok(Err(Nothing { retry_soon }));
+        return Ok(None);
     }
     let reason = match trigger.reason {
         Reason::Recovery | Reason::Heartbeat => trigger.reason,
         Reason::Todo | Reason::Inbox if due.is_empty() => Reason::Inbox,
         Reason::Todo | Reason::Inbox => Reason::Todo,
     };
-    let mut count = read_count(ws)?;
     count.wakes += 1;
     let previous_crash = std::mem::take(&mut count.previous_crash);
-    write_count(ws, &count)?;
-    let todos = db.todo_list(agent, true)?;
-    let now_local = now.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let message = wake_message(&WakeInputs {
-        reason,
-        n: count.wakes,
-        now_local: &now_local,
-        now_unix: now.timestamp(),
-        previous_crash,
-        due: &due,
-        todos: &todos,
-        envelopes: &route::prompt_for(home, agent, &messages),
+    let built = db.todo_list(agent, true).map(|todos| {
+        let now_local = now.format("%Y-%m-%dT%H:%M:%S").to_string();
+        wake_message(&WakeInputs {
+            reason,
+            n: count.wakes,
+            now_local: &now_local,
+            now_unix: now.timestamp(),
+            previous_crash,
+            due: &due,
+            todos: &todos,
+            envelopes: &route::prompt_for(home, agent, &messages),
+        })
     });
-    Ok(Ok(Prepared { reason, n: count.wakes, message, todos: due, claim, messages, retry_soon }))
+    match built.map_err(WakeError::from).and_then(|message| write_count(ws, &count).map(|()| message)) {
+        Ok(message) => Ok(Some(Prepared { reason, n: count.wakes, message, todos: due, claim, messages })),
+        Err(e) => {
+            release_all(&mut db, &mb, agent, &due, claim.as_ref());
+            Err(e)
+        }
+    }
+}
+
+/// Releases what the wake `p` claimed when its turn could not start (the session or the turn
+/// lock could not be opened): its messages are pending again, its todos too.
+///
+/// Errors: opening the database (nothing released; the next start answers the claim).
+pub fn abandon(home: &Home, agent: &str, ws: &Path, p: &Prepared) -> Result<(), WakeError> {
+    let mut db = WakeDb::open(home)?;
+    release_all(&mut db, &Mailbox::of_workspace(ws), agent, &p.todos, p.claim.as_ref());
+    Ok(())
+}
+
+/// Releases what a wake that cannot run claimed; a release that fails is logged (the claims
+/// then stand, and the next start answers them as interrupted).
+fn release_all(db: &mut WakeDb, mb: &Mailbox, agent: &str, due: &[Todo], claim: Option<&Claim>) {
+    let ids: Vec<u32> = due.iter().map(|t| t.id).collect();
+    if let Err(e) = db.todo_release(agent, &ids) {
+        tracing::error!(agent, error = %e, "cannot release the todos of a wake that cannot run");
+    }
+    if let Some(c) = claim {
+        if let Err(e) = release(db, mb, c.obligation_id) {
+            tracing::error!(agent, error = %e, "cannot release the messages of a wake that cannot run");
+        }
+    }
 }
 
 /// How a wake turn ended, for [`finalize`].
@@ -237,7 +289,7 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
     let mut notes = Vec::new();
     let unresolved = db.obligation_unresolved(Some(agent))?;
     for ob in &unresolved {
-        let claimed: Vec<MessageFile> = ob.message_ids.iter().filter_map(|n| mb.read(n).ok()).collect();
+        let claimed = claimed_messages(&mb, ob);
         // The claim is known by its first file: without it there is no sender to notify.
         if claimed.first().map(|m| &m.name) != ob.message_ids.first() {
             db.obligation_resolve(ob.id, ResolvedBy::Notice)?;

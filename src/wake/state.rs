@@ -41,6 +41,9 @@ pub enum WakeNote {
     MessageOut { from: String, to: String, text: String, file: String },
     /// `inbox receive` claimed messages.
     MessageIn { from: String, subject: String, file: String },
+    /// A pending inbox file left `inbox/` without a claim (to `inbox/bad/`, or a claimed one
+    /// whose move had failed); `why` says where to and why.
+    InboxAside { file: String, why: String },
 }
 
 /// The mutable part, behind [`WakeTurn::state`].

@@ -187,6 +187,18 @@ impl WakeDb {
         self.todos("WHERE agent_id = ?1 AND status = 'claimed' ORDER BY id", params![agent])
     }
 
+    /// Puts a wake's claimed todos `ids` back to pending, unchanged: the wake could not run
+    /// (ids no longer claimed are skipped). One transaction.
+    pub fn todo_release(&mut self, agent: &str, ids: &[u32]) -> Result<(), WakeDbError> {
+        let path = self.path().to_path_buf();
+        let sql = |source| WakeDbError::Sql { path: path.clone(), source };
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
+        for &id in ids {
+            tx.execute("UPDATE todo SET status = 'pending' WHERE agent_id = ?1 AND id = ?2 AND status = 'claimed'", params![agent, id]).map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
     /// Ends a wake's claimed todos `ids` (ids no longer claimed, e.g. removed meanwhile, are
     /// skipped): `ok` → done; `!ok` → done and, per todo, a retry `<base> (attempt k)` (k = the
     /// previous attempt + 1, parsed from a ` (attempt n)` suffix, else 1) due at

@@ -323,7 +323,11 @@ fn inbox(w: &WakeTurn, input: &Value) -> Ran {
     let mut received = None;
     if !unanswered {
         let mut db = WakeDb::open(&w.home)?;
-        if let Some((claim, msgs)) = claim_next(&mut db, &mb, &w.agent_id)?.claim {
+        let claimed = claim_next(&mut db, &mb, &w.agent_id, std::time::SystemTime::now(), crate::fsutil::write_grace())?;
+        for note in claimed.aside {
+            w.note(note);
+        }
+        if let Some((claim, msgs)) = claimed.claim {
             for m in &msgs {
                 w.note(WakeNote::MessageIn { from: m.from.clone(), subject: m.subject.clone(), file: m.name.clone() });
             }

@@ -34,11 +34,17 @@ pub struct Frame {
 impl Serve {
     /// Starts `cicy-agent serve --port 0` with `extra` arguments and waits for its `serve.json`.
     pub async fn start(home: &Path, gateway: &str, extra: &[&str]) -> Self {
+        Self::start_with(home, gateway, extra, &[]).await
+    }
+
+    /// [`Serve::start`] with `env` set for serve.
+    pub async fn start_with(home: &Path, gateway: &str, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let info = home.join("serve.json");
         let _ = std::fs::remove_file(&info);
         let mut args = vec!["serve", "--port", "0"];
         args.extend_from_slice(extra);
         let mut cmd = super::cli::command(home, gateway, &args);
+        cmd.envs(env.iter().copied());
         cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
         let child = cmd.spawn().expect("spawn cicy-agent serve");
         let pid = child.id().expect("pid") as i32;

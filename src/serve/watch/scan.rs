@@ -69,14 +69,33 @@ pub(super) fn has_pending(dir: &Path) -> io::Result<bool> {
     Ok(false)
 }
 
-/// The event handler given to both watchers: classifies and forwards to the watch task.
+/// The event handler given to both watchers: classifies and forwards to the watch task. A
+/// file whose writer closed it or renamed it in is recorded as finished first
+/// (`crate::wake::inbox::settle`), so the claim this wake leads to may take it at once.
 pub(super) fn handler(signals: UnboundedSender<Signal>) -> impl FnMut(notify::Result<Event>) + Send + 'static {
     move |res| {
+        if let Ok(event) = &res {
+            for path in finished_paths(event) {
+                crate::wake::inbox::settle::note_finished(path);
+            }
+        }
         classify(res, |signal| {
             // The task is gone only after `stop`; what the watchers still report then is moot.
             let _ = signals.send(signal);
         })
     }
+}
+
+/// The pending files whose writer `event` says is done with them: closed after writing, or
+/// renamed in (of a rename with both ends, the second path). The poller's events say neither.
+fn finished_paths(event: &Event) -> Vec<&Path> {
+    let paths: Vec<&Path> = match event.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+        | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any)) => event.paths.iter().map(PathBuf::as_path).collect(),
+        EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => event.paths.get(1).map(PathBuf::as_path).into_iter().collect(),
+        _ => Vec::new(),
+    };
+    paths.into_iter().filter(|p| is_pending_path(p)).collect()
 }
 
 /// Turns one notify report into signals. A written file closed, a symlink made, rename-into

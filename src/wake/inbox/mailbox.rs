@@ -13,12 +13,9 @@ use std::time::{Duration, SystemTime};
 use chrono::Local;
 
 use super::format::{self, Unique, RESERVED_KEYS};
+use super::settle::{self, FileStamp};
 use super::{Folder, InboxError, MessageFile, NewMessage, Unparsed};
-use crate::fsutil::sync_dir;
-
-/// An unparsable inbox file younger than this may still be being written (DESIGN.md §10: parse
-/// fails and mtime < 2 s → retry in 200 ms, else `inbox/bad/`).
-pub const YOUNG: Duration = Duration::from_secs(2);
+use crate::fsutil::{sync_dir, write_grace};
 
 /// The largest page (reference A6: `limit` 1..100).
 const MAX_PAGE: usize = 100;
@@ -27,6 +24,17 @@ const MAX_PAGE: usize = 100;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mailbox {
     root: PathBuf,
+}
+
+/// What a claim may take from the inbox ([`Mailbox::claimable`]).
+#[derive(Debug, Default)]
+pub struct Claimable {
+    /// Files whose writer has finished, parsed, with their stamps, oldest first.
+    pub ready: Vec<(MessageFile, FileStamp)>,
+    /// Finished files that could not be read or parsed.
+    pub unparsed: Vec<Unparsed>,
+    /// A file is still being written: look again after this long (the soonest it can be whole).
+    pub wait: Option<Duration>,
 }
 
 /// One file read from a folder.
@@ -122,13 +130,50 @@ impl Mailbox {
                 Loaded::Parsed(m) => parsed.push(m),
                 Loaded::Gone => {}
                 Loaded::Bad { reason, mtime } => {
-                    let young = mtime.is_some_and(|t| SystemTime::now().duration_since(t).map_or(true, |age| age < YOUNG));
+                    let young = is_young(mtime, SystemTime::now(), write_grace());
                     unparsed.push(Unparsed { name, error: reason, young });
                 }
             }
         }
         parsed.sort_by(|a, b| super::order_key(a).cmp(&super::order_key(b)));
         Ok((parsed, unparsed))
+    }
+
+    /// The pending files a claim may take at `now` (DESIGN.md §10): only those whose writer
+    /// has finished ([`settle::settled`] with `grace`), each read once and kept only when its
+    /// stamp did not change while it was read. A file still being written is left alone (not
+    /// even read) and sets [`Claimable::wait`].
+    ///
+    /// Errors: [`InboxError::Io`] listing the folder.
+    pub fn claimable(&self, now: SystemTime, grace: Duration) -> Result<Claimable, InboxError> {
+        let dir = self.inbox_dir();
+        let mut out = Claimable::default();
+        let wait = |d: Duration, out: &mut Claimable| out.wait = Some(out.wait.map_or(d, |w| w.min(d)));
+        for name in list_messages(&dir)? {
+            let path = dir.join(&name);
+            let meta = match fs::metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    out.unparsed.push(Unparsed { name, error: e.to_string(), young: false });
+                    continue;
+                }
+            };
+            if let Err(left) = settle::settled(&path, &meta, now, grace) {
+                wait(left, &mut out);
+                continue;
+            }
+            let stamp = FileStamp::of(&meta);
+            match load(&dir, &name) {
+                Loaded::Parsed(m) if fs::metadata(&path).is_ok_and(|after| FileStamp::of(&after) == stamp) => out.ready.push((m, stamp)),
+                // Written again while it was read: whole only once that writer is done too.
+                Loaded::Parsed(_) => wait(grace, &mut out),
+                Loaded::Gone => {}
+                Loaded::Bad { reason, mtime } => out.unparsed.push(Unparsed { name, error: reason, young: is_young(mtime, now, grace) }),
+            }
+        }
+        out.ready.sort_by(|a, b| super::order_key(&a.0).cmp(&super::order_key(&b.0)));
+        Ok(out)
     }
 
     /// Whether at least one pending `.md` file exists, without reading any (the 30 s rescan of
@@ -147,26 +192,59 @@ impl Mailbox {
         })
     }
 
-    /// Moves these inbox files to `inbox/archive/`, then fsyncs both folders. Idempotent: a
-    /// name already moved (after a kill -9 the recovery runs it again) or in neither folder is
-    /// skipped. A hand-dropped name that is already archived is archived as `<stem>~<n>.md`
-    /// rather than over the older file.
+    /// The names `names` (pending, in claim order) get in `inbox/archive/`: each its own, unless
+    /// the archive already holds that name (a reused name) or an earlier one of `names` takes
+    /// it, then the first free `<stem>~<n>.md`. A claim records them before it moves anything,
+    /// so the claimed file is always found under the name its obligation holds.
+    pub fn archive_names(&self, names: &[String]) -> Vec<String> {
+        let archive = self.archive_dir();
+        let mut taken: Vec<String> = Vec::with_capacity(names.len());
+        for name in names {
+            let free = |n: &str| !taken.iter().any(|t| t == n) && !archive.join(n).exists();
+            let target = if free(name) {
+                name.clone()
+            } else {
+                let stem = name.strip_suffix(".md").unwrap_or(name);
+                (1u32..).map(|n| format!("{stem}~{n}.md")).find(|n| free(n)).unwrap_or_else(|| name.clone())
+            };
+            taken.push(target);
+        }
+        taken
+    }
+
+    /// Moves inbox files to `inbox/archive/`, each `(inbox name, archive name)`, then fsyncs
+    /// both folders. Idempotent: a name already moved (after a kill -9 the recovery runs it
+    /// again) or in neither folder is skipped.
     ///
     /// Errors: [`InboxError::BadName`] before anything moves, [`InboxError::Io`].
-    pub fn archive(&self, names: &[String]) -> Result<(), InboxError> {
-        if let Some(bad) = names.iter().find(|n| !is_listed_name(n)) {
+    pub fn archive(&self, moves: &[(String, String)]) -> Result<(), InboxError> {
+        self.move_between(&self.inbox_dir(), &self.archive_dir(), moves)
+    }
+
+    /// Moves claimed files back from `inbox/archive/` to `inbox/`, each `(inbox name, archive
+    /// name)`: a claim released before its turn could start. A file saved meanwhile under the
+    /// inbox name is not overwritten: the returning one takes the first free `<stem>~<n>.md`.
+    ///
+    /// Errors: [`InboxError::BadName`] before anything moves, [`InboxError::Io`].
+    pub fn unarchive(&self, moves: &[(String, String)]) -> Result<(), InboxError> {
+        let back: Vec<(String, String)> = moves.iter().map(|(inbox, archived)| (archived.clone(), inbox.clone())).collect();
+        self.move_between(&self.archive_dir(), &self.inbox_dir(), &back)
+    }
+
+    fn move_between(&self, from_dir: &Path, to_dir: &Path, moves: &[(String, String)]) -> Result<(), InboxError> {
+        if let Some(bad) = moves.iter().flat_map(|(a, b)| [a, b]).find(|n| !is_listed_name(n)) {
             return Err(InboxError::BadName { name: bad.clone() });
         }
-        if names.is_empty() {
+        if moves.is_empty() {
             return Ok(());
         }
-        let (inbox, archive) = (self.inbox_dir(), self.archive_dir());
-        fs::create_dir_all(&archive).map_err(|e| io_err(&archive, e))?;
-        for name in names {
-            move_if_present(&inbox.join(name), &free_target(&inbox, &archive, name))?;
+        fs::create_dir_all(to_dir).map_err(|e| io_err(to_dir, e))?;
+        for (from, to) in moves {
+            move_if_present(&from_dir.join(from), &free_target(from_dir, to_dir, from, to))?;
+            settle::forget(&from_dir.join(from));
         }
-        sync_dir(&inbox).map_err(|e| io_err(&inbox, e))?;
-        sync_dir(&archive).map_err(|e| io_err(&archive, e))
+        sync_dir(from_dir).map_err(|e| io_err(from_dir, e))?;
+        sync_dir(to_dir).map_err(|e| io_err(to_dir, e))
     }
 
     /// Moves an unparsable inbox file to `inbox/bad/` (kept for the user, as `<stem>~<n>.md` when
@@ -177,7 +255,8 @@ impl Mailbox {
         }
         let (inbox, bad) = (self.inbox_dir(), self.bad_dir());
         fs::create_dir_all(&bad).map_err(|e| io_err(&bad, e))?;
-        move_if_present(&inbox.join(name), &free_target(&inbox, &bad, name))?;
+        move_if_present(&inbox.join(name), &free_target(&inbox, &bad, name, name))?;
+        settle::forget(&inbox.join(name));
         sync_dir(&inbox).map_err(|e| io_err(&inbox, e))?;
         sync_dir(&bad).map_err(|e| io_err(&bad, e))
     }
@@ -198,6 +277,21 @@ impl Mailbox {
             }
         }
         Err(InboxError::NotFound { name: name.to_string(), root: self.root.clone() })
+    }
+
+    /// Reads one claimed message by its name in `inbox/archive/`.
+    ///
+    /// Errors: [`InboxError::BadName`], [`InboxError::Parse`], [`InboxError::NotFound`].
+    pub fn read_archived(&self, name: &str) -> Result<MessageFile, InboxError> {
+        if !is_listed_name(name) {
+            return Err(InboxError::BadName { name: name.to_string() });
+        }
+        let dir = self.archive_dir();
+        match load(&dir, name) {
+            Loaded::Parsed(m) => Ok(m),
+            Loaded::Gone => Err(InboxError::NotFound { name: name.to_string(), root: self.root.clone() }),
+            Loaded::Bad { reason, .. } => Err(InboxError::Parse { path: dir.join(name), reason }),
+        }
     }
 
     /// One page of every message (`inbox/`, `inbox/archive/`, `outbox/`, `outbox/archive/`),
@@ -353,19 +447,24 @@ fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
     f.sync_all()
 }
 
-/// Where `name` moves from `from_dir` into `to_dir`: `to_dir/name`, unless both folders hold
-/// that name (a reused name, never a half-done move: a rename is atomic), then the first free
-/// `<stem>~<n>.md`, so no file is overwritten.
-fn free_target(from_dir: &Path, to_dir: &Path, name: &str) -> PathBuf {
-    let target = to_dir.join(name);
+/// Where `name` moves from `from_dir` into `to_dir` as `to`: `to_dir/to`, unless both that
+/// and `from_dir/name` exist (a reused name, never a half-done move: a rename is atomic), then
+/// the first free `<stem>~<n>.md` of `to`, so no file is overwritten.
+fn free_target(from_dir: &Path, to_dir: &Path, name: &str, to: &str) -> PathBuf {
+    let target = to_dir.join(to);
     if !target.exists() || !from_dir.join(name).exists() {
         return target;
     }
-    let stem = name.strip_suffix(".md").unwrap_or(name);
+    let stem = to.strip_suffix(".md").unwrap_or(to);
     (1u32..)
         .map(|n| to_dir.join(format!("{stem}~{n}.md")))
         .find(|p| !p.exists())
         .unwrap_or(target)
+}
+
+/// Changed less than `grace` before `now` (a future mtime counts as now; none: not young).
+fn is_young(mtime: Option<SystemTime>, now: SystemTime, grace: Duration) -> bool {
+    mtime.is_some_and(|t| now.duration_since(t).map_or(true, |age| age < grace))
 }
 
 /// Renames `from` to `to`; a missing `from` (moved already, or never there) is no error.

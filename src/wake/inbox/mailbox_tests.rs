@@ -164,13 +164,13 @@ fn archive_is_idempotent_and_read_follows_the_file() {
     let (_d, mb) = mailbox();
     put(&mb.inbox_dir(), "a.md", &msg("2026-12-01T09:00:00", "ann", "one"));
     put(&mb.inbox_dir(), "b.md", &msg("2026-12-01T09:00:01", "ann", "two"));
-    let names = vec!["a.md".to_string(), "gone.md".to_string()];
-    mb.archive(&names).unwrap();
-    mb.archive(&names).unwrap();
+    let moves = [("a.md".to_string(), "a.md".to_string()), ("gone.md".to_string(), "gone.md".to_string())];
+    mb.archive(&moves).unwrap();
+    mb.archive(&moves).unwrap();
     assert_eq!(names_in(&mb.inbox_dir()), ["archive", "b.md"]);
     assert_eq!(names_in(&mb.archive_dir()), ["a.md"]);
     assert_eq!(mb.read("a.md").unwrap().body, "one");
-    assert!(matches!(mb.archive(&["../b.md".to_string()]), Err(InboxError::BadName { .. })));
+    assert!(matches!(mb.archive(&[("../b.md".to_string(), "b.md".to_string())]), Err(InboxError::BadName { .. })));
     assert!(matches!(mb.read(".a.md"), Err(InboxError::BadName { .. })));
     match mb.read("nope.md") {
         Err(e @ InboxError::NotFound { .. }) => assert_eq!(
@@ -212,10 +212,19 @@ fn a_reused_name_never_overwrites_an_archived_or_bad_file() {
     let names = vec!["note.md".to_string()];
     for body in ["first", "second", "third"] {
         put(&mb.inbox_dir(), "note.md", &msg("2026-12-01T09:00:00", "ann", body));
-        mb.archive(&names).unwrap();
+        let to = mb.archive_names(&names);
+        mb.archive(&[(names[0].clone(), to[0].clone())]).unwrap();
     }
     assert_eq!(names_in(&mb.archive_dir()), ["note.md", "note~1.md", "note~2.md"]);
     assert!(fs::read_to_string(mb.archive_dir().join("note~2.md")).unwrap().ends_with("third\n"));
+    // Two pending names of one claim never get the same archive name.
+    assert_eq!(mb.archive_names(&["note.md".to_string(), "note~3.md".to_string()]), ["note~3.md", "note~3~1.md"]);
+    // Released: back under its inbox name, or beside a new file that took it meanwhile.
+    put(&mb.inbox_dir(), "note.md", &msg("2026-12-01T09:00:00", "ann", "fourth"));
+    mb.unarchive(&[("note.md".to_string(), "note~2.md".to_string())]).unwrap();
+    assert_eq!(names_in(&mb.inbox_dir()), ["archive", "note.md", "note~1.md"]);
+    assert!(fs::read_to_string(mb.inbox_dir().join("note~1.md")).unwrap().ends_with("third\n"));
+    assert!(fs::read_to_string(mb.inbox_dir().join("note.md")).unwrap().ends_with("fourth\n"));
     for body in ["bad one", "bad two"] {
         put(&mb.inbox_dir(), "x.md", body);
         mb.move_to_bad("x.md").unwrap();

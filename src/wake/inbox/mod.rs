@@ -10,6 +10,7 @@
 mod dialog;
 mod format;
 mod mailbox;
+pub mod settle;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use serde::Serialize;
 
 pub use dialog::{dialog, dialog_messages, DialogFilter};
 pub use format::{format_receive, name_base, parse, sanitize_header, slug, subject_of, TIMESTAMP_FORMAT};
-pub use mailbox::{Mailbox, YOUNG};
+pub use mailbox::{Claimable, Mailbox};
 
 /// A parsed message file (reference A6 content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -78,8 +79,9 @@ pub struct Unparsed {
     pub name: String,
     /// Why, without the path.
     pub error: String,
-    /// Its mtime is less than [`YOUNG`] (2 s) ago: it may still be being written, so retry it in
-    /// 200 ms rather than move it to `inbox/bad/` (DESIGN.md §10).
+    /// It changed less than the write grace (`crate::fsutil::write_grace`, 2 s) ago: it may
+    /// still be being written, so it is looked at again rather than moved to `inbox/bad/`
+    /// (DESIGN.md §10).
     pub young: bool,
 }
 

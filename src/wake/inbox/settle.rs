@@ -1,0 +1,108 @@
+//! Whether a pending inbox file's writer has finished, and the identity of a message file.
+//!
+//! A file renamed into `inbox/` is whole the moment it appears; one written in place
+//! (`printf … > inbox/x.md`) is not until its writer closes it. Every claim path (a wake, the
+//! periodic scan, the end of a turn, `inbox receive`) asks [`settled`]: a file is taken once
+//! the inbox watch saw its writer close it or rename it in with exactly the stamp it has now
+//! ([`note_finished`]), or once it has not changed for the write grace
+//! (`crate::fsutil::write_grace`). Owns the process-wide record of those sightings. Must not
+//! read, parse or move a file.
+
+use std::collections::HashMap;
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+/// **[chosen]** The record is cleared past this many files (each claim removes its own): a
+/// file that then loses its sighting only waits for the write grace.
+const MAX_SIGHTINGS: usize = 10_000;
+
+/// Who a message file is, beyond its name: its inode, size and mtime. A rename (the move to
+/// `inbox/archive/`) keeps all three; a new file saved under an old name, or a rewrite, changes
+/// at least one, so a name that comes back is a new message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileStamp {
+    pub ino: u64,
+    pub size: u64,
+    /// Nanoseconds since the Unix epoch.
+    pub mtime_ns: i64,
+}
+
+impl FileStamp {
+    pub fn of(meta: &Metadata) -> Self {
+        FileStamp { ino: meta.ino(), size: meta.size(), mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()) }
+    }
+}
+
+/// The watch's sightings: path → the stamp the file had when its writer closed it or renamed
+/// it in. One process (serve) both watches and claims.
+static FINISHED: Mutex<Option<HashMap<PathBuf, FileStamp>>> = Mutex::new(None);
+
+/// The inbox watch saw `path`'s writer close it (or a rename put it there): recorded with the
+/// stamp it has now, so a later write in place makes it unfinished again. Blocking (one stat).
+pub fn note_finished(path: &Path) {
+    let Ok(meta) = std::fs::metadata(path) else { return };
+    let mut seen = FINISHED.lock().unwrap_or_else(PoisonError::into_inner);
+    let map = seen.get_or_insert_with(HashMap::new);
+    if map.len() >= MAX_SIGHTINGS {
+        map.clear();
+    }
+    map.insert(path.to_path_buf(), FileStamp::of(&meta));
+}
+
+/// Forgets `path` (claimed, or moved aside).
+pub fn forget(path: &Path) {
+    if let Some(map) = FINISHED.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        map.remove(path);
+    }
+}
+
+/// Whether the file at `path`, whose metadata is `meta`, may be read as whole at `now`:
+/// `Ok(())`, or `Err(wait)`, how long until it has been unchanged for `grace` (a look again
+/// then, if nothing wakes the agent sooner). An mtime in the future counts as now.
+pub fn settled(path: &Path, meta: &Metadata, now: SystemTime, grace: Duration) -> Result<(), Duration> {
+    let seen = FINISHED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(path).copied());
+    if seen == Some(FileStamp::of(meta)) {
+        return Ok(());
+    }
+    let age = meta.modified().ok().map_or(Duration::ZERO, |t| now.duration_since(t).unwrap_or(Duration::ZERO));
+    match grace.checked_sub(age) {
+        Some(wait) if !wait.is_zero() => Err(wait),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_file_being_written_waits_for_its_close_or_the_grace_and_a_new_write_undoes_a_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.md");
+        let mut writer = std::fs::File::create(&path).unwrap();
+        writer.write_all(b"PART-").unwrap();
+        let grace = Duration::from_secs(2);
+        let meta = std::fs::metadata(&path).unwrap();
+        let written = meta.modified().unwrap();
+        assert_eq!(settled(&path, &meta, written + Duration::from_millis(500), grace), Err(Duration::from_millis(1500)));
+        assert_eq!(settled(&path, &meta, written - Duration::from_secs(60), grace), Err(grace), "a future mtime counts as now");
+        assert_eq!(settled(&path, &meta, written + grace, grace), Ok(()), "unchanged for the grace");
+
+        writer.write_all(b"REST").unwrap();
+        note_finished(&path);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(settled(&path, &meta, meta.modified().unwrap(), grace), Ok(()), "its close was seen");
+        writer.write_all(b"+").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(settled(&path, &meta, meta.modified().unwrap(), grace).is_err(), "written again after the close");
+        forget(&path);
+        note_finished(&dir.path().join("gone.md"));
+        assert!(FINISHED.lock().unwrap().as_ref().unwrap().get(&path).is_none());
+    }
+}
