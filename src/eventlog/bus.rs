@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::global::GlobalFeed;
-use super::{events_dir, files::log_file, read_after, EventLog, EventLogError, RESERVE_CHUNK, ROTATE_BYTES};
+use super::{events_dir, files::log_file, read_after, seq_before_last, EventLog, EventLogError, RESERVE_CHUNK, ROTATE_BYTES};
 use crate::event::{Emitter, Event, EventKind, EventSink};
 
 /// DESIGN.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
@@ -172,7 +172,17 @@ impl AgentEvents {
             Some(n) => (n, true),
         };
         drop(st);
-        Subscription { shared: self.0.clone(), rx, last, catching_up, backlog: VecDeque::new() }
+        Subscription { shared: self.0.clone(), rx, last, catching_up, backlog: VecDeque::new(), last_n: None }
+    }
+
+    /// A stream that starts with the `n` newest logged events (of any process; fewer when
+    /// fewer exist), then goes on as [`AgentEvents::subscribe`] does. A count, not a seq
+    /// range, because seqs jump after a crash. The files are read at the first `next`, not
+    /// here (so an actor handing out subscriptions does not wait on them).
+    pub async fn subscribe_last(&self, n: usize) -> Subscription {
+        let mut sub = self.subscribe(Some(0)).await;
+        sub.last_n = Some(n);
+        sub
     }
 
     /// Waits until every event emitted so far is written to `events.jsonl` (not fsynced).
@@ -311,12 +321,17 @@ pub struct Subscription {
     last: u64,
     catching_up: bool,
     backlog: VecDeque<Event>,
+    /// [`AgentEvents::subscribe_last`]'s count, until the first `next` turns it into `last`.
+    last_n: Option<usize>,
 }
 
 impl Subscription {
     /// The next event; `None` once the bus is closed and every event before the close was
     /// yielded.
     pub async fn next(&mut self) -> Option<Event> {
+        if let Some(n) = self.last_n.take() {
+            self.last = self.seq_before_last(n).await;
+        }
         loop {
             if let Some(ev) = self.backlog.pop_front() {
                 self.last = ev.seq;
@@ -378,6 +393,26 @@ impl Subscription {
                 self.backlog.extend(st.ring.iter().filter(|e| e.seq > from).cloned());
                 self.catching_up = false;
             }
+        }
+    }
+
+    /// The seq below the `n` newest logged events, from the files once this process's events
+    /// are written there; when they cannot be read, from the ring (own events only).
+    async fn seq_before_last(&self, n: usize) -> u64 {
+        if let Err(e) = self.shared.flush().await {
+            tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {e}");
+        }
+        let workspace = self.shared.workspace.clone();
+        let why = match tokio::task::spawn_blocking(move || seq_before_last(&workspace, n)).await {
+            Ok(Ok(seq)) => return seq,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {why}");
+        let st = lock(&self.shared.state);
+        match n.checked_sub(1).and_then(|i| st.ring.iter().rev().nth(i)) {
+            Some(ev) => ev.seq - 1,
+            None => st.ring_floor,
         }
     }
 

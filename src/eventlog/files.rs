@@ -81,6 +81,29 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
     Ok(Replay { events, oldest_kept: oldest, dropped: dir.join(DROPPED).exists() })
 }
 
+/// The seq just below the `n` newest logged events (0 when fewer are logged): the starting
+/// point of a reader that wants the last `n` events whatever their seqs (they may jump after a
+/// crash). Reads the files newest first and stops at the first that completes the count.
+///
+/// Errors: [`EventLogError::Io`] reading a file.
+pub fn seq_before_last(workspace: &Path, n: usize) -> Result<u64, EventLogError> {
+    let mut seqs: Vec<u64> = Vec::new();
+    for (path, mut file) in open_snapshot(&events_dir(workspace))?.into_iter().rev() {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
+        seqs.extend(complete_lines(&bytes).filter_map(|(line_no, start, end)| event_seq(&path, line_no, &bytes[start..end])));
+        if seqs.len() >= n {
+            break;
+        }
+    }
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(match n.checked_sub(1).and_then(|i| seqs.get(i)) {
+        Some(&seq) => seq - 1,
+        None if n == 0 => seqs.first().copied().unwrap_or(0),
+        None => 0,
+    })
+}
+
 /// The seq of a line of `path`, or `None` (with a warning naming the file and line) when it
 /// is not an event: one bad line must not hide the others.
 fn event_seq(path: &Path, line_no: usize, line: &[u8]) -> Option<u64> {

@@ -30,7 +30,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use bus::{AgentEvents, Subscription};
-pub use files::{read_after, Replay};
+pub use files::{read_after, seq_before_last, Replay};
 pub use global::{GlobalFeed, GlobalSubscription};
 
 /// The seq of the newest event logged for the agent of `workspace` (0 when none), without

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::actor::{self, Admit, AgentHandle, Op};
+use super::actor::{self, Admit, AgentHandle, EventsFrom, Op};
 use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
@@ -341,12 +341,27 @@ pub async fn respond(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonB
     Ok(Json(json!({"success": true, "ref": reference})))
 }
 
-/// `GET /api/agents/{id}/events`: the agent's events as SSE; `Last-Event-ID: N` replays every
-/// event after N first (or a `gap` for what is no longer kept).
-pub async fn agent_events(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    last: Option<usize>,
+}
+
+/// `GET /api/agents/{id}/events[?last=N]`: the agent's events as SSE; `Last-Event-ID: N`
+/// replays every event after N first (or a `gap` for what is no longer kept); without it,
+/// `?last=N` replays the N newest logged events first (a count: seqs jump after a crash).
+pub async fn agent_events(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<SseResponse, ApiError> {
     let handle = agent(&hub, &id)?;
-    let after = last_event_id(&headers)?;
-    let sub = ask(&handle, |reply| Op::Subscribe { after, reply }).await?.map_err(ApiError::internal)?;
+    let from = match (last_event_id(&headers)?, q.last) {
+        (Some(n), _) => EventsFrom::After(n),
+        (None, Some(n)) => EventsFrom::Last(n),
+        (None, None) => EventsFrom::Now,
+    };
+    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(ApiError::internal)?;
     Ok(sse(all_of(sub), &hub))
 }
 
