@@ -110,11 +110,22 @@ async fn a_client_that_stops_reading_never_slows_an_agent_and_resumes_without_a_
     gw.push(Reply::sse(anthropic_text_deltas(&deltas)));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut stalled = s.all_events(None).await;
+    // And the agent's own stream, stalled too, beside 100 more of each kind that are never read.
+    let mut stalled_agent = s.events(&a, None).await;
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(s.all_events(None).await);
+        idle.push(s.events(&a, None).await);
+    }
 
-    // The chat's own stream reads on while the other client reads nothing.
+    // The chat's own stream reads on while the other clients read nothing.
     let chat = s.chat(&a, "talk").await.until("done").await;
     let text: String = chat.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
     assert_eq!(text, deltas.concat());
+    // The agent's stream falls behind its live channel and is refilled from the log: every
+    // frame of the chat, once and in order.
+    assert_eq!(stalled_agent.until("done").await, chat);
+    drop(idle);
 
     // The stalled client, read at last: gseqs go up by one, or jump exactly over a gap frame.
     let (mut prev, mut pending_gap, mut gaps, mut count) = (None::<u64>, None::<(u64, u64)>, 0, 0);
@@ -169,9 +180,10 @@ async fn the_last_n_events_are_replayed_by_count_across_the_seq_jump_of_a_kill_9
     gw.push(Reply::sse(anthropic_text("before the crash")));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let before = s.chat(&a, "one").await.until("done").await;
-    s.kill9().await;
-    // As a kill -9 between an emit and its write leaves the log: the writer lease's marker
-    // not `free`, so the next holder starts above the whole reserved range.
+    assert_eq!(s.stop().await, 0);
+    // As a kill -9 between an emit and its write leaves the log (but with every event of the
+    // first run written, so the test knows what is logged): the writer lease's marker not
+    // `free`, so the next holder starts above the whole reserved range.
     std::fs::write(t.workspace(&a).join(".cicy/events/writer"), "held").unwrap();
     gw.push(Reply::sse(anthropic_text("after the crash")));
     gw.push(Reply::sse(anthropic_text("live")));

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::global::GlobalFeed;
-use super::{events_dir, files::log_file, read_after, seq_before_last, EventLog, EventLogError, RESERVE_CHUNK, ROTATE_BYTES};
+use super::{events_dir, files::log_file, read_after, seq_before_last, EventLog, EventLogError, Published, RESERVE_CHUNK, ROTATE_BYTES};
 use crate::event::{Emitter, Event, EventKind, EventSink};
 
 /// DESIGN.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
@@ -51,10 +51,10 @@ struct State {
     spare: Option<RangeInclusive<u64>>,
     spare_requested: bool,
     last_seq: u64,
-    ring: VecDeque<Event>,
+    ring: VecDeque<Published>,
     /// Every own event with a seq above this is in the ring.
     ring_floor: u64,
-    live: Option<broadcast::Sender<Event>>,
+    live: Option<broadcast::Sender<Published>>,
     closed: bool,
     /// This process holds the writer lease; `next..=end` is only valid while it does.
     leased: bool,
@@ -220,7 +220,8 @@ impl Shared {
             return 0;
         }
         let seq = self.next_seq(&mut st);
-        let ev = Event { seq, agent_id: self.agent_id.clone(), kind };
+        let event = Event { seq, agent_id: self.agent_id.clone(), kind };
+        let ev = Published::from(event.clone());
         st.last_seq = seq;
         if st.ring.len() == RING {
             if let Some(old) = st.ring.pop_front() {
@@ -228,7 +229,9 @@ impl Shared {
             }
         }
         st.ring.push_back(ev.clone());
-        // A send error only means nobody listens right now.
+        // A send error only means nobody listens right now. One shared value per event for
+        // every subscriber: nothing here is done per subscriber but the wake-up of those
+        // waiting right now.
         if let Some(live) = &st.live {
             let _ = live.send(ev.clone());
         }
@@ -237,7 +240,7 @@ impl Shared {
         }
         // Sent under the state lock so the writer's queue is in seq order; an error means the
         // writer is gone (runtime shut down), and the event stays in the ring only.
-        let _ = self.writer.send(Msg::Event(ev));
+        let _ = self.writer.send(Msg::Event(event));
         if !st.spare_requested && st.spare.is_none() && st.end.saturating_sub(seq) < RESERVE_CHUNK / 2 {
             st.spare_requested = true;
             let _ = self.writer.send(Msg::Reserve);
@@ -302,8 +305,8 @@ impl Shared {
         rx.await.unwrap_or(Ok(()))
     }
 
-    fn gap(&self, from: u64, to: u64) -> Event {
-        Event { seq: to, agent_id: self.agent_id.clone(), kind: EventKind::Gap { from, to } }
+    fn gap(&self, from: u64, to: u64) -> Published {
+        Event { seq: to, agent_id: self.agent_id.clone(), kind: EventKind::Gap { from, to } }.into()
     }
 }
 
@@ -316,11 +319,11 @@ impl EventSink for Shared {
 /// One subscriber's stream (see [`AgentEvents::subscribe`]).
 pub struct Subscription {
     shared: Arc<Shared>,
-    rx: Option<broadcast::Receiver<Event>>,
+    rx: Option<broadcast::Receiver<Published>>,
     /// The highest seq yielded (or the starting point).
     last: u64,
     catching_up: bool,
-    backlog: VecDeque<Event>,
+    backlog: VecDeque<Published>,
     /// [`AgentEvents::subscribe_last`]'s count, until the first `next` turns it into `last`.
     last_n: Option<usize>,
 }
@@ -328,13 +331,13 @@ pub struct Subscription {
 impl Subscription {
     /// The next event; `None` once the bus is closed and every event before the close was
     /// yielded.
-    pub async fn next(&mut self) -> Option<Event> {
-        if let Some(n) = self.last_n.take() {
+    pub async fn next(&mut self) -> Option<Published> {
+        if let Some(n) = self.last_n {
             self.last = self.seq_before_last(n).await;
+            self.last_n = None;
         }
         loop {
-            if let Some(ev) = self.backlog.pop_front() {
-                self.last = ev.seq;
+            if let Some(ev) = self.try_next() {
                 return Some(ev);
             }
             if self.catching_up {
@@ -357,6 +360,29 @@ impl Subscription {
         }
     }
 
+    /// The next event if one is ready without waiting or reading the files (`None`: wait
+    /// with [`Self::next`]).
+    pub fn try_next(&mut self) -> Option<Published> {
+        loop {
+            if let Some(ev) = self.backlog.pop_front() {
+                self.last = ev.seq;
+                return Some(ev);
+            }
+            if self.catching_up || self.last_n.is_some() {
+                return None;
+            }
+            match self.rx.as_mut()?.try_recv() {
+                Ok(ev) if ev.seq > self.last => {
+                    self.last = ev.seq;
+                    return Some(ev);
+                }
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.catching_up = true,
+                Err(_) => return None,
+            }
+        }
+    }
+
     /// Fills the backlog with events after `last`: from the ring if it reaches back, else one
     /// page from the files (a gap first when they no longer reach back).
     async fn catch_up(&mut self) {
@@ -375,7 +401,7 @@ impl Subscription {
                     self.backlog.push_back(self.shared.gap(from, to));
                 }
                 self.catching_up = replay.events.len() == PAGE;
-                self.backlog.extend(replay.events);
+                self.backlog.extend(replay.events.into_iter().map(Published::from));
             }
             failed => {
                 let why = match failed {
@@ -417,7 +443,7 @@ impl Subscription {
     }
 
     /// The ring's events after `last`, if the ring still holds all of them.
-    fn ring_after_last(&self) -> Option<VecDeque<Event>> {
+    fn ring_after_last(&self) -> Option<VecDeque<Published>> {
         let st = lock(&self.shared.state);
         (self.last >= st.ring_floor).then(|| st.ring.iter().filter(|e| e.seq > self.last).cloned().collect())
     }

@@ -21,6 +21,7 @@ mod bus;
 mod files;
 pub mod global;
 mod lease;
+mod published;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -32,6 +33,7 @@ use std::path::{Path, PathBuf};
 pub use bus::{AgentEvents, Subscription};
 pub use files::{read_after, seq_before_last, Replay};
 pub use global::{GlobalFeed, GlobalSubscription};
+pub use published::Published;
 
 /// The seq of the newest event logged for the agent of `workspace` (0 when none), without
 /// opening a writer (which would reserve seqs): what a status row shows before the agent's

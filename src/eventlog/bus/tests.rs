@@ -12,7 +12,7 @@ fn seqs(events: &[Event]) -> Vec<u64> {
 async fn take(sub: &mut Subscription, n: usize) -> Vec<Event> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        out.push(sub.next().await.unwrap());
+        out.push(Event::clone(&sub.next().await.unwrap()));
     }
     out
 }
@@ -152,7 +152,7 @@ async fn two_subscribers_see_the_same_sequence() {
     producer.await.unwrap();
     assert_eq!(seqs(&a), (1..=300).collect::<Vec<_>>());
     assert_eq!(a, b);
-    assert_eq!(all.next().await, Some(crate::eventlog::global::Item::Event(1, a[0].clone())));
+    assert_eq!(all.next().await, Some(crate::eventlog::global::Item::Event(1, a[0].clone().into())));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
