@@ -110,11 +110,22 @@ async fn a_client_that_stops_reading_never_slows_an_agent_and_resumes_without_a_
     gw.push(Reply::sse(anthropic_text_deltas(&deltas)));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut stalled = s.all_events(None).await;
+    // And the agent's own stream, stalled too, beside 100 more of each kind that are never read.
+    let mut stalled_agent = s.events(&a, None).await;
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(s.all_events(None).await);
+        idle.push(s.events(&a, None).await);
+    }
 
-    // The chat's own stream reads on while the other client reads nothing.
+    // The chat's own stream reads on while the other clients read nothing.
     let chat = s.chat(&a, "talk").await.until("done").await;
     let text: String = chat.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
     assert_eq!(text, deltas.concat());
+    // The agent's stream falls behind its live channel and is refilled from the log: every
+    // frame of the chat, once and in order.
+    assert_eq!(stalled_agent.until("done").await, chat);
+    drop(idle);
 
     // The stalled client, read at last: gseqs go up by one, or jump exactly over a gap frame.
     let (mut prev, mut pending_gap, mut gaps, mut count) = (None::<u64>, None::<(u64, u64)>, 0, 0);
@@ -159,4 +170,49 @@ async fn serve_refuses_a_token_no_header_can_carry() {
         "{stderr}"
     );
     assert!(!t.root().join("serve.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_n_events_are_replayed_by_count_across_the_seq_jump_of_a_kill_9() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let a = t.create("assistant", None);
+    gw.push(Reply::sse(anthropic_text("before the crash")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let before = s.chat(&a, "one").await.until("done").await;
+    assert_eq!(s.stop().await, 0);
+    // As a kill -9 between an emit and its write leaves the log (but with every event of the
+    // first run written, so the test knows what is logged): the range reserved in `hwm`, the
+    // writer lease's marker not `free`; so the next holder starts above that range.
+    let dir = t.workspace(&a).join(".cicy/events");
+    std::fs::write(dir.join("hwm"), "1024").unwrap();
+    std::fs::write(dir.join("writer"), "held").unwrap();
+    gw.push(Reply::sse(anthropic_text("after the crash")));
+    gw.push(Reply::sse(anthropic_text("live")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let after = s.chat(&a, "two").await.until("done").await;
+    let last_before = before.last().unwrap().id.unwrap();
+    assert!(after[0].id.unwrap() > last_before + 300, "the seqs jumped over the dead run's range: {last_before} → {:?}", after[0].id);
+
+    // More than the frames after the jump, fewer than all: a seq range `last_seq - n` would
+    // hold only the frames after the jump.
+    let n = after.len() + 3;
+    let mut past = s.events_last(&a, n).await;
+    let live = s.chat(&a, "three").await.until("done").await;
+    let mut got = Vec::new();
+    for _ in 0..n + live.len() {
+        got.push(past.next().await.unwrap());
+    }
+    let want: Vec<_> = before[before.len() - 3..].iter().chain(&after).chain(&live).cloned().collect();
+    assert_eq!(got, want, "the {n} newest logged events, then live");
+    // More than are logged: all of them.
+    let mut all = s.events_last(&a, 10_000).await;
+    let total = before.len() + after.len() + live.len();
+    let mut every = Vec::new();
+    for _ in 0..total {
+        every.push(all.next().await.unwrap());
+    }
+    assert_eq!(every, before.iter().chain(&after).chain(&live).cloned().collect::<Vec<_>>());
+    assert_eq!(s.request(reqwest::Method::GET, &format!("/api/agents/{a}/events?last=many")).send().await.unwrap().status(), 400);
+    assert_eq!(s.stop().await, 0);
 }

@@ -219,3 +219,84 @@ async fn sigterm_cancels_the_running_turn_with_its_marker_and_exits_0() {
     assert_eq!(last_line["type"], "done", "the log was flushed before exit");
     assert_eq!(types(&frames).last().map(String::as_str), Some("done"));
 }
+
+/// The seqs of `events.jsonl` in file order.
+fn seqs_in_file(ws: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(ws.join(".cicy/events/events.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_file_order() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let ws = t.workspace(&id);
+    gw.push(Reply::sse(anthropic_text("from serve")));
+    let (held, gate) = Reply::gated(anthropic_text("from the cli"));
+    gw.push(held);
+    gw.push(Reply::sse(anthropic_text("serve again")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let first = s.chat(&id, "one").await.until("done").await;
+
+    // A second writer process: the CLI's turn runs (its answer held) while serve logs the
+    // same agent's events (the run waiting for the turn lock says so).
+    let cli = common::cli::command(t.root(), &gw.url(), &["chat", "--local", "--json", &id, "two"]).spawn().unwrap();
+    gw.wait_for_requests(2).await;
+    let mut waiting = s.chat(&id, "three").await;
+    let mut second = Vec::new();
+    while let Some(f) = waiting.next().await {
+        let system = f.event == "system";
+        second.push(f);
+        if system {
+            break;
+        }
+    }
+    gate.add_permits(1);
+    let out = cli.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    second.extend(waiting.until("done").await);
+    let cli_seqs: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap())
+        .collect();
+    assert!(!cli_seqs.is_empty());
+
+    let in_file = seqs_in_file(&ws);
+    assert!(in_file.windows(2).all(|w| w[0] < w[1]), "seqs increase strictly in file order: {in_file:?}");
+    let mut every: Vec<u64> = first.iter().chain(&second).map(|f| f.id.unwrap()).chain(cli_seqs).collect();
+    every.sort_unstable();
+    assert_eq!(every, in_file, "every seq either process handed out is in the file once");
+    assert_eq!(s.stop().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_line_in_the_log_with_hwm_missing_is_set_aside_and_the_agent_answers() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let ws = t.workspace(&id);
+    let dir = ws.join(".cicy/events");
+    std::fs::create_dir_all(&dir).unwrap();
+    let line = |seq: u64, text: &str| json!({"seq": seq, "agent_id": id, "type": "text_delta", "text": text}).to_string() + "\n";
+    let original = format!("{}{{\"seq\": 2, broken\n{}", line(1, "old"), line(3, "older still kept"));
+    std::fs::write(dir.join("events.jsonl"), &original).unwrap();
+    gw.push(Reply::sse(anthropic_text("still here")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+
+    let frames = s.chat(&id, "hello").await.until("done").await;
+    let text: String = frames.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
+    assert_eq!(text, "still here");
+    assert_eq!(frames[0].id, Some(4), "numbering goes on above the good lines");
+    let replay = s.events(&id, Some(0)).await.until("done").await;
+    assert_eq!(replay[..2].iter().map(|f| (f.id, f.data["text"].clone())).collect::<Vec<_>>(), vec![(Some(1), json!("old")), (Some(3), json!("older still kept"))]);
+    assert_eq!(replay[2..], frames[..]);
+    let aside: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("events.jsonl.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), original, "the file as it was is kept");
+    assert_eq!(s.stop().await, 0);
+}

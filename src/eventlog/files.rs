@@ -40,11 +40,12 @@ impl Replay {
 }
 
 /// Reads the events with `seq > after` from `<workspace>/.cicy/events/` (the rotated files and
-/// `events.jsonl`), at most `limit`, lowest seqs first. A process that appended while another
-/// held a range writes out of seq order, so the lines are sorted here, not trusted to be.
+/// `events.jsonl`), at most `limit`, lowest seqs first. The writer lease keeps seqs increasing
+/// in file order; logs written before it may not be, so the lines are sorted here. A complete
+/// line that is not an event is skipped with a warning naming the file and line (the writer
+/// sets it aside when it next rebuilds `hwm`).
 ///
-/// Errors: [`EventLogError::Io`] reading a file, [`EventLogError::Corrupt`] for a complete
-/// line that is not an event (the file and line number are named).
+/// Errors: [`EventLogError::Io`] reading a file.
 pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, EventLogError> {
     let dir = events_dir(workspace);
     let mut oldest: Option<u64> = None;
@@ -55,8 +56,7 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
         file.read_to_end(&mut bytes).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
         let file_ix = texts.len();
         for (line_no, start, end) in complete_lines(&bytes) {
-            let seq = line_seq(&bytes[start..end])
-                .map_err(|source| EventLogError::Corrupt { path: path.clone(), line: line_no, source })?;
+            let Some(seq) = event_seq(&path, line_no, &bytes[start..end]) else { continue };
             oldest = Some(oldest.map_or(seq, |o| o.min(seq)));
             if seq > after {
                 picked.push((seq, file_ix, start));
@@ -70,14 +70,50 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
     for (_, file_ix, start) in picked {
         let (path, bytes) = &texts[file_ix];
         let end = bytes[start..].iter().position(|&b| b == b'\n').map_or(bytes.len(), |p| start + p);
-        let event = serde_json::from_slice(&bytes[start..end]).map_err(|source| EventLogError::Corrupt {
-            path: path.clone(),
-            line: bytes[..start].iter().filter(|&&b| b == b'\n').count() + 1,
-            source,
-        })?;
-        events.push(event);
+        match serde_json::from_slice(&bytes[start..end]) {
+            Ok(event) => events.push(event),
+            Err(e) => {
+                let line = bytes[..start].iter().filter(|&&b| b == b'\n').count() + 1;
+                tracing::warn!("{}: line {line} is not an event ({e}); skipped", path.display());
+            }
+        }
     }
     Ok(Replay { events, oldest_kept: oldest, dropped: dir.join(DROPPED).exists() })
+}
+
+/// The seq just below the `n` newest logged events (0 when fewer are logged): the starting
+/// point of a reader that wants the last `n` events whatever their seqs (they may jump after a
+/// crash). Reads the files newest first and stops at the first that completes the count.
+///
+/// Errors: [`EventLogError::Io`] reading a file.
+pub fn seq_before_last(workspace: &Path, n: usize) -> Result<u64, EventLogError> {
+    let mut seqs: Vec<u64> = Vec::new();
+    for (path, mut file) in open_snapshot(&events_dir(workspace))?.into_iter().rev() {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
+        seqs.extend(complete_lines(&bytes).filter_map(|(line_no, start, end)| event_seq(&path, line_no, &bytes[start..end])));
+        if seqs.len() >= n {
+            break;
+        }
+    }
+    seqs.sort_unstable_by(|a, b| b.cmp(a));
+    Ok(match n.checked_sub(1).and_then(|i| seqs.get(i)) {
+        Some(&seq) => seq - 1,
+        None if n == 0 => seqs.first().copied().unwrap_or(0),
+        None => 0,
+    })
+}
+
+/// The seq of a line of `path`, or `None` (with a warning naming the file and line) when it
+/// is not an event: one bad line must not hide the others.
+fn event_seq(path: &Path, line_no: usize, line: &[u8]) -> Option<u64> {
+    match line_seq(line) {
+        Ok(seq) => Some(seq),
+        Err(e) => {
+            tracing::warn!("{}: line {line_no} is not an event ({e}); skipped", path.display());
+            None
+        }
+    }
 }
 
 /// The kept files, oldest first, opened under a shared lock; none when the folder is absent.
@@ -204,16 +240,32 @@ pub(super) fn last_logged_in(dir: &Path) -> Result<u64, EventLogError> {
     Ok(0)
 }
 
-/// The highest seq in every kept file (used when `hwm` is missing or unreadable).
-pub(super) fn max_logged_in(dir: &Path) -> Result<u64, EventLogError> {
+/// The highest seq in every kept file (used when `hwm` is missing or unreadable). A complete
+/// line that is not an event is set aside: the file as it was is kept as
+/// `<name>.corrupt-<unix>`, the file is rewritten (atomically) without that line, and a
+/// warning names both. The caller holds the lock.
+pub(super) fn max_logged_setting_aside(dir: &Path) -> Result<u64, EventLogError> {
     let mut max = 0;
     for path in files_oldest_first(dir) {
-        let bytes = fs::read(&path).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
+        let io = |source| EventLogError::Io { path: path.clone(), source };
+        let bytes = fs::read(&path).map_err(io)?;
+        let (mut kept, mut bad) = (Vec::with_capacity(bytes.len()), Vec::new());
         for (line_no, start, end) in complete_lines(&bytes) {
-            let seq = line_seq(&bytes[start..end])
-                .map_err(|source| EventLogError::Corrupt { path: path.clone(), line: line_no, source })?;
-            max = max.max(seq);
+            match serde_json::from_slice::<Event>(&bytes[start..end]) {
+                Ok(ev) => {
+                    max = max.max(ev.seq);
+                    kept.extend_from_slice(&bytes[start..=end]);
+                }
+                Err(e) => bad.push(format!("line {line_no} ({e})")),
+            }
         }
+        if bad.is_empty() {
+            continue;
+        }
+        let aside = path.with_file_name(format!("{}.corrupt-{}", path.file_name().unwrap_or_default().to_string_lossy(), crate::fsutil::unix_now()));
+        fs::copy(&path, &aside).map_err(io)?;
+        crate::fsutil::write_atomic(&path, &kept).map_err(io)?;
+        tracing::warn!("{}: {} not an event, left out; the file as it was is kept as {}", path.display(), bad.join(", "), aside.display());
     }
     Ok(max)
 }

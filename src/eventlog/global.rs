@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::broadcast;
 
-use crate::event::Event;
+use super::Published;
 
 /// **[chosen]** Events the ring keeps (about the text of 8 long answers at once); a client
 /// further behind than this is told of a gap.
@@ -25,8 +25,8 @@ struct FeedState {
     /// The gseq the next event gets.
     next: u64,
     /// `(gseq, event)`, oldest first.
-    ring: VecDeque<(u64, Event)>,
-    live: broadcast::Sender<(u64, Event)>,
+    ring: VecDeque<(u64, Published)>,
+    live: broadcast::Sender<(u64, Published)>,
 }
 
 /// The feed; shared as `Arc<GlobalFeed>` by every agent's event log and the route.
@@ -40,7 +40,7 @@ pub struct GlobalFeed {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Item {
     /// An event and its gseq.
-    Event(u64, Event),
+    Event(u64, Published),
     /// Events `from..=to` (gseqs) cannot be replayed: the cursor is older than the ring, from
     /// another run of serve, or from the future. What the client shows may be stale.
     Gap { from: u64, to: u64 },
@@ -69,7 +69,7 @@ impl GlobalFeed {
 
     /// Numbers `ev`, keeps it in the ring and sends it to live subscribers; returns its gseq.
     /// Never blocks on a subscriber.
-    pub fn publish(&self, ev: &Event) -> u64 {
+    pub fn publish(&self, ev: &Published) -> u64 {
         let mut st = lock(&self.state);
         let gseq = st.next;
         st.next += 1;
@@ -117,7 +117,7 @@ impl GlobalFeed {
 /// One client's place in the feed.
 pub struct GlobalSubscription {
     feed: Arc<GlobalFeed>,
-    rx: broadcast::Receiver<(u64, Event)>,
+    rx: broadcast::Receiver<(u64, Published)>,
     /// The gseq of the last item handed out (or the cursor it started from).
     last: u64,
     /// True when the ring must be read before the live channel (a cursor, or a lag).
@@ -128,6 +128,24 @@ pub struct GlobalSubscription {
 impl GlobalSubscription {
     /// The next item; `None` when the feed is gone.
     pub async fn next(&mut self) -> Option<Item> {
+        loop {
+            if let Some(item) = self.try_next() {
+                return Some(item);
+            }
+            match self.rx.recv().await {
+                Ok((g, ev)) if g > self.last => {
+                    self.last = g;
+                    return Some(Item::Event(g, ev));
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => self.catching_up = true,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next item if one is ready without waiting (`None`: wait with [`Self::next`]).
+    pub fn try_next(&mut self) -> Option<Item> {
         loop {
             if let Some(item) = self.backlog.pop_front() {
                 if let Item::Event(g, _) = &item {
@@ -140,14 +158,14 @@ impl GlobalSubscription {
                 self.refill();
                 continue;
             }
-            match self.rx.recv().await {
+            match self.rx.try_recv() {
                 Ok((g, ev)) if g > self.last => {
                     self.last = g;
                     return Some(Item::Event(g, ev));
                 }
                 Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(_)) => self.catching_up = true,
-                Err(broadcast::error::RecvError::Closed) => return None,
+                Err(broadcast::error::TryRecvError::Lagged(_)) => self.catching_up = true,
+                Err(_) => return None,
             }
         }
     }
@@ -169,8 +187,8 @@ mod tests {
     use super::*;
     use crate::event::EventKind;
 
-    fn ev(agent: &str, seq: u64) -> Event {
-        Event { seq, agent_id: agent.into(), kind: EventKind::TextDelta { text: format!("{agent}:{seq}") } }
+    fn ev(agent: &str, seq: u64) -> Published {
+        crate::event::Event { seq, agent_id: agent.into(), kind: EventKind::TextDelta { text: format!("{agent}:{seq}") } }.into()
     }
 
     fn gseqs(items: &[Item]) -> Vec<u64> {

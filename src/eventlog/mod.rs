@@ -2,20 +2,26 @@
 //!
 //! Owns `<workspace>/.cicy/events/`: `events.jsonl` (one [`Event`] per line, exactly as
 //! `serde_json::to_string` writes it), its rotated siblings `events.1.jsonl` … `events.4.jsonl`,
-//! `hwm` (the highest seq any process has reserved, decimal text), `lock` (an `flock(2)` taken
-//! briefly by every append, rotation and reservation) and `dropped` (a marker: rotation has
-//! dropped a file). [`EventLog`] is one process's writer; [`read_after`] reads back;
-//! [`AgentEvents`] (in `bus`) is the in-memory side: numbering, ring, subscribers and the writer
-//! task; [`GlobalFeed`] (in `global`) merges every agent's events for `GET /api/events`. It
-//! knows nothing of turns, HTTP or the terminal.
+//! `hwm` (the highest seq any process has reserved, decimal text), `writer` (the writer lease:
+//! an `flock(2)` held by the one process numbering and appending, and a marker of where its
+//! last holder stopped; see `lease`), `lock` (an `flock(2)` taken briefly by every append,
+//! rotation and reader) and `dropped` (a marker: rotation has dropped a file). [`EventLog`] is
+//! one process's writer; [`read_after`] reads back; [`AgentEvents`] (in `bus`) is the in-memory
+//! side: numbering, ring, subscribers and the writer task; [`GlobalFeed`] (in `global`) merges
+//! every agent's events for `GET /api/events`. It knows nothing of turns, HTTP or the terminal.
 //!
-//! Sequence numbers never repeat, even across `kill -9`: a process reserves ranges of
-//! [`RESERVE_CHUNK`] by writing `hwm` before it uses any seq of the range, so a restart takes
-//! its first range above every seq ever handed out.
+//! Sequence numbers never repeat and increase strictly in file order, across processes and
+//! `kill -9`: only the lease holder numbers, and it lets the lease go only after every seq it
+//! handed out is appended, so the next holder goes on above them. Ranges of [`RESERVE_CHUNK`]
+//! are written to `hwm` before any seq of the range is used, so a holder that died holding the
+//! lease (or a power loss) is followed by a start above every seq ever handed out: seqs may
+//! jump after a crash. Most turns write no `hwm` at all.
 
 mod bus;
 mod files;
 pub mod global;
+mod lease;
+mod published;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -25,8 +31,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 pub use bus::{AgentEvents, Subscription};
-pub use files::{read_after, Replay};
+pub use files::{read_after, seq_before_last, Replay};
 pub use global::{GlobalFeed, GlobalSubscription};
+pub use published::Published;
 
 /// The seq of the newest event logged for the agent of `workspace` (0 when none), without
 /// opening a writer (which would reserve seqs): what a status row shows before the agent's
@@ -36,7 +43,7 @@ pub fn last_logged(workspace: &Path) -> Result<u64, EventLogError> {
 }
 
 use crate::event::Event;
-use files::{cut_torn_tail, last_logged_in, line_seq, log_file, max_logged_in, DROPPED};
+use files::{cut_torn_tail, last_logged_in, log_file, max_logged_setting_aside, DROPPED};
 
 /// DESIGN.md §9: `events.jsonl` is rotated when it reaches 8 MiB.
 pub const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
@@ -70,28 +77,29 @@ pub fn events_dir(workspace: &Path) -> PathBuf {
 }
 
 /// One process's writer of `<workspace>/.cicy/events/` (blocking I/O; async callers run it via
-/// `crate::fsutil::blocking` or `spawn_blocking`).
+/// `crate::fsutil::blocking` or `spawn_blocking`). It numbers and appends only while it holds
+/// the writer lease ([`EventLog::lease`]).
 #[derive(Debug)]
 pub struct EventLog {
     dir: PathBuf,
     rotate_bytes: u64,
     lock: File,
+    /// The held lease; declared before `writer` so it is unlocked before the file closes.
+    held: Option<Flock>,
+    writer: File,
     /// `events.jsonl` open for appending, with its inode.
     out: Option<(File, u64)>,
-    /// `(inode, length)` of `events.jsonl` as this process last left it; `None` = absent.
-    expected: Option<(u64, u64)>,
-    /// The highest seq this process wrote to `hwm`.
+    /// Appended since the last fsync.
+    dirty: bool,
+    /// The highest seq this process read from or wrote to `hwm` under the lease.
     reserved_to: u64,
     last_logged: u64,
-    /// Highest seq another writer appended or reserved since `take_foreign` was last called.
-    foreign: Option<u64>,
 }
 
 impl EventLog {
     /// Opens the log of the agent at `workspace`, creating the folder. Under the lock it cuts a
-    /// torn last line of `events.jsonl` (no trailing newline, or not an event) and, when `hwm`
-    /// is missing or unreadable (moved aside as `hwm.corrupt-<unix>`), rebuilds it from the
-    /// highest logged seq. `agent_id` is not stored: every event carries its own.
+    /// torn last line of `events.jsonl` (no trailing newline, or not an event). `agent_id` is
+    /// not stored: every event carries its own.
     pub fn open(workspace: &Path, agent_id: &str) -> Result<EventLog, EventLogError> {
         Self::open_with(workspace, agent_id, ROTATE_BYTES)
     }
@@ -100,29 +108,23 @@ impl EventLog {
     pub fn open_with(workspace: &Path, _agent_id: &str, rotate_bytes: u64) -> Result<EventLog, EventLogError> {
         let dir = events_dir(workspace);
         fs::create_dir_all(&dir).map_err(|source| EventLogError::Io { path: dir.clone(), source })?;
-        let lock_path = dir.join("lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|source| EventLogError::Io { path: lock_path, source })?;
-        let mut log = EventLog {
-            dir,
-            rotate_bytes: rotate_bytes.max(1),
-            lock,
-            out: None,
-            expected: None,
-            reserved_to: 0,
-            last_logged: 0,
-            foreign: None,
+        let open = |name: &str| {
+            let path = dir.join(name);
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(|source| EventLogError::Io { path, source })
         };
+        let (lock, writer) = (open("lock")?, open("writer")?);
+        let mut log =
+            EventLog { dir, rotate_bytes: rotate_bytes.max(1), lock, held: None, writer, out: None, dirty: false, reserved_to: 0, last_logged: 0 };
         let held = log.flock()?;
         let current = log_file(&log.dir, 0);
         let cut = cut_torn_tail(&current)?;
         log.last_logged = if cut > 0 { cut } else { last_logged_in(&log.dir)? };
-        log.expected = stat(&current)?;
-        log.recover_hwm()?;
         drop(held);
         Ok(log)
     }
@@ -132,34 +134,66 @@ impl EventLog {
         self.last_logged
     }
 
-    /// Reserves the next [`RESERVE_CHUNK`] seqs: under the lock, reads `hwm` and writes
-    /// `start + 1023` before returning `start..=start + 1023`, where
-    /// `start = max(hwm, after) + 1`. Pass the highest seq the caller knows of (0 if none).
+    /// Takes the writer lease (waiting while another process holds it) and returns the seqs
+    /// this process may hand out now. `mine` is `(last seq handed out, end of the range)` from
+    /// this process's previous lease: when nobody else held the lease since, numbering goes on
+    /// there with no file touched but the marker. After another holder's clean release it
+    /// continues above that holder's last seq, within `hwm` when it still reaches. Otherwise
+    /// (a holder died holding it, another boot, no marker) it starts above `hwm` and the last
+    /// logged seq, rebuilding a missing or unreadable `hwm` from the files
+    /// ([`EventLog::reserve`] writes the new range to `hwm` before it is returned).
+    pub fn lease(&mut self, mine: Option<(u64, u64)>) -> Result<RangeInclusive<u64>, EventLogError> {
+        let writer_path = self.dir.join("writer");
+        let io = |source| EventLogError::Io { path: writer_path.clone(), source };
+        let held = Flock::take(&self.writer, libc::LOCK_EX).map_err(io)?;
+        let range = match lease::read(&self.writer).map_err(io)? {
+            lease::Marker::Free { pid, last } if mine.is_some_and(|m| m.0 == last && pid == std::process::id()) => {
+                mine.map_or(1..=0, |(last, end)| last + 1..=end)
+            }
+            lease::Marker::Free { last, .. } => {
+                let hwm = self.recover_hwm()?;
+                if last < hwm { last + 1..=hwm } else { self.reserve(last)? }
+            }
+            lease::Marker::Unknown => {
+                let hwm = self.recover_hwm()?;
+                self.reserve(hwm.max(last_logged_in(&self.dir)?))?
+            }
+        };
+        lease::write(&self.writer, None).map_err(io)?;
+        self.held = Some(held);
+        Ok(range)
+    }
+
+    /// Lets the lease go once every seq up to `last_used` is appended, leaving `free` and
+    /// `last_used` in the marker (not fsynced: see `lease`). A no-op without the lease.
+    pub fn unlease(&mut self, last_used: u64) -> Result<(), EventLogError> {
+        if self.held.is_none() {
+            return Ok(());
+        }
+        let written = lease::write(&self.writer, Some(last_used));
+        self.held = None;
+        written.map_err(|source| EventLogError::Io { path: self.dir.join("writer"), source })
+    }
+
+    /// This process holds the writer lease.
+    pub fn is_leased(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Reserves the next [`RESERVE_CHUNK`] seqs above `after` and above every seq reserved so
+    /// far: writes `start + 1023` to `hwm` (atomically, fsynced) before returning
+    /// `start..=start + 1023`. Only under the lease.
     pub fn reserve(&mut self, after: u64) -> Result<RangeInclusive<u64>, EventLogError> {
-        let _held = self.flock()?;
         // Saturating: a foreign line claiming a seq near u64::MAX must not wrap the numbering.
-        let start = self.read_hwm()?.max(after).max(self.last_logged).saturating_add(1);
+        let start = self.reserved_to.max(after).saturating_add(1);
         let end = start.saturating_add(RESERVE_CHUNK - 1);
         self.write_hwm(end)?;
         Ok(start..=end)
     }
 
-    /// On a clean shutdown, gives back the unused rest of this process's reservation: `hwm`
-    /// becomes `last_used` if no other process reserved meanwhile, so the next run continues
-    /// at `last_used + 1`. `last_used` must be at least every seq handed out.
-    pub fn release(&mut self, last_used: u64) -> Result<(), EventLogError> {
-        let _held = self.flock()?;
-        if self.read_hwm()? == self.reserved_to && last_used < self.reserved_to {
-            self.write_hwm(last_used)?;
-        }
-        Ok(())
-    }
-
     /// Appends `events` (seqs already assigned) to `events.jsonl` under the lock, rotating
     /// before a line would take the file past the rotation size (a file holds at least one
-    /// line). Not fsynced: see [`EventLog::sync`]. Notices another writer: when `hwm` or
-    /// `events.jsonl` changed since this process's last write, [`EventLog::take_foreign`]
-    /// reports it.
+    /// line). Not fsynced: see [`EventLog::sync`].
     pub fn append(&mut self, events: &[Event]) -> Result<(), EventLogError> {
         let current = log_file(&self.dir, 0);
         let mut lines = Vec::with_capacity(events.len());
@@ -170,8 +204,16 @@ impl EventLog {
             lines.push(line);
         }
         let _held = self.flock()?;
-        self.notice_foreign(&current)?;
-        let mut len = self.expected.map_or(0, |e| e.1);
+        // Another holder of an earlier lease may have appended or rotated since.
+        let mut len = stat(&current)?.map_or(0, |(ino, len)| {
+            if self.out.as_ref().is_some_and(|o| o.1 != ino) {
+                self.out = None;
+            }
+            len
+        });
+        if len == 0 {
+            self.out = None;
+        }
         let mut buf: Vec<u8> = Vec::new();
         for line in lines {
             if len > 0 && len + line.len() as u64 > self.rotate_bytes {
@@ -186,42 +228,17 @@ impl EventLog {
         self.write_out(&current, &buf)
     }
 
-    /// fsyncs `events.jsonl` (DESIGN.md §9: at `turn_ended`).
+    /// fsyncs `events.jsonl` if anything was appended since the last call (DESIGN.md §9: at
+    /// `turn_ended`).
     pub fn sync(&mut self) -> Result<(), EventLogError> {
         match &self.out {
-            Some((file, _)) => {
-                file.sync_data().map_err(|source| EventLogError::Io { path: log_file(&self.dir, 0), source })
+            Some((file, _)) if self.dirty => {
+                file.sync_data().map_err(|source| EventLogError::Io { path: log_file(&self.dir, 0), source })?;
+                self.dirty = false;
+                Ok(())
             }
-            None => Ok(()),
+            _ => Ok(()),
         }
-    }
-
-    /// `Some(highest foreign seq)` (0 when only a reservation or a replaced file was seen) if
-    /// another writer appended or reserved since the last call; clears it.
-    pub fn take_foreign(&mut self) -> Option<u64> {
-        self.foreign.take()
-    }
-
-    fn notice_foreign(&mut self, current: &Path) -> Result<(), EventLogError> {
-        let mut foreign: Option<u64> = None;
-        if self.read_hwm()? > self.reserved_to {
-            foreign = Some(0);
-        }
-        let now = stat(current)?;
-        if now != self.expected {
-            let mut max = 0;
-            if let (Some((ino, old_len)), Some((new_ino, new_len))) = (self.expected, now) {
-                if ino == new_ino && new_len > old_len {
-                    max = max_seq_from(current, old_len)?;
-                }
-            }
-            foreign = Some(foreign.unwrap_or(0).max(max));
-            self.expected = now;
-        }
-        if let Some(f) = foreign {
-            self.foreign = Some(self.foreign.unwrap_or(0).max(f));
-        }
-        Ok(())
     }
 
     fn write_out(&mut self, current: &Path, buf: &[u8]) -> Result<(), EventLogError> {
@@ -229,16 +246,14 @@ impl EventLog {
             return Ok(());
         }
         let io = |source| EventLogError::Io { path: current.to_path_buf(), source };
-        let ino = self.expected.map(|e| e.0);
-        if self.out.as_ref().map(|o| o.1) != ino || ino.is_none() {
+        if self.out.is_none() {
             let file = OpenOptions::new().create(true).append(true).open(current).map_err(io)?;
             let ino = file.metadata().map_err(io)?.ino();
             self.out = Some((file, ino));
         }
-        let Some((file, ino)) = &mut self.out else { return Ok(()) };
+        let Some((file, _)) = &mut self.out else { return Ok(()) };
         file.write_all(buf).map_err(io)?;
-        let len = self.expected.filter(|e| e.0 == *ino).map_or(0, |e| e.1) + buf.len() as u64;
-        self.expected = Some((*ino, len));
+        self.dirty = true;
         Ok(())
     }
 
@@ -263,7 +278,7 @@ impl EventLog {
         }
         crate::fsutil::sync_dir(&self.dir).map_err(io(self.dir.clone()))?;
         self.out = None;
-        self.expected = None;
+        self.dirty = false;
         Ok(())
     }
 
@@ -271,38 +286,38 @@ impl EventLog {
         self.dir.join("hwm")
     }
 
-    fn read_hwm(&self) -> Result<u64, EventLogError> {
+    fn read_hwm(&self) -> Result<Option<u64>, EventLogError> {
         let path = self.hwm_path();
         match fs::read_to_string(&path) {
-            Ok(text) => text.trim().parse().map_err(|_| EventLogError::BadHwm { path, text }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Ok(text) => text.trim().parse().map(Some).map_err(|_| EventLogError::BadHwm { path, text }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(EventLogError::Io { path, source }),
         }
     }
 
-    /// Takes `hwm` as this process's starting point; when it is missing, unreadable (moved
-    /// aside) or below the last logged seq, rebuilds it from the highest logged seq.
-    fn recover_hwm(&mut self) -> Result<(), EventLogError> {
+    /// `hwm` as the highest seq ever reserved; when it is missing or unreadable (moved aside
+    /// as `hwm.corrupt-<unix>`), the highest logged seq instead, found by a scan that sets
+    /// lines that are not events aside ([`files::max_logged_setting_aside`]).
+    fn recover_hwm(&mut self) -> Result<u64, EventLogError> {
         let path = self.hwm_path();
         let on_disk = match self.read_hwm() {
-            Ok(n) if path.exists() => Some(n),
-            Ok(_) => None,
-            Err(EventLogError::BadHwm { .. }) => {
-                crate::fsutil::move_aside(&path).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
+            Ok(n) => n,
+            Err(EventLogError::BadHwm { text, .. }) => {
+                let aside = crate::fsutil::move_aside(&path).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
+                tracing::warn!("{}: not a sequence number ({text:?}); moved to {} and rebuilt from the logged events", path.display(), aside.display());
                 None
             }
             Err(e) => return Err(e),
         };
-        match on_disk {
-            Some(n) if n >= self.last_logged => {
-                self.reserved_to = n;
-                Ok(())
+        let hwm = match on_disk {
+            Some(n) => n,
+            None => {
+                let _held = self.flock()?;
+                max_logged_setting_aside(&self.dir)?
             }
-            _ => {
-                let max = max_logged_in(&self.dir)?.max(self.last_logged);
-                self.write_hwm(max)
-            }
-        }
+        };
+        self.reserved_to = hwm;
+        Ok(hwm)
     }
 
     fn write_hwm(&mut self, n: u64) -> Result<(), EventLogError> {
@@ -321,6 +336,7 @@ impl EventLog {
 /// A held `events/lock` (exclusive for writers, shared for readers); unlocked on drop. Holds
 /// the descriptor, not a borrow, so the log can be changed while it is held; it never outlives
 /// the function that owns the file.
+#[derive(Debug)]
 struct Flock(std::os::fd::RawFd);
 
 impl Flock {
@@ -354,19 +370,6 @@ fn stat(path: &Path) -> Result<Option<(u64, u64)>, EventLogError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(EventLogError::Io { path: path.to_path_buf(), source }),
     }
-}
-
-/// The highest seq among the complete lines of `path` from byte `from` on.
-fn max_seq_from(path: &Path, from: u64) -> Result<u64, EventLogError> {
-    let bytes = fs::read(path).map_err(|source| EventLogError::Io { path: path.to_path_buf(), source })?;
-    let tail = bytes.get(from as usize..).unwrap_or_default();
-    let mut max = 0;
-    for line in tail.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        if let Ok(seq) = line_seq(line) {
-            max = max.max(seq);
-        }
-    }
-    Ok(max)
 }
 
 #[cfg(test)]

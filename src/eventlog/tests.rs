@@ -15,35 +15,44 @@ fn hwm(ws: &Path) -> String {
     fs::read_to_string(events_dir(ws).join("hwm")).unwrap()
 }
 
+fn line(e: &Event) -> String {
+    format!("{}\n", serde_json::to_string(e).unwrap())
+}
+
 #[test]
-fn numbering_continues_above_the_reservation_after_reopen_and_from_the_last_used_after_release() {
+fn numbering_goes_on_after_a_clean_release_and_above_hwm_after_a_holder_died() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
     assert_eq!(read_after(ws, 0, 10).unwrap(), Replay { events: vec![], oldest_kept: None, dropped: false });
     let mut log = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(log.reserve(0).unwrap(), 1..=1024);
+    assert_eq!(log.lease(None).unwrap(), 1..=1024);
     assert_eq!(hwm(ws), "1024");
     log.append(&[ev(1, "a"), ev(2, "b")]).unwrap();
     log.sync().unwrap();
+    log.unlease(2).unwrap();
     drop(log);
     assert_eq!(
         fs::read_to_string(events_dir(ws).join("events.jsonl")).unwrap(),
         "{\"seq\":1,\"agent_id\":\"w-1\",\"type\":\"text_delta\",\"text\":\"a\"}\n\
          {\"seq\":2,\"agent_id\":\"w-1\",\"type\":\"text_delta\",\"text\":\"b\"}\n"
     );
+    fs::remove_file(events_dir(ws).join("hwm")).unwrap();
+    fs::write(events_dir(ws).join("hwm"), "1024").unwrap();
+    let before = fs::metadata(events_dir(ws).join("hwm")).unwrap().modified().unwrap();
 
-    // As after kill -9: the rest of the first range is never handed out again.
+    // After a clean release the next holder goes on within the reservation, writing no hwm.
     let mut log = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(log.last_logged(), 2);
-    assert_eq!(log.reserve(0).unwrap(), 1025..=2048);
-    log.append(&[ev(1025, "c")]).unwrap();
-    log.release(1025).unwrap();
-    assert_eq!(hwm(ws), "1025");
+    assert_eq!(log.lease(None).unwrap(), 3..=1024);
+    assert_eq!(fs::metadata(events_dir(ws).join("hwm")).unwrap().modified().unwrap(), before);
+    log.append(&[ev(3, "c")]).unwrap();
+    // As after kill -9: the holder is gone with the lease held, so the rest of its range
+    // (which it may have handed out) is never used again.
     drop(log);
-
     let mut log = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(log.reserve(0).unwrap(), 1026..=2049);
-    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 2, 1025]);
+    assert_eq!(log.last_logged(), 3);
+    assert_eq!(log.lease(None).unwrap(), 1025..=2048);
+    assert_eq!(hwm(ws), "2048");
+    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 2, 3]);
 }
 
 #[test]
@@ -52,14 +61,14 @@ fn a_torn_last_line_is_cut_and_a_missing_hwm_rebuilt() {
     let ws = dir.path();
     let path = events_dir(ws).join("events.jsonl");
     fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let good = format!("{}\n{}\n", serde_json::to_string(&ev(1, "a")).unwrap(), serde_json::to_string(&ev(2, "b")).unwrap());
+    let good = format!("{}{}", line(&ev(1, "a")), line(&ev(2, "b")));
 
     fs::write(&path, format!("{good}{{\"seq\":3,\"ag")).unwrap();
     let mut log = EventLog::open(ws, "w-1").unwrap();
     assert_eq!(fs::read_to_string(&path).unwrap(), good);
     assert_eq!(log.last_logged(), 2);
-    assert_eq!(hwm(ws), "2");
-    assert_eq!(log.reserve(0).unwrap(), 3..=1026);
+    assert_eq!(log.lease(None).unwrap(), 3..=1026);
+    assert_eq!(hwm(ws), "1026");
     drop(log);
 
     fs::write(&path, format!("{good}not an event\n")).unwrap();
@@ -67,6 +76,32 @@ fn a_torn_last_line_is_cut_and_a_missing_hwm_rebuilt() {
     assert_eq!(fs::read_to_string(&path).unwrap(), good);
     assert_eq!(log.last_logged(), 2);
     assert_eq!(hwm(ws), "1026");
+}
+
+#[test]
+fn a_bad_line_with_hwm_missing_is_set_aside_and_numbering_goes_on_above_the_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let d = events_dir(ws);
+    fs::create_dir_all(&d).unwrap();
+    let original = format!("{}{{\"seq\":2,\"agent_id\":\"w-1\",\"type\":\"nonsense\"}}\nnot json\n{}", line(&ev(1, "a")), line(&ev(3, "c")));
+    fs::write(d.join("events.jsonl"), &original).unwrap();
+
+    // A reader skips the bad lines and keeps the good ones.
+    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 3]);
+    let mut log = EventLog::open(ws, "w-1").unwrap();
+    assert_eq!(log.lease(None).unwrap(), 4..=1027);
+    assert_eq!(hwm(ws), "1027");
+    assert_eq!(fs::read_to_string(d.join("events.jsonl")).unwrap(), format!("{}{}", line(&ev(1, "a")), line(&ev(3, "c"))));
+    let aside: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("events.jsonl.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert_eq!(fs::read_to_string(&aside[0]).unwrap(), original);
+    log.append(&[ev(4, "d")]).unwrap();
+    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 3, 4]);
 }
 
 #[test]
@@ -105,29 +140,31 @@ fn read_file(path: &Path) -> Vec<Event> {
 }
 
 #[test]
-fn a_second_writer_appending_makes_the_first_jump_above_it() {
+fn the_lease_passes_between_writers_and_seqs_increase_in_file_order() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
     let mut a = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(a.reserve(0).unwrap(), 1..=1024);
+    assert_eq!(a.lease(None).unwrap(), 1..=1024);
     a.append(&[ev(1, "a"), ev(2, "a")]).unwrap();
-    assert_eq!(a.take_foreign(), None);
+    a.unlease(2).unwrap();
+    assert!(!a.is_leased());
 
-    // Another process (a CLI run) reserves above and appends.
+    // Another writer (a CLI run) takes over where `a` stopped, within the same reservation.
     let mut b = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(b.reserve(0).unwrap(), 1025..=2048);
-    b.append(&[ev(1025, "b")]).unwrap();
+    assert_eq!(b.lease(None).unwrap(), 3..=1024);
+    b.append(&[ev(3, "b")]).unwrap();
+    b.unlease(3).unwrap();
 
-    a.append(&[ev(3, "a")]).unwrap();
-    assert_eq!(a.take_foreign(), Some(1025));
-    assert_eq!(a.take_foreign(), None);
-    assert_eq!(a.reserve(1025).unwrap(), 2049..=3072);
-    a.append(&[ev(2049, "a")]).unwrap();
-
-    // b sees a's line and a's reservation the same way.
-    b.append(&[ev(1026, "b")]).unwrap();
-    assert_eq!(b.take_foreign(), Some(2049));
-    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 2, 3, 1025, 1026, 2049]);
+    // `a`'s old range is no longer its own: it goes on above `b`.
+    assert_eq!(a.lease(Some((2, 1024))).unwrap(), 4..=1024);
+    a.append(&[ev(4, "a")]).unwrap();
+    a.unlease(4).unwrap();
+    // Nobody else held it since: `a` resumes without reading hwm.
+    assert_eq!(a.lease(Some((4, 1024))).unwrap(), 5..=1024);
+    assert_eq!(hwm(ws), "1024");
+    let text = fs::read_to_string(events_dir(ws).join("events.jsonl")).unwrap();
+    let in_file: Vec<u64> = text.lines().map(|l| serde_json::from_str::<Event>(l).unwrap().seq).collect();
+    assert_eq!(in_file, vec![1, 2, 3, 4]);
 }
 
 #[test]
@@ -135,12 +172,11 @@ fn an_unreadable_hwm_is_moved_aside_and_rebuilt_from_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
     let mut log = EventLog::open(ws, "w-1").unwrap();
-    log.reserve(0).unwrap();
     log.append(&[ev(7, "a"), ev(5, "b")]).unwrap();
     drop(log);
     fs::write(events_dir(ws).join("hwm"), "garbage").unwrap();
     let mut log = EventLog::open(ws, "w-1").unwrap();
-    assert_eq!(log.reserve(0).unwrap(), 8..=1031);
+    assert_eq!(log.lease(None).unwrap(), 8..=1031);
     let aside = fs::read_dir(events_dir(ws))
         .unwrap()
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("hwm.corrupt-"))

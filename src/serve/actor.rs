@@ -68,8 +68,8 @@ pub enum Op {
     Clear { reply: oneshot::Sender<Result<ClearReply, String>> },
     Compact { keep: usize, reply: oneshot::Sender<Result<CompactReply, Busy>> },
     Status { reply: oneshot::Sender<Status> },
-    /// A subscription to the agent's events after `after` (`None`: from now).
-    Subscribe { after: Option<u64>, reply: oneshot::Sender<Result<Subscription, String>> },
+    /// A subscription to the agent's events.
+    Subscribe { from: EventsFrom, reply: oneshot::Sender<Result<Subscription, String>> },
     /// Opens the session ahead of the first request (serve's boot, one agent at a time).
     Warm { reply: oneshot::Sender<()> },
     /// Cancels any job, waits for it (its marker written), closes the event log.
@@ -163,6 +163,17 @@ pub struct Status {
     pub wake_at: Option<String>,
     pub last_seq: u64,
     pub unanswered: usize,
+}
+
+/// Where a subscription of `GET /api/agents/{id}/events` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventsFrom {
+    /// Live, from now.
+    Now,
+    /// Every event with a seq above this (`Last-Event-ID`).
+    After(u64),
+    /// The newest this many logged events (`?last=`).
+    Last(usize),
 }
 
 /// The address of a running actor.
@@ -416,9 +427,13 @@ impl Actor {
             Op::Status { reply } => {
                 let _ = reply.send(self.status());
             }
-            Op::Subscribe { after, reply } => {
+            Op::Subscribe { from, reply } => {
                 let sub = match self.tracker() {
-                    Ok(t) => Ok(t.events().subscribe(after).await),
+                    Ok(t) => Ok(match from {
+                        EventsFrom::Now => t.events().subscribe(None).await,
+                        EventsFrom::After(n) => t.events().subscribe(Some(n)).await,
+                        EventsFrom::Last(n) => t.events().subscribe_last(n).await,
+                    }),
                     Err(e) => Err(e.to_string()),
                 };
                 let _ = reply.send(sub);

@@ -10,6 +10,7 @@
 mod actor;
 mod dashboard;
 mod drain;
+mod gather;
 mod group_routes;
 mod http;
 pub mod instance;

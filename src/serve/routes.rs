@@ -19,14 +19,15 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::actor::{self, Admit, AgentHandle, Op};
+use super::actor::{self, Admit, AgentHandle, EventsFrom, Op};
 use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::event::{Event, EventKind};
 use crate::eventlog::global::Item as GlobalItem;
-use crate::eventlog::Subscription;
+use crate::eventlog::{Published, Subscription};
+use super::gather::gathered;
 use crate::fsutil;
 use crate::gateway::ApiStyle;
 use crate::prompt::window_start;
@@ -37,17 +38,14 @@ const PING: Duration = Duration::from_secs(15);
 
 type SseResponse = Response;
 
-/// One SSE frame without `id:` (`event: <type>`, `data: <Event JSON>`).
-fn unnumbered(ev: &Event) -> SseEvent {
-    let name = serde_json::to_value(&ev.kind)
-        .ok()
-        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_default();
-    SseEvent::default().event(name).data(serde_json::to_string(ev).unwrap_or_default())
+/// One SSE frame without `id:` (`event: <type>`, `data: <Event JSON>`), from the encoding
+/// every client of the event shares.
+fn unnumbered(ev: &Published) -> SseEvent {
+    SseEvent::default().event(ev.type_name()).data(ev.json())
 }
 
 /// One SSE frame; events in the log carry their seq as `id:`.
-fn frame(ev: &Event) -> SseEvent {
+fn frame(ev: &Published) -> SseEvent {
     if ev.seq == 0 {
         unnumbered(ev)
     } else {
@@ -55,14 +53,14 @@ fn frame(ev: &Event) -> SseEvent {
     }
 }
 
-fn sse(stream: impl Stream<Item = Event> + Send + 'static, hub: &Hub) -> SseResponse {
+fn sse(stream: impl Stream<Item = Published> + Send + 'static, hub: &Hub) -> SseResponse {
     let shutdown = hub.shutdown.clone().cancelled_owned();
     let frames = stream.map(|ev| Ok::<_, Infallible>(frame(&ev))).take_until(shutdown);
     Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
 }
 
 /// Events of `sub` up to and including the first `done`.
-fn until_done(sub: Subscription) -> impl Stream<Item = Event> + Send {
+fn until_done(sub: Subscription) -> impl Stream<Item = Published> + Send {
     stream::unfold((sub, false), |(mut sub, finished)| async move {
         if finished {
             return None;
@@ -73,15 +71,10 @@ fn until_done(sub: Subscription) -> impl Stream<Item = Event> + Send {
     })
 }
 
-/// Events of `sub` for as long as the agent's log is open.
-fn all_of(sub: Subscription) -> impl Stream<Item = Event> + Send {
-    stream::unfold(sub, |mut sub| async move { sub.next().await.map(|ev| (ev, sub)) })
-}
-
 /// Frames about one request only (not logged).
-fn local(agent_id: &str, kinds: Vec<EventKind>) -> impl Stream<Item = Event> + Send {
+fn local(agent_id: &str, kinds: Vec<EventKind>) -> impl Stream<Item = Published> + Send {
     let agent_id = agent_id.to_string();
-    stream::iter(kinds.into_iter().map(move |kind| Event { seq: 0, agent_id: agent_id.clone(), kind }))
+    stream::iter(kinds.into_iter().map(move |kind| Event { seq: 0, agent_id: agent_id.clone(), kind }.into()))
 }
 
 pub(super) async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, ApiError> {
@@ -113,7 +106,7 @@ pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) ->
         return Err(ApiError::bad_request("agent_id and text required"));
     };
     let handle = agent(&hub, &id)?;
-    let stream: std::pin::Pin<Box<dyn Stream<Item = Event> + Send>> =
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Published> + Send>> =
         match ask(&handle, |reply| Op::Chat { text, reply }).await? {
             Admit::Started(sub) => Box::pin(until_done(sub)),
             Admit::Queued => Box::pin(local(&id, vec![EventKind::Queued { text: actor::QUEUED_TEXT.into() }, EventKind::Done])),
@@ -341,13 +334,28 @@ pub async fn respond(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonB
     Ok(Json(json!({"success": true, "ref": reference})))
 }
 
-/// `GET /api/agents/{id}/events`: the agent's events as SSE; `Last-Event-ID: N` replays every
-/// event after N first (or a `gap` for what is no longer kept).
-pub async fn agent_events(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    last: Option<usize>,
+}
+
+/// `GET /api/agents/{id}/events[?last=N]`: the agent's events as SSE; `Last-Event-ID: N`
+/// replays every event after N first (or a `gap` for what is no longer kept); without it,
+/// `?last=N` replays the N newest logged events first (a count: seqs jump after a crash).
+pub async fn agent_events(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<SseResponse, ApiError> {
     let handle = agent(&hub, &id)?;
-    let after = last_event_id(&headers)?;
-    let sub = ask(&handle, |reply| Op::Subscribe { after, reply }).await?.map_err(ApiError::internal)?;
-    Ok(sse(all_of(sub), &hub))
+    let from = match (last_event_id(&headers)?, q.last) {
+        (Some(n), _) => EventsFrom::After(n),
+        (None, Some(n)) => EventsFrom::Last(n),
+        (None, None) => EventsFrom::Now,
+    };
+    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(ApiError::internal)?;
+    Ok(sse(gathered(sub), &hub))
 }
 
 /// `GET /api/events`: every agent's events as they happen (DESIGN.md §14), each frame with
@@ -359,14 +367,14 @@ pub async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<Ss
     let after = last_event_id(&headers)?;
     let sub = hub.shared.global.subscribe(after);
     let shutdown = hub.shutdown.clone().cancelled_owned();
-    let frames = stream::unfold(sub, |mut sub| async move {
-        let frame = match sub.next().await? {
-            GlobalItem::Event(gseq, ev) => unnumbered(&ev).id(gseq.to_string()),
-            GlobalItem::Gap { from, to } => SseEvent::default().event("gap").data(json!({"from": from, "to": to}).to_string()),
-        };
-        Some((Ok::<_, Infallible>(frame), sub))
-    })
-    .take_until(shutdown);
+    let frames = gathered(sub)
+        .map(|item| {
+            Ok::<_, Infallible>(match item {
+                GlobalItem::Event(gseq, ev) => unnumbered(&ev).id(gseq.to_string()),
+                GlobalItem::Gap { from, to } => SseEvent::default().event("gap").data(json!({"from": from, "to": to}).to_string()),
+            })
+        })
+        .take_until(shutdown);
     Ok(Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response())
 }
 

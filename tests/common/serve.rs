@@ -108,6 +108,13 @@ impl Serve {
         Sse::new(r)
     }
 
+    /// Opens `GET /api/agents/<id>/events?last=<n>`: the `n` newest logged events, then live.
+    pub async fn events_last(&self, agent: &str, n: usize) -> Sse {
+        let r = self.request(reqwest::Method::GET, &format!("/api/agents/{agent}/events?last={n}")).send().await.expect("events");
+        assert_eq!(r.status(), 200);
+        Sse::new(r)
+    }
+
     /// Opens `GET /api/events` (every agent), after gseq `last` when given.
     pub async fn all_events(&self, last: Option<u64>) -> Sse {
         let mut req = self.request(reqwest::Method::GET, "/api/events");

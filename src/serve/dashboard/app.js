@@ -746,7 +746,8 @@ async function loadPast(p) {
   const ctl = new AbortController();
   const timer = setTimeout(() => ctl.abort(), 10000);
   try {
-    const r = await authed(agentPath(p.id, "/events"), { headers: { "Last-Event-ID": String(Math.max(0, last - PAST)) }, signal: ctl.signal });
+    // A count, not `last - PAST`: seqs jump after a crash, so a seq range can hold almost none.
+    const r = await authed(agentPath(p.id, "/events?last=" + PAST), { signal: ctl.signal });
     if (r.status === 401) {
       if (gen === S.gen) unauthorized();
       return;
