@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
 pub use wake_job::WakeLimits;
+pub use http::proof_matches;
 pub use instance::{read_info, ServeInfo};
 
 use crate::config::{Config, ConfigError};
