@@ -249,3 +249,48 @@ async fn serve_killed_mid_answer_is_reported_as_stopped_and_exits_1() {
     assert!(last.contains("cancelled"), "{history}");
     assert_eq!(s.stop().await, 0);
 }
+
+/// What an operator must act on reaches stderr without `CICY_LOG`: under a watch cap of 1, the
+/// second agent's inbox is polled and serve says so; a start and a clean stop print no other
+/// warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_fallback_warning_is_printed_by_default() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    assert_eq!(t.create("tester", None), "w-2");
+    let mut cmd = command(t.root(), &gw.url(), &["serve", "--port", "0", "--max-inbox-watches", "1"]);
+    cmd.env_remove("CICY_LOG").env_remove("CICY_WATCH_MAX").env_remove("CICY_WATCH_POLL");
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // Once serve.json is written serve stops cleanly on SIGTERM.
+    assert!(common::wait::appears_within(&t.root().join("serve.json"), std::time::Duration::from_secs(60)).await);
+    let inbox = t.workspace("w-2").join(".cicy/messages/inbox");
+    let warning = format!(
+        "inbox watch: the cap of 1 inotify watches (CICY_WATCH_MAX) is reached; {} and every later inbox are polled every 2s",
+        inbox.display()
+    );
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let hit = line.ends_with(&warning) && line.contains(" WARN ");
+            seen.push(line);
+            if hit {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "no warning within 60 s: {seen:#?}");
+    // SAFETY: SIGTERM to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) }, 0);
+    let rest = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+        }
+        child.wait().await.unwrap().code()
+    };
+    assert_eq!(tokio::time::timeout(std::time::Duration::from_secs(30), rest).await.expect("serve stops on SIGTERM"), Some(0));
+    let warnings: Vec<&String> = seen.iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert_eq!(warnings.len(), 1, "{seen:#?}");
+}
