@@ -66,15 +66,16 @@ async fn bad_input_is_a_clear_error_at_create_and_at_turn_time() {
     assert!(o.stderr.contains("roles/broken/meta.yaml:"), "{}", o.stderr);
     assert!(!h.path().join("workers").exists(), "a failed create must not make a workspace");
 
-    // Broken after create: the turn refuses to start and the history is untouched.
+    // Broken after create: the turn refuses to start and the history is untouched; the line
+    // failed (exit 1), as through serve.
     std::fs::write(role.join("meta.yaml"), "tools: [core]\n").unwrap();
     let o = cicy(h.path(), "", &["create", "X", "--role-template", "broken"], None).await;
     assert_eq!(o.stdout, "w-1\n", "{}", o.stderr);
     std::fs::write(role.join("meta.yaml"), "tools: [teleport]\n").unwrap();
     let gw = ScriptedGateway::start().await;
     let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "hi"], None).await;
-    assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("`teleport` is neither a tool group nor a tool"), "{}", o.stderr);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("error (open): ") && o.stderr.contains("`teleport` is neither a tool group nor a tool"), "{}", o.stderr);
     assert!(gw.requests().is_empty());
 }
 
