@@ -184,6 +184,31 @@ async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
     assert_eq!(o.stdout, "w-1\n", "the failed create gave its id back: {}", o.stderr);
 }
 
+/// An answer cut by Ctrl-C is one message (its partial text, the cut-off note, the marker):
+/// `history` prints it as one line under its one number.
+#[tokio::test]
+async fn history_prints_an_answer_cut_by_ctrl_c_as_one_line() {
+    let h = home();
+    let gw = ScriptedGateway::start().await;
+    let deltas = ["Half an ".to_string(), "answer".to_string()];
+    let (slow, _gate) = Reply::paused(anthropic_text_deltas(&deltas), 4);
+    gw.push(slow);
+    cicy(h.path(), &gw.url(), &["create", "Ada"], None).await;
+    let mut child = common::cli::command(h.path(), &gw.url(), &["chat", "w-1", "tell me"]).spawn().unwrap();
+    common::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
+    // SAFETY: SIGINT to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let o = cicy(h.path(), &gw.url(), &["history", "w-1"], None).await;
+    assert_eq!(
+        o.stdout.lines().skip(1).collect::<Vec<_>>(),
+        ["[1] user: tell me", "[2] assistant: Half an [cut off: cancelled by user] (no reply this turn · cancelled)"],
+        "{}",
+        o.stdout
+    );
+}
+
 #[tokio::test]
 async fn sigint_cancels_a_running_tool_and_writes_the_marker() {
     signal_cancels_a_running_tool(libc::SIGINT, 130, 30).await;
