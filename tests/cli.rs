@@ -29,11 +29,20 @@ async fn create_ls_roles_show() {
         agents_md,
         format!("# Role\n\nYou are Ada (agent w-1), a general assistant.\nYour workspace is {}; keep your files there unless the user says otherwise.\n", ws.display())
     );
+    let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "Cy", "--master", "w-1"], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "w-3\n"), "{}", o.stderr);
     let o = cicy(h.path(), "", &["ls"], None).await;
-    let lines: Vec<&str> = o.stdout.lines().collect();
-    assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("w-1\tAda\tassistant\tworker\t"), "{}", lines[0]);
-    assert!(lines[1].starts_with("w-2\tBo\tconcierge\tfront desk\t"), "{}", lines[1]);
+    let ws = |n: u32| h.path().join(format!("workers/w-{n}")).display().to_string();
+    // The master column: `-` for none, else the master's id.
+    assert_eq!(
+        o.stdout,
+        format!(
+            "w-1\tAda\tassistant\tworker\t{}\t-\nw-2\tBo\tconcierge\tfront desk\t{}\t-\nw-3\tCy\tassistant\tworker\t{}\tw-1\n",
+            ws(1),
+            ws(2),
+            ws(3)
+        )
+    );
     let o = cicy(h.path(), "", &["roles"], None).await;
     assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);

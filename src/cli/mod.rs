@@ -64,7 +64,8 @@ enum Command {
         #[arg(long, value_parser = parse_style)]
         api_style: Option<ApiStyle>,
     },
-    /// List agents.
+    /// List agents, one tab-separated line each: id, title, role template, role, workspace,
+    /// master (`-`: none).
     Ls,
     /// List role templates.
     Roles,
@@ -337,7 +338,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let reg = open_registry(&home)?;
             let mut out = std::io::stdout().lock();
             for a in reg.list()? {
-                writeln!(out, "{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
+                let master = a.master_id.as_deref().unwrap_or("-");
+                writeln!(out, "{}\t{}\t{}\t{}\t{}\t{master}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
             }
             out.flush()?;
             Ok(ExitCode::SUCCESS)
