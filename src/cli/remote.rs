@@ -3,10 +3,14 @@
 //! locks and pending queues), so the CLI asks it over HTTP instead of taking the lock itself.
 //!
 //! A serve is live when `$CICY_HOME/serve.json` names a pid that exists (`kill(pid, 0)` succeeds
-//! or says EPERM, as cryo checks) and `GET /api/health` on its port answers within 200 ms with
-//! the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port that does
-//! not answer or answers for another serve) means in-process, so a stale file never breaks the
-//! CLI. Output and exit codes are those of the in-process path: every event goes through the
+//! or says EPERM, as cryo checks) and `GET /api/health?proof=<nonce>` on its port answers within
+//! 200 ms with the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port
+//! that does not answer or answers for another serve) means in-process, so a stale file never
+//! breaks the CLI. The answer must also carry the HMAC proof that the server knows the token
+//! (README "The dashboard"): a program that took the port of a killed serve and repeats its
+//! `instance_id` gets nothing more, and the command fails instead of running in-process (a
+//! serve with another token may own the home). A stream that breaks while serve no longer
+//! answers its health route is reported as serve having stopped (exit 1). Output and exit codes are those of the in-process path: every event goes through the
 //! same printer; `done` and `state` (serve framing, never emitted in-process) are not printed.
 //! Ctrl-C, SIGTERM and SIGHUP while a reply streams ask the serve to cancel and keep reading
 //! until `done`; at a session's prompt they leave at once, as in-process. An `ask_user`
