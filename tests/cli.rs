@@ -29,11 +29,20 @@ async fn create_ls_roles_show() {
         agents_md,
         format!("# Role\n\nYou are Ada (agent w-1), a general assistant.\nYour workspace is {}; keep your files there unless the user says otherwise.\n", ws.display())
     );
+    let o = cicy(h.path(), "http://127.0.0.1:9", &["create", "Cy", "--master", "w-1"], None).await;
+    assert_eq!((o.code, o.stdout.as_str()), (0, "w-3\n"), "{}", o.stderr);
     let o = cicy(h.path(), "", &["ls"], None).await;
-    let lines: Vec<&str> = o.stdout.lines().collect();
-    assert_eq!(lines.len(), 2);
-    assert!(lines[0].starts_with("w-1\tAda\tassistant\tworker\t"), "{}", lines[0]);
-    assert!(lines[1].starts_with("w-2\tBo\tconcierge\tfront desk\t"), "{}", lines[1]);
+    let ws = |n: u32| h.path().join(format!("workers/w-{n}")).display().to_string();
+    // The master column: `-` for none, else the master's id.
+    assert_eq!(
+        o.stdout,
+        format!(
+            "w-1\tAda\tassistant\tworker\t{}\t-\nw-2\tBo\tconcierge\tfront desk\t{}\t-\nw-3\tCy\tassistant\tworker\t{}\tw-1\n",
+            ws(1),
+            ws(2),
+            ws(3)
+        )
+    );
     let o = cicy(h.path(), "", &["roles"], None).await;
     assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
@@ -66,15 +75,16 @@ async fn bad_input_is_a_clear_error_at_create_and_at_turn_time() {
     assert!(o.stderr.contains("roles/broken/meta.yaml:"), "{}", o.stderr);
     assert!(!h.path().join("workers").exists(), "a failed create must not make a workspace");
 
-    // Broken after create: the turn refuses to start and the history is untouched.
+    // Broken after create: the turn refuses to start and the history is untouched; the line
+    // failed (exit 1), as through serve.
     std::fs::write(role.join("meta.yaml"), "tools: [core]\n").unwrap();
     let o = cicy(h.path(), "", &["create", "X", "--role-template", "broken"], None).await;
     assert_eq!(o.stdout, "w-1\n", "{}", o.stderr);
     std::fs::write(role.join("meta.yaml"), "tools: [teleport]\n").unwrap();
     let gw = ScriptedGateway::start().await;
     let o = cicy(h.path(), &gw.url(), &["chat", "w-1", "hi"], None).await;
-    assert_eq!(o.code, 2);
-    assert!(o.stderr.contains("`teleport` is neither a tool group nor a tool"), "{}", o.stderr);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("error (open): ") && o.stderr.contains("`teleport` is neither a tool group nor a tool"), "{}", o.stderr);
     assert!(gw.requests().is_empty());
 }
 
@@ -181,6 +191,31 @@ async fn a_workspace_that_cannot_be_made_leaves_no_agent_behind() {
     assert_eq!(o.stdout, "");
     let o = cicy(h.path(), "", &["create", "Y"], None).await;
     assert_eq!(o.stdout, "w-1\n", "the failed create gave its id back: {}", o.stderr);
+}
+
+/// An answer cut by Ctrl-C is one message (its partial text, the cut-off note, the marker):
+/// `history` prints it as one line under its one number.
+#[tokio::test]
+async fn history_prints_an_answer_cut_by_ctrl_c_as_one_line() {
+    let h = home();
+    let gw = ScriptedGateway::start().await;
+    let deltas = ["Half an ".to_string(), "answer".to_string()];
+    let (slow, _gate) = Reply::paused(anthropic_text_deltas(&deltas), 4);
+    gw.push(slow);
+    cicy(h.path(), &gw.url(), &["create", "Ada"], None).await;
+    let mut child = common::cli::command(h.path(), &gw.url(), &["chat", "w-1", "tell me"]).spawn().unwrap();
+    common::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
+    // SAFETY: SIGINT to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let o = cicy(h.path(), &gw.url(), &["history", "w-1"], None).await;
+    assert_eq!(
+        o.stdout.lines().skip(1).collect::<Vec<_>>(),
+        ["[1] user: tell me", "[2] assistant: Half an [cut off: cancelled by user] (no reply this turn · cancelled)"],
+        "{}",
+        o.stdout
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ async fn roster(home: &std::path::Path) -> Vec<(String, String, String)> {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 5, "{l}");
+            assert_eq!(f.len(), 6, "{l}");
             (f[0].to_string(), f[1].to_string(), f[4].to_string())
         })
         .collect()

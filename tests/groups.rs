@@ -68,7 +68,7 @@ async fn a_persons_post_wakes_the_agent_with_the_roster_and_its_reply_lands_in_t
     // The agent's own reply wakes nobody: it is the only agent of the group.
     assert!(Mailbox::of_workspace(&t.workspace(&id)).pending().unwrap().0.is_empty());
     let (status, err) = s.get("/api/groups/nope/messages").await;
-    assert_eq!((status, err["message"].as_str()), (404, Some("group 'nope' was not found in this workspace, or this agent is not a member")));
+    assert_eq!((status, err["message"].as_str()), (404, Some("there is no group 'nope' (see `cicy-agent group create`)")));
     assert_eq!(s.stop().await, 0);
 }
 
@@ -176,11 +176,13 @@ async fn the_group_commands_create_post_page_and_list_tasks() {
 
     let out = run(vec!["group", "tasks", "ops", "--from", "ada"]).await;
     assert_eq!((out.code, out.stdout.as_str()), (0, "No tasks.\n"));
+    // A person is told whether the group is missing or they are not in it.
     let out = run(vec!["group", "post", "nope", "x", "--from", "ada"]).await;
-    assert_eq!(out.code, 2, "like any command that could not run");
-    assert!(out.stderr.contains("group 'nope' was not found in this workspace, or this agent is not a member"), "{}", out.stderr);
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: there is no group 'nope' (see `cicy-agent group create`)\n"));
+    let out = run(vec!["group", "messages", "nope", "--from", "ada"]).await;
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: there is no group 'nope' (see `cicy-agent group create`)\n"));
     let out = run(vec!["group", "post", "ops", "x", "--from", "bob"]).await;
-    assert_eq!(out.code, 2, "bob is not a member");
+    assert_eq!((out.code, out.stderr.as_str()), (2, "error: human:bob is not a member of group 'ops'\n"));
     let out = run(vec!["group", "post", "ops", "  ", "--from", "ada"]).await;
     assert_eq!((out.code, out.stderr.as_str()), (2, "error: the message body is empty\n"));
     let out = run(vec!["group", "post", "ops", "x", "--from", "w-1"]).await;

@@ -470,3 +470,24 @@ async fn before_compact_skip_leaves_the_history_uncompacted() {
     let seen: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join("compact.json")).unwrap()).unwrap();
     assert_eq!((&seen["reason"], &seen["message_count"]), (&json!("threshold"), &json!(13)));
 }
+
+/// A hook config error found after `create` (meta.yaml edited later) fails `chat` alike through
+/// serve and with `--local`: the same `error (open)` line naming the file and field, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_config_error_exits_1_through_serve_and_locally() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    role_with_hooks(&t, "  before_prompt: [{command: hooks/ok.sh}]\n", &[("ok.sh", "exit 0")]);
+    let id = t.create("hooked", None);
+    let meta = t.home.roles_dir().join("hooked/meta.yaml");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    std::fs::write(&meta, text.replace("{command: hooks/ok.sh}", "{command: hooks/ok.sh, priority: 0}")).unwrap();
+    let expected = format!("error (open): {}: hooks.before_prompt[0].priority: 0 is outside 1–1000\n", meta.display());
+    let local = common::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello", "--local"], None).await;
+    assert_eq!((local.code, local.stdout.as_str(), local.stderr.as_str()), (1, "", expected.as_str()));
+    let s = common::serve::Serve::start(t.root(), &gw.url(), &[]).await;
+    let remote = common::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello"], None).await;
+    assert_eq!((remote.code, remote.stdout.as_str(), remote.stderr.as_str()), (1, "", expected.as_str()));
+    assert!(gw.requests().is_empty(), "nothing was sent either way");
+    assert_eq!(s.stop().await, 0);
+}

@@ -162,3 +162,135 @@ async fn ctrl_c_of_a_chat_through_serve_cancels_the_turn_in_serve() {
     assert!(current["messages"].as_array().unwrap().last().unwrap().to_string().contains("cancelled"));
     assert_eq!(s.stop().await, 0);
 }
+
+/// After a kill -9 of serve, another program listens on its port (here a recording server in
+/// this test) and answers `/api/health` with serve's `instance_id` while the pid in serve.json
+/// is alive (here this test's own): it gets the health question only, never the token or the
+/// message, and the CLI says why instead of running the turn in-process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_on_serves_port_gets_neither_the_token_nor_the_message() {
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let info = std::fs::read_to_string(t.root().join("serve.json")).unwrap();
+    s.kill9().await;
+    let mut info: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let instance = info["instance_id"].as_str().unwrap().to_string();
+    let impostor = ScriptedGateway::start().await;
+    let health = serde_json::json!({"ok": true, "instance_id": instance, "pid": 1, "agents": 1, "proof": "0".repeat(64)});
+    impostor.route(move |r| {
+        (r.path == "/api/health").then(|| Reply::Status { status: 200, headers: vec![("content-type".into(), "application/json".into())], body: health.to_string() })
+    });
+    let port: u16 = impostor.url().rsplit(':').next().unwrap().parse().unwrap();
+    info["port"] = port.into();
+    info["pid"] = std::process::id().into();
+    std::fs::write(t.root().join("serve.json"), info.to_string()).unwrap();
+    let token = std::fs::read_to_string(t.root().join("api_token")).unwrap();
+
+    let o = cicy_without_gateway(t.root(), &["chat", "w-1", "the secret plan"]).await;
+    let serve_json = t.root().join("serve.json");
+    assert_eq!(
+        (o.code, o.stdout.as_str(), o.stderr.as_str()),
+        (
+            2,
+            "",
+            format!(
+                "error: the program on 127.0.0.1:{port} that {} names (pid {}) did not prove that it knows the API token, so neither the token nor the message was sent to it; if serve is not running, remove {}; if it runs with another token, set CICY_API_TOKEN to that token; --local runs in this process\n",
+                serve_json.display(),
+                std::process::id(),
+                serve_json.display()
+            )
+            .as_str()
+        )
+    );
+    let seen = impostor.requests();
+    assert_eq!(seen.iter().map(|r| (r.method.as_str(), r.path.as_str())).collect::<Vec<_>>(), [("GET", "/api/health")]);
+    assert_eq!(seen[0].header("authorization"), None);
+    assert!(seen[0].body.is_empty());
+    for r in &seen {
+        let all = format!("{:?} {}", r.headers, String::from_utf8_lossy(&r.body));
+        assert!(!all.contains(token.trim()) && !all.contains("secret plan"), "{all}");
+    }
+    // Nothing ran in-process either: the agent's conversation was never started.
+    assert!(gw.requests().is_empty());
+}
+
+/// serve killed with kill -9 while a chat streams through it: the CLI says that serve stopped
+/// and that the turn is healed, exits 1 (a failed line), and serve's next start heals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_killed_mid_answer_is_reported_as_stopped_and_exits_1() {
+    let gw = ScriptedGateway::start().await;
+    let deltas = ["Half an ".to_string(), "answer".to_string()];
+    let (slow, _gate) = Reply::paused(common::gateway::anthropic_text_deltas(&deltas), 4);
+    gw.push(slow);
+    let t = home(&gw);
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let pid = s.pid;
+    let mut cmd = command(t.root(), "unused", &["chat", "w-1", "tell me"]);
+    cmd.env_remove("CICY_GATEWAY_URL");
+    let mut child = cmd.spawn().unwrap();
+    let seen = common::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
+    s.kill9().await;
+    let out = child.wait_with_output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(seen, "Half an ");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(format!("error: serve (pid {pid}) stopped while the reply was streaming; the turn is healed and marked cancelled when the agent is next opened (at serve's next start, or by the next `chat`)").as_str()),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("decoding"), "{stderr}");
+
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let (status, history) = s.get("/api/cicy/history?agent_id=w-1").await;
+    assert_eq!(status, 200, "{history}");
+    let last = history["messages"].as_array().unwrap().last().unwrap().to_string();
+    assert!(last.contains("cancelled"), "{history}");
+    assert_eq!(s.stop().await, 0);
+}
+
+/// What an operator must act on reaches stderr without `CICY_LOG`: under a watch cap of 1, the
+/// second agent's inbox is polled and serve says so; a start and a clean stop print no other
+/// warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watch_fallback_warning_is_printed_by_default() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    assert_eq!(t.create("tester", None), "w-2");
+    let mut cmd = command(t.root(), &gw.url(), &["serve", "--port", "0", "--max-inbox-watches", "1"]);
+    cmd.env_remove("CICY_LOG").env_remove("CICY_WATCH_MAX").env_remove("CICY_WATCH_POLL");
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    // Once serve.json is written serve stops cleanly on SIGTERM.
+    assert!(common::wait::appears_within(&t.root().join("serve.json"), std::time::Duration::from_secs(60)).await);
+    let inbox = t.workspace("w-2").join(".cicy/messages/inbox");
+    let warning = format!(
+        "inbox watch: the cap of 1 inotify watches (CICY_WATCH_MAX) is reached; {} and every later inbox are polled every 2s",
+        inbox.display()
+    );
+    let mut seen = Vec::new();
+    let found = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            let hit = line.ends_with(&warning) && line.contains(" WARN ");
+            seen.push(line);
+            if hit {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "no warning within 60 s: {seen:#?}");
+    // SAFETY: SIGTERM to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id().unwrap() as i32, libc::SIGTERM) }, 0);
+    let rest = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            seen.push(line);
+        }
+        child.wait().await.unwrap().code()
+    };
+    assert_eq!(tokio::time::timeout(std::time::Duration::from_secs(30), rest).await.expect("serve stops on SIGTERM"), Some(0));
+    let warnings: Vec<&String> = seen.iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
+    assert_eq!(warnings.len(), 1, "{seen:#?}");
+}

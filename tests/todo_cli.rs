@@ -41,6 +41,37 @@ async fn create(home: &Path) {
     assert_eq!((o.code, o.stdout.as_str()), (0, "w-1\n"), "{}", o.stderr);
 }
 
+/// `--at` with seconds keeps them, in what is printed and in the unix second the scheduler
+/// compares with now: a todo never fires before the second the user wrote.
+#[tokio::test]
+async fn an_at_with_seconds_is_due_at_that_second() {
+    let h = tempfile::tempdir().unwrap();
+    let home = h.path();
+    create(home).await;
+    let steps = [
+        ("2026-12-01T14:03:27", "Added todo #1: x (at: 2026-12-01T14:03:27)\n"),
+        ("2026-12-01 14:03", "Added todo #2: x (at: 2026-12-01T14:03)\n"),
+        ("2026-12-01 14:03:27", "Todo #1 already exists: x (at: 2026-12-01T14:03:27)\n"),
+    ];
+    for (at, out) in steps {
+        assert_eq!(run(home, &["todo", "w-1", "add", "x", "--at", at]).await, ok(out), "{at}");
+    }
+    let db = rusqlite::Connection::open(home.join("cicy.db")).unwrap();
+    let rows: Vec<(u32, String, i64)> = db
+        .prepare("SELECT id, at_local, at_unix FROM todo WHERE agent_id = 'w-1' ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let unix = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp();
+    assert_eq!(
+        rows,
+        [(1, "2026-12-01T14:03:27".to_string(), unix("2026-12-01T14:03:27Z")), (2, "2026-12-01T14:03".to_string(), unix("2026-12-01T14:03:00Z"))]
+    );
+    assert_eq!(run(home, &["time", "2026-12-01T14:03:27"]).await, ok("2026-12-01T14:03:27\n"));
+}
+
 #[tokio::test]
 async fn add_dedupe_ls_done_and_rm() {
     let h = tempfile::tempdir().unwrap();
@@ -48,29 +79,29 @@ async fn add_dedupe_ls_done_and_rm() {
     create(home).await;
 
     let add = ["todo", "w-1", "add", "water plants", "--at", "2026-12-01 09:30:15"];
-    assert_eq!(run(home, &add).await, ok("Added todo #1: water plants (at: 2026-12-01T09:30)\n"));
-    assert_eq!(run(home, &add).await, ok("Todo #1 already exists: water plants (at: 2026-12-01T09:30)\n"));
+    assert_eq!(run(home, &add).await, ok("Added todo #1: water plants (at: 2026-12-01T09:30:15)\n"));
+    assert_eq!(run(home, &add).await, ok("Todo #1 already exists: water plants (at: 2026-12-01T09:30:15)\n"));
     assert_eq!(
         run(home, &["todo", "w-1", "add", "call Bob", "--at", "2026-12-02"]).await,
         ok("Added todo #2: call Bob (at: 2026-12-02T00:00)\n")
     );
     assert_eq!(
         run(home, &["todo", "w-1", "ls"]).await,
-        ok("1. [ ] water plants (at: 2026-12-01T09:30)\n2. [ ] call Bob (at: 2026-12-02T00:00)\n")
+        ok("1. [ ] water plants (at: 2026-12-01T09:30:15)\n2. [ ] call Bob (at: 2026-12-02T00:00)\n")
     );
 
     assert_eq!(run(home, &["todo", "w-1", "done", "1"]).await, ok("Done: #1 water plants\n"));
     assert_eq!(run(home, &["todo", "w-1", "ls"]).await, ok("2. [ ] call Bob (at: 2026-12-02T00:00)\n"));
     assert_eq!(
         run(home, &["todo", "w-1", "ls", "--all"]).await,
-        ok("1. [x] water plants (at: 2026-12-01T09:30)\n2. [ ] call Bob (at: 2026-12-02T00:00)\n")
+        ok("1. [x] water plants (at: 2026-12-01T09:30:15)\n2. [ ] call Bob (at: 2026-12-02T00:00)\n")
     );
 
     assert_eq!(run(home, &["todo", "w-1", "rm", "2"]).await, ok("Removed: #2 call Bob\n"));
     assert_eq!(run(home, &["todo", "w-1", "ls"]).await, ok("No todos.\n"));
-    assert_eq!(run(home, &["todo", "w-1", "ls", "--all"]).await, ok("1. [x] water plants (at: 2026-12-01T09:30)\n"));
+    assert_eq!(run(home, &["todo", "w-1", "ls", "--all"]).await, ok("1. [x] water plants (at: 2026-12-01T09:30:15)\n"));
     // The same text and time after the first is done: a new todo, and ids are never reused.
-    assert_eq!(run(home, &add).await, ok("Added todo #3: water plants (at: 2026-12-01T09:30)\n"));
+    assert_eq!(run(home, &add).await, ok("Added todo #3: water plants (at: 2026-12-01T09:30:15)\n"));
 
     assert_eq!(run(home, &["todo", "w-1", "done", "9"]).await, err("agent w-1 has no todo #9 (see `cicy-agent todo w-1 ls`)"));
     assert_eq!(run(home, &["todo", "w-1", "rm", "2"]).await, err("agent w-1 has no todo #2 (see `cicy-agent todo w-1 ls`)"));
@@ -133,7 +164,7 @@ async fn time_prints_now_or_the_minute_of_an_expression() {
     let shown = chrono::NaiveDateTime::parse_from_str(&o.stdout, "%Y-%m-%dT%H:%M:%S\n").unwrap().and_utc().timestamp();
     assert!((before..=after).contains(&shown), "{:?} is not between {before} and {after}", o.stdout);
 
-    assert_eq!(run(home, &["time", "2026-12-01 09:30:15"]).await, ok("2026-12-01T09:30\n"));
+    assert_eq!(run(home, &["time", "2026-12-01 09:30:15"]).await, ok("2026-12-01T09:30:15\n"));
     assert_eq!(run(home, &["time", "2026-12-01", "09:30"]).await, ok("2026-12-01T09:30\n"));
     assert_eq!(run(home, &["time", "tomorrow"]).await, err(&format!("invalid time \"tomorrow\": {FORMS}")));
     assert_eq!(run(home, &["time", "-5 min"]).await, err(&format!("invalid time \"-5 min\": {FORMS}")));

@@ -134,7 +134,8 @@ fn unknown_command(line: &str, events: &Emitter) -> u8 {
     1
 }
 
-/// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it.
+/// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it
+/// or its role cannot be loaded.
 fn open_locked(home: &Home, id: &str, what: &str, events: &Emitter) -> Result<Option<(Session, TurnLock)>> {
     match Session::open_locked(home, id) {
         Ok((session, lock)) => {
@@ -143,6 +144,12 @@ fn open_locked(home: &Home, id: &str, what: &str, events: &Emitter) -> Result<Op
         }
         Err(AgentError::Lock(e @ LockError::Busy { .. })) => {
             refused(what, &e, events);
+            Ok(None)
+        }
+        // A role that cannot be loaded (a bad hook in meta.yaml): the line fails with the event
+        // and the exit code (1) that serve gives for it, so `--local` answers alike.
+        Err(e @ AgentError::Role(_)) => {
+            events.emit(EventKind::Error { kind: "open".to_string(), message: e.to_string() });
             Ok(None)
         }
         Err(e) => Err(e.into()),

@@ -54,7 +54,8 @@ impl RunEvents {
             .and_then(|record| match AgentEvents::open(&record.workspace, id, None) {
                 Ok(log) => Some(log),
                 Err(e) => {
-                    tracing::warn!(agent = id, error = %e, "cannot open the event log; numbering this run's events from 1");
+                    // info, not warn: the command then fails with its own error (a read-only home).
+                    tracing::info!(agent = id, error = %e, "cannot open the event log; numbering this run's events from 1");
                     None
                 }
             });

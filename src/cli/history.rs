@@ -142,7 +142,19 @@ fn print_message(out: &mut StdoutLock<'_>, m: &Message) -> std::io::Result<()> {
     match &m.content {
         Content::Text(t) => writeln!(out, "[{id}] {who}: {t}")?,
         Content::Blocks(blocks) => {
-            for b in blocks {
+            fn text(b: &ContentBlock) -> Option<&str> {
+                match b {
+                    ContentBlock::Text { text } => Some(text.trim_end()),
+                    _ => None,
+                }
+            }
+            // Text blocks in a row are one line: a cut answer is its partial text, the
+            // `[cut off: …]` note and the outcome marker, one message and not three.
+            for run in blocks.chunk_by(|a, b| text(a).is_some() && text(b).is_some()) {
+                let [b] = run else {
+                    writeln!(out, "[{id}] {who}: {}", run.iter().filter_map(text).collect::<Vec<_>>().join(" "))?;
+                    continue;
+                };
                 match b {
                     ContentBlock::Text { text } => writeln!(out, "[{id}] {who}: {text}")?,
                     ContentBlock::ToolUse { name, input, .. } => writeln!(out, "[{id}] {who} → {name} {input}")?,

@@ -64,7 +64,8 @@ enum Command {
         #[arg(long, value_parser = parse_style)]
         api_style: Option<ApiStyle>,
     },
-    /// List agents.
+    /// List agents, one tab-separated line each: id, title, role template, role, workspace,
+    /// master (`-`: none).
     Ls,
     /// List role templates.
     Roles,
@@ -269,7 +270,7 @@ pub fn main() -> ExitCode {
         return outbox::send(json);
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("CICY_LOG"))
+        .with_env_filter(log_filter(std::env::var("CICY_LOG").ok().as_deref()))
         .with_writer(std::io::stderr)
         // Colour codes only for a terminal: `2>file` must get plain text.
         .with_ansi(std::io::stderr().is_terminal())
@@ -283,6 +284,16 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// What is logged to stderr: `CICY_LOG` when set (e.g. `debug`, `cicy::serve=info`), else
+/// warnings of cicy itself and errors of everything: a warning is what an operator must act
+/// on (the inotify limit, a file set aside), so it is shown without asking. The libraries'
+/// warnings stay hidden by default: they are about their internals, not about this home.
+fn log_filter(env: Option<&str>) -> tracing_subscriber::EnvFilter {
+    const DEFAULT: &str = "error,cicy=warn,cicy_agent=warn";
+    let directives = env.map(str::trim).filter(|d| !d.is_empty()).unwrap_or(DEFAULT);
+    tracing_subscriber::EnvFilter::builder().parse_lossy(directives)
 }
 
 /// Whether `e` is a write to stdout that failed because its reader closed. Listings write with
@@ -332,7 +343,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let reg = open_registry(&home)?;
             let mut out = std::io::stdout().lock();
             for a in reg.list()? {
-                writeln!(out, "{}\t{}\t{}\t{}\t{}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
+                let master = a.master_id.as_deref().unwrap_or("-");
+                writeln!(out, "{}\t{}\t{}\t{}\t{}\t{master}", a.id, a.title, a.role_template, a.role, a.workspace.display())?;
             }
             out.flush()?;
             Ok(ExitCode::SUCCESS)
@@ -497,6 +509,14 @@ mod tests {
     #[error("/x: {source}")]
     struct Repeats {
         source: std::io::Error,
+    }
+
+    #[test]
+    fn warnings_of_cicy_are_logged_by_default_and_cicy_log_overrides() {
+        assert_eq!(log_filter(None).to_string(), "cicy_agent=warn,cicy=warn,error");
+        assert_eq!(log_filter(Some(" ")).to_string(), "cicy_agent=warn,cicy=warn,error");
+        assert_eq!(log_filter(Some("debug")).to_string(), "debug");
+        assert_eq!(log_filter(Some("cicy::serve=info")).to_string(), "cicy::serve=info");
     }
 
     #[test]

@@ -3,10 +3,14 @@
 //! locks and pending queues), so the CLI asks it over HTTP instead of taking the lock itself.
 //!
 //! A serve is live when `$CICY_HOME/serve.json` names a pid that exists (`kill(pid, 0)` succeeds
-//! or says EPERM, as cryo checks) and `GET /api/health` on its port answers within 200 ms with
-//! the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port that does
-//! not answer or answers for another serve) means in-process, so a stale file never breaks the
-//! CLI. Output and exit codes are those of the in-process path: every event goes through the
+//! or says EPERM, as cryo checks) and `GET /api/health?proof=<nonce>` on its port answers within
+//! 200 ms with the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port
+//! that does not answer or answers for another serve) means in-process, so a stale file never
+//! breaks the CLI. The answer must also carry the HMAC proof that the server knows the token
+//! (README "The dashboard"): a program that took the port of a killed serve and repeats its
+//! `instance_id` gets nothing more, and the command fails instead of running in-process (a
+//! serve with another token may own the home). A stream that breaks while serve no longer
+//! answers its health route is reported as serve having stopped (exit 1). Output and exit codes are those of the in-process path: every event goes through the
 //! same printer; `done` and `state` (serve framing, never emitted in-process) are not printed.
 //! Ctrl-C, SIGTERM and SIGHUP while a reply streams ask the serve to cancel and keep reading
 //! until `done`; at a session's prompt they leave at once, as in-process. An `ask_user`
@@ -50,33 +54,82 @@ const HEALTH_TIMEOUT: Duration = Duration::from_millis(200);
 pub(super) struct Serve {
     client: reqwest::Client,
     base: reqwest::Url,
-    /// The bearer token: `CICY_API_TOKEN`, else `$CICY_HOME/api_token` trimmed; `None` when
-    /// neither exists (the serve then answers 401, which is reported).
-    token: Option<String>,
+    /// The bearer token: `CICY_API_TOKEN`, else `$CICY_HOME/api_token`, trimmed; the serve
+    /// proved it knows it before this was made.
+    token: String,
+    /// serve.json's `pid` and `instance_id`, to tell a serve that stopped from a broken stream.
+    pid: u32,
+    instance_id: String,
 }
 
-/// The live serve of `home`, or `None` (see the module doc for what "live" means).
-pub(super) async fn live_serve(home: &Home) -> Option<Serve> {
-    let file = cicy::serve::read_info(home)?;
+/// serve went away while a reply streamed (killed, crashed): the line failed (exit 1, README
+/// "Exit codes") and a session ends, since nothing is left to send its next line to.
+#[derive(Debug, thiserror::Error)]
+#[error("serve (pid {pid}) stopped while the reply was streaming; the turn is healed and marked cancelled when the agent is next opened (at serve's next start, or by the next `chat`)")]
+struct ServeStopped {
+    pid: u32,
+}
+
+/// The live serve of `home`, or `None` (see the module doc for what "live" means). Errors:
+/// the program answering as this home's serve does not prove it knows the token; nothing was
+/// sent to it but the health question.
+pub(super) async fn live_serve(home: &Home) -> Result<Option<Serve>> {
+    let Some(file) = cicy::serve::read_info(home) else {
+        return Ok(None);
+    };
     if !pid_alive(i64::from(file.pid)) {
-        return None;
+        return Ok(None);
     }
-    let client = reqwest::Client::builder().no_proxy().build().ok()?;
-    let base = reqwest::Url::parse(&format!("http://127.0.0.1:{}", file.port)).ok()?;
-    let health = async {
-        let url = base.join("/api/health").ok()?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let base = reqwest::Url::parse(&format!("http://127.0.0.1:{}", file.port))?;
+    let nonce: String = rand::random::<[u8; 16]>().iter().map(|b| format!("{b:02x}")).collect();
+    let Some(answer) = health(&client, &base, &file.instance_id, Some(&nonce)).await else {
+        return Ok(None);
+    };
+    let proof = answer.get("proof").and_then(Value::as_str).unwrap_or_default();
+    match token(home) {
+        Some(token) if cicy::serve::proof_matches(&token, file.port, &nonce, proof) => {
+            Ok(Some(Serve { client, base, token, pid: file.pid, instance_id: file.instance_id }))
+        }
+        token => Err(unproven(home, &file, token.is_some())),
+    }
+}
+
+/// `GET /api/health[?proof=<nonce>]`'s answer when it comes within [`HEALTH_TIMEOUT`] and
+/// names `instance_id`; `None` otherwise.
+async fn health(client: &reqwest::Client, base: &reqwest::Url, instance_id: &str, nonce: Option<&str>) -> Option<Value> {
+    let ask = async {
+        let mut url = base.join("/api/health").ok()?;
+        if let Some(nonce) = nonce {
+            url.query_pairs_mut().append_pair("proof", nonce);
+        }
         client.get(url).send().await.ok()?.json::<Value>().await.ok()
     };
-    let answer = tokio::time::timeout(HEALTH_TIMEOUT, health).await.ok()??;
-    if answer.get("instance_id").and_then(Value::as_str) != Some(file.instance_id.as_str()) {
-        return None;
-    }
-    Some(Serve { client, base, token: token(home) })
+    let answer = tokio::time::timeout(HEALTH_TIMEOUT, ask).await.ok().flatten()?;
+    (answer.get("instance_id").and_then(Value::as_str) == Some(instance_id)).then_some(answer)
 }
 
+/// The refusal when the program on serve.json's port answers with its instance but not with
+/// the proof: a program that took the port of a serve killed with kill -9, or a serve with
+/// another token. Not run in-process either: if it is serve, it owns this home's agents.
+fn unproven(home: &Home, file: &cicy::serve::ServeInfo, have_token: bool) -> anyhow::Error {
+    let serve_json = home.root().join("serve.json");
+    let why = if have_token {
+        "did not prove that it knows the API token"
+    } else {
+        "could not be asked to prove that it knows the API token: there is none here (CICY_API_TOKEN or api_token)"
+    };
+    anyhow!(
+        "the program on 127.0.0.1:{} that {} names (pid {}) {why}, so neither the token nor the message was sent to it; if serve is not running, remove {}; if it runs with another token, set CICY_API_TOKEN to that token; --local runs in this process",
+        file.port,
+        serve_json.display(),
+        file.pid,
+        serve_json.display()
+    )
+}
 
 fn token(home: &Home) -> Option<String> {
-    if let Some(t) = std::env::var("CICY_API_TOKEN").ok().filter(|t| !t.is_empty()) {
+    if let Some(t) = std::env::var("CICY_API_TOKEN").ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()) {
         return Some(t);
     }
     let t = std::fs::read_to_string(home.root().join("api_token")).ok()?;
@@ -91,10 +144,7 @@ impl Serve {
     }
 
     fn auth(&self, rb: RequestBuilder) -> RequestBuilder {
-        match &self.token {
-            Some(t) => rb.bearer_auth(t),
-            None => rb,
-        }
+        rb.bearer_auth(&self.token)
     }
 
     async fn post(&self, segments: &[&str], body: Value) -> Result<Response> {
@@ -276,8 +326,8 @@ impl<'a> Remote<'a> {
             };
             let ev = match next {
                 Some(Ok(ev)) => ev,
-                Some(Err(e)) => return Err(e),
-                None => return Err(anyhow!("the serve closed the event stream before the reply was done")),
+                Some(Err(e)) => return Err(self.broken(e).await),
+                None => return Err(self.broken(anyhow!("the serve closed the event stream before the reply was done")).await),
             };
             self.print(&ev);
             tally.add(&ev.kind);
@@ -295,6 +345,16 @@ impl<'a> Remote<'a> {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// The error of an event stream that broke with `e`: [`ServeStopped`] when serve no longer
+    /// answers its health route as itself (its socket closes as it dies, so this is decided at
+    /// once), else `e`.
+    async fn broken(&self, e: anyhow::Error) -> anyhow::Error {
+        match health(&self.serve.client, &self.serve.base, &self.serve.instance_id, None).await {
+            Some(_) => e,
+            None => ServeStopped { pid: self.serve.pid }.into(),
         }
     }
 
@@ -475,11 +535,18 @@ where
 {
     let rt = chat::runtime()?;
     rt.block_on(async {
-        let Some(serve) = live_serve(home).await else {
+        let Some(serve) = live_serve(home).await? else {
             return Ok(None);
         };
         let mut remote = Remote::new(serve, id, json)?;
-        Ok(Some(ExitCode::from(f(&mut remote).await?)))
+        match f(&mut remote).await {
+            Ok(code) => Ok(Some(ExitCode::from(code))),
+            Err(e) if e.is::<ServeStopped>() => {
+                eprintln!("error: {e}");
+                Ok(Some(ExitCode::from(1)))
+            }
+            Err(e) => Err(e),
+        }
     })
 }
 
@@ -513,7 +580,7 @@ pub(super) enum Method {
 pub(super) fn request(home: &Home, method: Method, segments: &[&str]) -> Result<Option<Value>> {
     let rt = chat::runtime()?;
     rt.block_on(async {
-        let Some(serve) = live_serve(home).await else {
+        let Some(serve) = live_serve(home).await? else {
             return Ok(None);
         };
         let resp = match method {

@@ -57,9 +57,9 @@ fn free_port() -> u16 {
 #[tokio::test]
 async fn no_live_serve_without_a_readable_serve_json() {
     let (_d, home) = home_with(None);
-    assert!(live_serve(&home).await.is_none());
+    assert!(live_serve(&home).await.unwrap().is_none());
     let (_d, home) = home_with(Some("{\"pid\": 1, \"port\""));
-    assert!(live_serve(&home).await.is_none());
+    assert!(live_serve(&home).await.unwrap().is_none());
 }
 
 #[tokio::test]
@@ -69,7 +69,7 @@ async fn no_live_serve_with_a_dead_pid() {
     child.wait().unwrap();
     let (_d, home) = home_with(Some(&serve_json(pid, free_port(), "i-1")));
     assert!(!pid_alive(pid.into()));
-    assert!(live_serve(&home).await.is_none());
+    assert!(live_serve(&home).await.unwrap().is_none());
     for pid in [0, -1] {
         assert!(!pid_alive(pid), "{pid}");
     }
@@ -79,35 +79,79 @@ async fn no_live_serve_with_a_dead_pid() {
 async fn no_live_serve_when_nobody_answers_on_the_port() {
     let (_d, home) = home_with(Some(&serve_json(std::process::id(), free_port(), "i-1")));
     assert!(pid_alive(std::process::id().into()));
-    assert!(live_serve(&home).await.is_none());
+    assert!(live_serve(&home).await.unwrap().is_none());
 }
 
-/// A server on 127.0.0.1:0 that answers `/api/health` for `instance`.
-async fn health_server(instance: &'static str) -> u16 {
-    let app = axum::Router::new().route(
-        "/api/health",
-        axum::routing::get(move || async move {
-            axum::Json(json!({"ok": true, "instance_id": instance, "pid": std::process::id(), "agents": 0}))
-        }),
-    );
+/// A server on 127.0.0.1:0 that answers `/api/health` for `instance`, with the proof of the
+/// nonce it is asked for computed with `token` (none when `token` is `None`).
+async fn health_server(instance: &'static str, token: Option<&'static str>) -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new().route(
+        "/api/health",
+        axum::routing::get(move |q: axum::extract::Query<std::collections::HashMap<String, String>>| async move {
+            let mut answer = json!({"ok": true, "instance_id": instance, "pid": std::process::id(), "agents": 0});
+            if let (Some(token), Some(nonce)) = (token, q.get("proof")) {
+                answer["proof"] = json!(cicy_test_proof(token, port, nonce));
+            }
+            axum::Json(answer)
+        }),
+    );
     tokio::spawn(async move { axum::serve(listener, app).await });
     port
 }
 
+/// The proof as serve computes it, on its own here: hex HMAC-SHA256 of the prefixed nonce.
+fn cicy_test_proof(token: &str, port: u16, nonce: &str) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).unwrap();
+    mac.update(format!("cicy-health-proof:{port}:{nonce}").as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[tokio::test]
-async fn a_live_serve_is_the_one_whose_health_names_its_instance() {
-    let port = health_server("i-1").await;
+async fn a_live_serve_is_the_one_whose_health_names_its_instance_and_proves_the_token() {
+    if std::env::var_os("CICY_API_TOKEN").is_some() {
+        return;
+    }
+    let port = health_server("i-1", Some("tok")).await;
     let (dir, home) = home_with(Some(&serve_json(std::process::id(), port, "i-1")));
     std::fs::write(dir.path().join("api_token"), "tok\n").unwrap();
-    let serve = live_serve(&home).await.expect("live");
+    let serve = live_serve(&home).await.unwrap().expect("live");
     assert_eq!(serve.base.as_str(), format!("http://127.0.0.1:{port}/"));
     assert_eq!(serve.url(&["api", "agents", "w 1"]).unwrap().path(), "/api/agents/w%201");
-    if std::env::var_os("CICY_API_TOKEN").is_none() {
-        assert_eq!(serve.token.as_deref(), Some("tok"));
-    }
+    assert_eq!(serve.token, "tok");
     // Another serve answers on that port now: this serve.json is stale.
     let (_d, home) = home_with(Some(&serve_json(std::process::id(), port, "i-2")));
-    assert!(live_serve(&home).await.is_none());
+    assert!(live_serve(&home).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_server_with_the_instance_but_not_the_proof_is_refused() {
+    if std::env::var_os("CICY_API_TOKEN").is_some() {
+        return;
+    }
+    for (proof_token, our_token) in [(None, Some("tok")), (Some("other"), Some("tok")), (Some("tok"), None)] {
+        let port = health_server("i-1", proof_token).await;
+        let (dir, home) = home_with(Some(&serve_json(std::process::id(), port, "i-1")));
+        if let Some(t) = our_token {
+            std::fs::write(dir.path().join("api_token"), t).unwrap();
+        }
+        let e = live_serve(&home).await.expect_err("refused");
+        let serve_json = dir.path().join("serve.json");
+        let why = match our_token {
+            Some(_) => "did not prove that it knows the API token".to_string(),
+            None => "could not be asked to prove that it knows the API token: there is none here (CICY_API_TOKEN or api_token)".to_string(),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the program on 127.0.0.1:{port} that {} names (pid {}) {why}, so neither the token nor the message was sent to it; if serve is not running, remove {}; if it runs with another token, set CICY_API_TOKEN to that token; --local runs in this process",
+                serve_json.display(),
+                std::process::id(),
+                serve_json.display()
+            ),
+            "{proof_token:?} {our_token:?}"
+        );
+    }
 }

@@ -135,7 +135,8 @@ impl GatewayClient {
             };
             let reason = self.retry_reason(err);
             let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-            tracing::warn!(attempt = *attempts, delay_ms, rerun, %reason, "gateway request failed; retrying");
+            // info, not warn: the retry is an event every client shows (chat prints it on stderr).
+            tracing::info!(attempt = *attempts, delay_ms, rerun, %reason, "gateway request failed; retrying");
             on_event(GatewayEvent::Retry { attempt: *attempts, delay_ms, reason });
             tokio::time::sleep(delay).await;
         }

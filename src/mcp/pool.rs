@@ -129,7 +129,8 @@ impl Pool {
                 None => continue,
                 Some(Ok(listed)) => listed,
                 Some(Err(e)) => {
-                    tracing::warn!(server = %slot.name, error = %e, "mcp server left out of this turn");
+                    // info, not warn: the system event below tells the user, in chat on stderr.
+                    tracing::info!(server = %slot.name, error = %e, "mcp server left out of this turn");
                     events.emit(EventKind::System { text: format!("mcp server {}: its tools are left out of this turn: {e}", slot.name) });
                     continue;
                 }
@@ -137,14 +138,14 @@ impl Pool {
             let (offered, left_out) = offered_tools(self, &slot.name, listed);
             for tool in left_out {
                 let name = full_name(&slot.name, &tool);
-                tracing::warn!(tool = %name, "mcp tool left out: not a valid tool name");
+                tracing::info!(tool = %name, "mcp tool left out: not a valid tool name");
                 events.emit(EventKind::System {
                     text: format!("mcp server {}: tool `{tool}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)", slot.name),
                 });
             }
             for tool in offered {
                 if let Some((server, first)) = taken.get(&tool.full_name) {
-                    tracing::warn!(tool = %tool.full_name, "mcp tool left out: its name is taken");
+                    tracing::info!(tool = %tool.full_name, "mcp tool left out: its name is taken");
                     events.emit(EventKind::System {
                         text: format!(
                             "mcp server {}: tool `{}` left out: `{}` is already the name of tool `{first}` of mcp server {server}",

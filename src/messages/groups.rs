@@ -72,7 +72,7 @@ pub fn create(home: &Home, requester: &str, name: &str, description: &str, membe
 pub fn post(home: &Home, from: &str, group: &str, text: &str, thread: Option<&str>) -> Result<Posted, RouteError> {
     let from = principal(from)?;
     let mut store = MessageStore::open(home)?;
-    let conv = store.resolve_group(&from, group.trim())?;
+    let conv = member_group(&store, &from, group.trim())?;
     let post = Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true, metadata: serde_json::Map::new() };
     route::post(home, &mut store, &post)
 }
@@ -83,7 +83,7 @@ pub fn post(home: &Home, from: &str, group: &str, text: &str, thread: Option<&st
 /// Errors: the store's (group, cursor, limit).
 pub fn page(home: &Home, from: &str, group: &str, before: Option<&str>, limit: u32) -> Result<(Conversation, Page), StoreError> {
     let store = MessageStore::open(home)?;
-    let conv = store.resolve_group(&principal(from)?, group.trim())?;
+    let conv = member_group(&store, &principal(from)?, group.trim())?;
     let page = store.messages(&conv.id, before, limit)?;
     Ok((conv, page))
 }
@@ -93,7 +93,26 @@ pub fn page(home: &Home, from: &str, group: &str, before: Option<&str>, limit: u
 /// Errors: the store's.
 pub fn tasks(home: &Home, from: &str, group: &str) -> Result<(Conversation, Vec<Task>), StoreError> {
     let store = MessageStore::open(home)?;
-    let conv = store.resolve_group(&principal(from)?, group.trim())?;
+    let conv = member_group(&store, &principal(from)?, group.trim())?;
     let tasks = store.tasks(&conv.id)?;
     Ok((conv, tasks))
+}
+
+/// The group `name` that `principal` is an active member of. A person is told which of the two
+/// is wrong: the group does not exist, or they are not in it; an agent gets Choruz's text
+/// ([`StoreError::GroupNotFound`]), which its tools are written against.
+///
+/// Errors: those of [`MessageStore::resolve_group`], [`StoreError::NoGroup`],
+/// [`StoreError::NotGroupMember`].
+fn member_group(store: &MessageStore, principal: &str, name: &str) -> Result<Conversation, StoreError> {
+    match store.resolve_group(principal, name) {
+        Err(StoreError::GroupNotFound { group }) if principal.starts_with("human:") => {
+            if store.group_exists(&group)? {
+                Err(StoreError::NotGroupMember { group, person: principal.to_string() })
+            } else {
+                Err(StoreError::NoGroup { group })
+            }
+        }
+        other => other,
+    }
 }

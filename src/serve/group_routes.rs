@@ -20,7 +20,7 @@ use crate::messages::store::StoreError;
 
 fn store_error(e: StoreError) -> ApiError {
     match e {
-        StoreError::GroupNotFound { .. } | StoreError::NoConversation { .. } | StoreError::NoMessage { .. } => {
+        StoreError::GroupNotFound { .. } | StoreError::NoGroup { .. } | StoreError::NoConversation { .. } | StoreError::NoMessage { .. } => {
             ApiError::not_found(e.to_string())
         }
         StoreError::Sql { .. } | StoreError::BadRow { .. } | StoreError::Registry(_) => ApiError::internal(e.to_string()),

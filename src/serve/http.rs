@@ -121,13 +121,44 @@ pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Re
 /// question to serve and pass the answer off as its own. `None` when `nonce` is not 32–128
 /// lowercase hex characters (a short or reused nonce would make the proof replayable).
 pub fn token_proof(token: &str, port: u16, nonce: &str) -> Option<String> {
-    use hmac::{Hmac, Mac};
+    use hmac::Mac;
+    Some(proof_mac(token, port, nonce)?.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The HMAC of [`token_proof`] fed with its message; `None` for a nonce it refuses.
+fn proof_mac(token: &str, port: u16, nonce: &str) -> Option<hmac::Hmac<sha2::Sha256>> {
+    use hmac::Mac;
     if !(32..=128).contains(&nonce.len()) || !nonce.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
         return None;
     }
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()).ok()?;
     mac.update(format!("cicy-health-proof:{port}:{nonce}").as_bytes());
-    Some(mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect())
+    Some(mac)
+}
+
+/// Whether `proof` (lowercase hex) is [`token_proof`] of `nonce` for `port`: what a client
+/// checks before it sends the token. The MAC is compared in constant time, so the time taken
+/// does not tell a prober how much of its guess matched.
+pub fn proof_matches(token: &str, port: u16, nonce: &str, proof: &str) -> bool {
+    use hmac::Mac;
+    match (proof_mac(token, port, nonce), hex_bytes(proof)) {
+        (Some(mac), Some(given)) => mac.verify_slice(&given).is_ok(),
+        _ => false,
+    }
+}
+
+/// The bytes of lowercase hex text; `None` for an odd length or any other character.
+fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 /// `127.0.0.1:<port>`, `localhost:<port>` or `[::1]:<port>`.
@@ -174,6 +205,19 @@ mod tests {
         assert_ne!(token_proof("tok", 8009, nonce).as_deref(), Some(PROOF_TOK), "the port is part of the proof");
         for bad in ["", "0011", "00112233445566778899AABBCCDDEEFF", &"0".repeat(129), "00112233445566778899aabbccddeefg"] {
             assert_eq!(token_proof("tok", 8008, bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_proof_matches_only_for_the_same_token_port_and_nonce() {
+        let nonce = "00112233445566778899aabbccddeeff";
+        assert!(proof_matches("tok", 8008, nonce, PROOF_TOK));
+        assert!(!proof_matches("tok2", 8008, nonce, PROOF_TOK));
+        assert!(!proof_matches("tok", 8009, nonce, PROOF_TOK));
+        assert!(!proof_matches("tok", 8008, "ffeeddccbbaa99887766554433221100", PROOF_TOK));
+        let upper = PROOF_TOK.to_uppercase();
+        for bad in ["", &PROOF_TOK[..62], &PROOF_TOK[1..], &format!("{PROOF_TOK}00"), &upper, "zz"] {
+            assert!(!proof_matches("tok", 8008, nonce, bad), "{bad}");
         }
     }
 

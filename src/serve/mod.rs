@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
 pub use wake_job::WakeLimits;
+pub use http::proof_matches;
 pub use instance::{read_info, ServeInfo};
 
 use crate::config::{Config, ConfigError};
@@ -333,7 +334,8 @@ fn start_waking(
     let inboxes = records.iter().map(|r| (r.id.clone(), inbox_of(&r.workspace))).collect();
     let watch = watch::InboxWatch::start(inboxes, tx, opts.watch.clone())?;
     if watch.mode() != watch::WatchMode::Notify {
-        tracing::warn!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
+        // info: the watcher warned already when a limit made it poll; `--poll-inboxes` is chosen.
+        tracing::info!(mode = ?watch.mode(), "some inboxes are polled (every 2 s), not watched");
     }
     let _ = hub.watch.set(watch);
     let (listed, drained) = (hub.agents.clone(), hub.agents.clone());

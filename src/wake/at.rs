@@ -1,24 +1,29 @@
 //! Time expressions of `todo add --at` and `cicy-agent time` (DESIGN.md §10 "Todos"; the
 //! grammar is cryo's `cryo-agent time`).
 //!
-//! Owns parsing an expression into a local wall-clock minute and its unix second, and the local
+//! Owns parsing an expression into a local wall-clock time and its unix second, and the local
 //! "now" text. Must not touch: the database, the scheduler.
 
-use chrono::{DateTime, Local, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, TimeZone, Utc};
+use chrono::{DateTime, Local, LocalResult, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, TimeZone, Timelike, Utc};
 
 /// The local minute format of a todo's `at` (cryo `WAKE_TIME_FMT`).
 const MINUTE_FMT: &str = "%Y-%m-%dT%H:%M";
 
+/// The format of an absolute `at` given with seconds: they are kept, so a todo never fires
+/// up to 59 s before the time the user wrote.
+const SECOND_FMT: &str = "%Y-%m-%dT%H:%M:%S";
+
 /// How far past a DST gap the next valid minute is searched: real gaps are at most a few hours.
 const GAP_SEARCH_MINUTES: i64 = 24 * 60;
 
-/// A todo's due time: the local wall-clock minute and its unix second.
+/// A todo's due time: the local wall-clock time and its unix second.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct At {
-    /// Local time, `YYYY-MM-DDTHH:MM` (seconds dropped).
+    /// Local time, `YYYY-MM-DDTHH:MM`, or `YYYY-MM-DDTHH:MM:SS` for an absolute form given with
+    /// a second other than 0; a relative form shows the minute its `unix` falls in.
     pub local: String,
-    /// Seconds since the Unix epoch: exact for relative forms (now + offset), the start of the
-    /// minute of `local` for absolute forms.
+    /// Seconds since the Unix epoch: exact for relative forms (now + offset), the instant of
+    /// `local` for absolute forms.
     pub unix: i64,
 }
 
@@ -50,7 +55,7 @@ pub fn parse_at_in<Tz: TimeZone>(expr: &str, now: DateTime<Tz>) -> Result<At, At
     if expr.get(..10).is_some_and(is_date) {
         let naive = parse_absolute(expr).ok_or_else(invalid)?;
         let at = resolve_local(&tz, naive).ok_or_else(invalid)?;
-        return Ok(minute_of(&at));
+        return Ok(local_of(&at));
     }
     let offset = parse_relative(expr).ok_or_else(invalid)?;
     let unix = now.timestamp().checked_add(offset).ok_or_else(invalid)?;
@@ -76,7 +81,7 @@ pub fn now_local_iso() -> String {
 }
 
 /// `cicy-agent time [expr]`: no expression → [`now_local_iso`]; else the expression's local
-/// minute (`YYYY-MM-DDTHH:MM`). Errors: [`AtError::Invalid`].
+/// time (`YYYY-MM-DDTHH:MM`, `:SS` when an absolute form gave them). Errors: [`AtError::Invalid`].
 pub fn time_command(expr: Option<&str>) -> Result<String, AtError> {
     match expr {
         None => Ok(now_local_iso()),
@@ -112,7 +117,7 @@ fn shaped(s: &str, pattern: &str) -> bool {
         && s.bytes().zip(pattern.bytes()).all(|(c, p)| if p == b'd' { c.is_ascii_digit() } else { c == p })
 }
 
-/// The absolute forms → a naive local time with seconds dropped, or `None`.
+/// The absolute forms → a naive local time (seconds kept), or `None`.
 fn parse_absolute(expr: &str) -> Option<NaiveDateTime> {
     let num = |range: std::ops::Range<usize>| expr.get(range)?.parse::<u32>().ok();
     let date = NaiveDate::from_ymd_opt(num(0..4)? as i32, num(5..7)?, num(8..10)?)?;
@@ -125,9 +130,8 @@ fn parse_absolute(expr: &str) -> Option<NaiveDateTime> {
                 return None;
             }
             let secs = if expr.len() == 19 { num(17..19)? } else { 0 };
-            // Validates the seconds (a leap second `:60` is refused) before they are dropped.
-            NaiveTime::from_hms_opt(num(11..13)?, num(14..16)?, secs)?;
-            NaiveTime::from_hms_opt(num(11..13)?, num(14..16)?, 0)?
+            // A leap second `:60` is refused.
+            NaiveTime::from_hms_opt(num(11..13)?, num(14..16)?, secs)?
         }
         _ => return None,
     };
@@ -148,8 +152,10 @@ fn resolve_local<Tz: TimeZone>(tz: &Tz, naive: NaiveDateTime) -> Option<DateTime
     None
 }
 
-fn minute_of<Tz: TimeZone>(t: &DateTime<Tz>) -> At {
-    At { local: t.naive_local().format(MINUTE_FMT).to_string(), unix: t.timestamp() }
+fn local_of<Tz: TimeZone>(t: &DateTime<Tz>) -> At {
+    let naive = t.naive_local();
+    let fmt = if naive.second() == 0 { MINUTE_FMT } else { SECOND_FMT };
+    At { local: naive.format(fmt).to_string(), unix: t.timestamp() }
 }
 
 #[cfg(test)]

@@ -34,13 +34,15 @@ fn relative_forms_keep_the_second_and_show_the_minute() {
 }
 
 #[test]
-fn absolute_forms_are_local_minutes() {
+fn absolute_forms_are_local_times_with_the_seconds_given() {
     let nine_thirty = at("2026-12-01T09:30", utc(2026, 12, 1, 8, 30, 0));
     assert_eq!(parse_at_in("2026-12-01", now()).unwrap(), at("2026-12-01T00:00", utc(2026, 11, 30, 23, 0, 0)));
-    assert_eq!(parse_at_in("2026-12-01 09:30:15", now()).unwrap(), nine_thirty);
     assert_eq!(parse_at_in("2026-12-01 09:30", now()).unwrap(), nine_thirty);
     assert_eq!(parse_at_in("2026-12-01T09:30", now()).unwrap(), nine_thirty);
-    assert_eq!(parse_at_in("2026-12-01T09:30:59", now()).unwrap(), nine_thirty);
+    assert_eq!(parse_at_in("2026-12-01T09:30:00", now()).unwrap(), nine_thirty);
+    // The seconds are kept: a todo never fires before the second the user wrote.
+    assert_eq!(parse_at_in("2026-12-01 09:30:15", now()).unwrap(), at("2026-12-01T09:30:15", utc(2026, 12, 1, 8, 30, 15)));
+    assert_eq!(parse_at_in("2026-12-01T09:30:59", now()).unwrap(), at("2026-12-01T09:30:59", utc(2026, 12, 1, 8, 30, 59)));
     // Summer time: UTC+2.
     assert_eq!(parse_at_in("2026-07-01T12:00", now()).unwrap(), at("2026-07-01T12:00", utc(2026, 7, 1, 10, 0, 0)));
 }
@@ -93,7 +95,7 @@ fn a_time_in_the_dst_gap_becomes_the_next_valid_minute() {
     // Berlin, 2026-03-29: 02:00 jumps to 03:00 (01:00 UTC).
     let three = at("2026-03-29T03:00", utc(2026, 3, 29, 1, 0, 0));
     assert_eq!(parse_at_in("2026-03-29 02:30", now()).unwrap(), three);
-    assert_eq!(parse_at_in("2026-03-29T02:00:30", now()).unwrap(), three);
+    assert_eq!(parse_at_in("2026-03-29T02:00:30", now()).unwrap(), at("2026-03-29T03:00:30", utc(2026, 3, 29, 1, 0, 30)));
     assert_eq!(parse_at_in("2026-03-29 01:59", now()).unwrap(), at("2026-03-29T01:59", utc(2026, 3, 29, 0, 59, 0)));
 }
 
@@ -123,6 +125,7 @@ fn a_unix_time_shows_its_local_minute() {
 fn the_time_command_prints_now_or_the_expression() {
     let now = time_command(None).unwrap();
     assert!(shaped(&now, "dddd-dd-ddTdd:dd:dd"), "{now}");
-    assert_eq!(time_command(Some("2026-12-01 09:30:15")).unwrap(), "2026-12-01T09:30");
+    assert_eq!(time_command(Some("2026-12-01 09:30:15")).unwrap(), "2026-12-01T09:30:15");
+    assert_eq!(time_command(Some("2026-12-01 09:30")).unwrap(), "2026-12-01T09:30");
     assert!(time_command(Some("30min")).unwrap_err().to_string().starts_with("invalid time \"30min\": "));
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub struct Out {
     pub code: i32,
@@ -72,4 +72,17 @@ pub fn event_types(stdout: &str) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Reads `stdout` until what was read ends with `text` (e.g. the first delta of an answer that
+/// the gateway then holds), and returns it all. Panics when the stream ends first.
+pub async fn read_until(stdout: &mut tokio::process::ChildStdout, text: &str) -> String {
+    let mut seen = Vec::new();
+    while !seen.ends_with(text.as_bytes()) {
+        let mut buf = [0u8; 256];
+        let n = stdout.read(&mut buf).await.expect("read stdout");
+        assert_ne!(n, 0, "stdout ended before {text:?}: {:?}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
 }

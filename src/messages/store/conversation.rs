@@ -289,6 +289,15 @@ impl MessageStore {
         }
     }
 
+    /// Whether a group named `name` exists, whoever its members are.
+    ///
+    /// Errors: [`StoreError::Sql`].
+    pub fn group_exists(&self, name: &str) -> Result<bool, StoreError> {
+        self.conn
+            .query_row("SELECT EXISTS (SELECT 1 FROM conversation WHERE kind = 'group' AND name = ?1)", [name], |r| r.get(0))
+            .map_err(|e| self.sql_err(e))
+    }
+
     /// The roster of `conv` (Choruz B1): its active, visible agent members that are still in
     /// `agent_config`, named by `agent_config.title`, sorted by lowercase name, then id.
     ///

@@ -66,6 +66,12 @@ pub enum StoreError {
     GroupNameTaken { name: String, other: String, principal: String },
     #[error("group '{group}' was not found in this workspace, or this agent is not a member")]
     GroupNotFound { group: String },
+    /// A person named a group that does not exist (an agent gets Choruz's text instead).
+    #[error("there is no group '{group}' (see `cicy-agent group create`)")]
+    NoGroup { group: String },
+    /// A person named a group that exists but does not have them as an active member.
+    #[error("{person} is not a member of group '{group}'")]
+    NotGroupMember { group: String, person: String },
     #[error("group name '{group}' is ambiguous in this workspace")]
     GroupAmbiguous { group: String },
     /// `group` is the group's name, or for a direct conversation its id.

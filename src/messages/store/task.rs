@@ -121,9 +121,9 @@ impl TaskError {
 impl From<StoreError> for TaskError {
     fn from(e: StoreError) -> Self {
         let code = match &e {
-            StoreError::GroupNotFound { .. } | StoreError::GroupAmbiguous { .. } => TaskErrorCode::GroupNotFound,
+            StoreError::GroupNotFound { .. } | StoreError::NoGroup { .. } | StoreError::GroupAmbiguous { .. } => TaskErrorCode::GroupNotFound,
             StoreError::NoConversation { .. } => TaskErrorCode::NotFound,
-            StoreError::NotMember { .. } => TaskErrorCode::Forbidden,
+            StoreError::NotMember { .. } | StoreError::NotGroupMember { .. } => TaskErrorCode::Forbidden,
             _ => TaskErrorCode::EventStoreUnavailable,
         };
         Self::new(code, e.to_string())
