@@ -48,4 +48,5 @@ if ! command -v chromedriver >/dev/null 2>&1 && [ ! -x /usr/bin/chromedriver ]; 
         exit 1
     fi
 fi
-HOME="$test_home" cargo test --all-targets -j 2 "$@"
+# --no-fail-fast: every test binary runs even after one fails, and the run still fails at the end.
+HOME="$test_home" cargo test --all-targets -j 2 --no-fail-fast "$@"
