@@ -55,4 +55,5 @@ if ! command -v strace >/dev/null 2>&1; then
         || { "${sudo_cmd[@]}" apt-get update -qq >/dev/null && "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; } \
         || { echo "error: could not install strace (apt-get, as root or with sudo)" >&2; exit 1; }
 fi
-HOME="$test_home" cargo test --all-targets -j 2 "$@"
+# --no-fail-fast: every test binary runs even after one fails, and the run still fails at the end.
+HOME="$test_home" cargo test --all-targets -j 2 --no-fail-fast "$@"

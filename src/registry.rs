@@ -1,12 +1,16 @@
 //! The agent registry: table `agent_config` in `$CICY_HOME/cicy.db` (DESIGN.md §3).
 //!
 //! Owns the SQLite schema (versioned with `PRAGMA user_version`, migrations in code) and the
-//! agent rows. It does not create workspaces or read role templates; `crate::agent` does.
+//! agent rows; the index of their workspaces is `workspaces`. It does not create workspaces or
+//! read role templates; `crate::agent` does.
 
+mod workspaces;
+
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::gateway::ApiStyle;
@@ -227,7 +231,15 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // `crate::wake::obligation::ClaimedFile`), so a new message saved under a claimed name is
     // not taken for the claimed one. NULL on rows claimed before this column.
     "ALTER TABLE obligation ADD COLUMN files TEXT;",
+    // The workspace index (`workspaces`): each row's canonical workspace path, so `create`
+    // checks for shared and nested workspaces by indexed lookups. Rows from before get theirs
+    // in code, right after (`workspaces::fill`).
+    "ALTER TABLE agent_config ADD COLUMN real_path BLOB;
+    CREATE UNIQUE INDEX agent_real_path ON agent_config (real_path);",
 ];
+
+/// The schema version whose migration adds `agent_config.real_path`.
+const REAL_PATH_VERSION: i64 = 7;
 
 /// How long a connection waits for another process's write transaction before SQLite reports
 /// `database is locked` (ours: creates in parallel each hold the lock for milliseconds).
@@ -319,6 +331,9 @@ impl Registry {
                 .and_then(|_| tx.pragma_update(None, "user_version", i as i64 + 1))
                 .map_err(|source| RegistryError::Sql { path: self.path.clone(), source })?;
         }
+        if version < REAL_PATH_VERSION {
+            workspaces::fill(&tx).map_err(|source| RegistryError::Sql { path: self.path.clone(), source })?;
+        }
         tx.commit().map_err(|source| RegistryError::Sql { path: self.path.clone(), source })
     }
 
@@ -331,8 +346,8 @@ impl Registry {
     /// skipped, so a default create never fails on it.
     ///
     /// Errors: [`RegistryError::NoMaster`], [`RegistryError::WorkspaceTaken`] (a given
-    /// workspace that is another agent's, compared through symlinks when both exist),
-    /// [`RegistryError::Sql`].
+    /// workspace that is another agent's, compared through symlinks by the index of
+    /// `workspaces`), [`RegistryError::WorkspaceHolds`], [`RegistryError::Sql`].
     pub fn create(
         &mut self,
         new: NewAgent,
@@ -350,29 +365,25 @@ impl Registry {
                 return Err(RegistryError::NoMaster(m.clone()));
             }
         }
-        let taken: Vec<(String, PathBuf)> = {
-            let mut stmt = tx.prepare("SELECT id, workspace FROM agent_config").map_err(sql)?;
-            let rows = stmt.query_map([], |r| Ok((r.get(0)?, PathBuf::from(r.get::<_, String>(1)?)))).map_err(sql)?;
-            rows.collect::<rusqlite::Result<_>>().map_err(sql)?
-        };
-        let owner = |w: &Path| taken.iter().find(|(_, t)| same_path(t, w)).map(|(id, _)| id.clone());
         let mut n: i64 =
             tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
-        let workspace = match new.workspace {
+        let (workspace, key) = match new.workspace {
             Some(w) => {
-                if let Some(other) = owner(&w) {
+                let key = workspaces::key(&w);
+                if let Some((other, _)) = workspaces::same(&tx, &key).map_err(sql)? {
                     return Err(RegistryError::WorkspaceTaken { path: w, other });
                 }
-                if let Some(why) = misplaced(&w, &path, &taken) {
+                if let Some(why) = misplaced(&key, &path, &tx).map_err(sql)? {
                     return Err(RegistryError::WorkspaceHolds { path: w, why });
                 }
-                w
+                (w, key)
             }
             // Each skipped id's default workspace belongs to a distinct row, so this ends.
             None => loop {
                 let w = workspace_for(&format!("w-{n}"));
-                if owner(&w).is_none() {
-                    break w;
+                let key = workspaces::key(&w);
+                if workspaces::same(&tx, &key).map_err(sql)?.is_none() {
+                    break (w, key);
                 }
                 n += 1;
             },
@@ -382,8 +393,8 @@ impl Registry {
         let config_json = serde_json::to_string(&new.config).unwrap_or_else(|_| "{}".to_string());
         tx.execute(
             "INSERT INTO agent_config (id, n, title, workspace, agent_type, role, role_template,
-                default_model, master_id, config, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'cicy', ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+                default_model, master_id, config, created_at, updated_at, real_path)
+             VALUES (?1, ?2, ?3, ?4, 'cicy', ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11)",
             params![
                 id,
                 n,
@@ -394,7 +405,8 @@ impl Registry {
                 new.default_model,
                 new.master_id,
                 config_json,
-                now
+                now,
+                key
             ],
         )
         .map_err(sql)?;
@@ -467,40 +479,24 @@ fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-/// Whether two workspace paths name the same folder; through symlinks and `..` when both exist.
-/// Why `workspace` may not be an agent's, if it may not: it holds the home of the registry at
-/// `db` (its folder) or another agent's workspace (of `taken`), or lies inside one of them — the
-/// home's `workers/<name>` excepted, where default workspaces live. Compared through symlinks
-/// where the paths exist.
-fn misplaced(workspace: &Path, db: &Path, taken: &[(String, PathBuf)]) -> Option<String> {
-    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let ws = real(workspace);
-    let home = db.parent().map(|h| (h, real(h)));
+/// Why the workspace of index key `key` may not be an agent's, if it may not: it holds the home
+/// of the registry at `db` (its folder) or another agent's workspace, or lies inside one of them
+/// — the home's `workers/<name>` excepted, where default workspaces live. Compared through
+/// symlinks where the paths exist.
+fn misplaced(key: &[u8], db: &Path, tx: &Transaction<'_>) -> rusqlite::Result<Option<String>> {
+    let ws = PathBuf::from(std::ffi::OsString::from_vec(key.to_vec()));
+    let home = db.parent().map(|h| (h, h.canonicalize().unwrap_or_else(|_| h.to_path_buf())));
     let the_home = |h: &Path| format!("the cicy home {} (its API token, registry, roles and every agent's files)", h.display());
     if let Some((h, _)) = home.as_ref().filter(|(_, h)| h.starts_with(&ws)) {
-        return Some(format!("holds {}", the_home(h)));
+        return Ok(Some(format!("holds {}", the_home(h))));
     }
-    let agent = taken.iter().find_map(|(id, t)| {
-        let other = real(t);
-        if other.starts_with(&ws) {
-            Some(format!("holds the workspace of agent {id} ({})", t.display()))
-        } else if ws.starts_with(&other) {
-            Some(format!("is inside the workspace of agent {id} ({})", t.display()))
-        } else {
-            None
-        }
-    });
-    agent.or_else(|| {
-        let (h, _) = home.filter(|(_, h_real)| ws.starts_with(h_real) && ws.parent() != Some(h_real.join("workers").as_path()))?;
-        Some(format!("is inside {}; only {} is for workspaces there", the_home(h), h.join("workers/<name>").display()))
-    })
-}
-
-fn same_path(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+    if let Some(why) = workspaces::nested(tx, key)? {
+        return Ok(Some(why));
     }
+    Ok(home.and_then(|(h, h_real)| {
+        (ws.starts_with(&h_real) && ws.parent() != Some(h_real.join("workers").as_path()))
+            .then(|| format!("is inside {}; only {} is for workspaces there", the_home(h), h.join("workers/<name>").display()))
+    }))
 }
 
 /// Whether SQLite failed for want of write access (it says `unable to open database file` when
@@ -613,7 +609,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 5);
+        assert_eq!(v, 6);
     }
 
     #[test]
@@ -638,7 +634,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (5); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (6); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 

@@ -16,6 +16,7 @@ use rmcp::{RoleClient, ServiceExt};
 
 use super::config::McpServerConfig;
 use super::McpError;
+use crate::tools::watchdog::Watched;
 
 /// The log file of server `name`'s stderr: `<workspace>/.cicy/logs/mcp-<name>.log`.
 pub fn log_path(workspace: &Path, name: &str) -> PathBuf {
@@ -33,13 +34,24 @@ pub(super) struct Connection {
 /// `process_group(0)`), SIGKILLed when dropped, so a server started through a wrapper (`npx`,
 /// `sh -c`) leaves no process behind. rmcp kills and reaps the leader itself; this reaches the
 /// rest of the group. The group id stays taken while any member lives, so the kill cannot reach
-/// another group unless all members are gone and the id was reused in between.
+/// another group unless all members are gone and the id was reused in between. The watchdog
+/// (`crate::tools::watchdog`) kills the group if cicy dies before dropping it.
 #[derive(Debug)]
-struct Group(u32);
+struct Group {
+    pid: u32,
+    _watched: Option<Watched>,
+}
+
+impl Group {
+    fn of(pid: u32) -> Self {
+        let watched = libc::pid_t::try_from(pid).ok().filter(|&pgid| pgid > 1).and_then(Watched::new);
+        Self { pid, _watched: watched }
+    }
+}
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let Ok(pgid) = libc::pid_t::try_from(self.0) else {
+        let Ok(pgid) = libc::pid_t::try_from(self.pid) else {
             return;
         };
         // SAFETY: kill takes a pid (negative: a process group) and a signal number. ESRCH (the
@@ -77,7 +89,7 @@ impl Connection {
             .stderr(Stdio::from(log))
             .spawn()
             .map_err(|source| McpError::Spawn { command: config.command.clone(), source })?;
-        let group = transport.id().map(Group);
+        let group = transport.id().map(Group::of);
         let secs = config.timeout_secs;
         let service = match tokio::time::timeout(Duration::from_secs(secs), ().serve(transport)).await {
             Ok(Ok(service)) => service,
@@ -106,7 +118,7 @@ impl Connection {
 
     /// The server's process id, when the OS gave one.
     pub fn pid(&self) -> Option<u32> {
-        self.group.as_ref().map(|g| g.0)
+        self.group.as_ref().map(|g| g.pid)
     }
 }
 

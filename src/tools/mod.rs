@@ -48,6 +48,7 @@ pub mod skill;
 pub mod task;
 pub mod skill_guard;
 pub mod wish;
+pub(crate) mod watchdog;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here (and `crate::hooks::runner`'s) wait the same way instead of polling.
 #[cfg(test)]

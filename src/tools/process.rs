@@ -8,8 +8,10 @@
 //!
 //! Lifecycle of a job:
 //! - `bash -lc <command>` starts as the leader of a new process group, stdin `/dev/null`, stdout
-//!   and stderr piped and read concurrently into one buffer in arrival order. The group is
-//!   recorded under the agent's `.cicy/running/` until it ends, so a crash cannot orphan it.
+//!   and stderr piped and read concurrently into one buffer in arrival order. Until it ends the
+//!   group is known to the watchdog (`super::watchdog`), which kills it if cicy dies, and
+//!   recorded under the agent's `.cicy/running/` for the reaper at the next start, so a crash
+//!   cannot orphan it.
 //! - The job ends when bash (the main process) exits, not when the pipes close, so a background
 //!   child that keeps them open (`sleep 100 & echo hi`) cannot stall it; output already buffered
 //!   is drained for at most [`DRAIN_GRACE`].
@@ -32,6 +34,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use super::output::Collector;
 use super::reaper::Recorded;
+use super::watchdog::Watched;
 use super::ToolContext;
 
 /// Between SIGTERM and SIGKILL: long enough for a well-behaved program to clean up.
@@ -187,10 +190,12 @@ pub(crate) fn prepare(command: &mut Command, ctx: &ToolContext) {
 
 /// The job's process group. Dropping it SIGKILLs whatever is still in the group, which reaps
 /// background jobs on return and also covers the caller dropping `run` mid-flight; then the
-/// record drops, so the group is recorded for as long as any of it may be alive.
+/// record and the watchdog's entry drop, so the group is covered for as long as any of it may
+/// be alive.
 pub(crate) struct Group {
     id: libc::pid_t,
     _record: Option<Recorded>,
+    _watched: Option<Watched>,
 }
 
 impl Group {
@@ -205,8 +210,9 @@ impl Group {
             let _ = child.start_kill();
             return None;
         };
-        // Between the spawn and this write a crash would leave the group unrecorded: the id
-        // exists only once the process does.
+        // Between the spawn and these a crash would leave the group uncovered: the id exists
+        // only once the process does. The watchdog first, so a record on disk means it knows.
+        let watched = Watched::new(id);
         let record = ctx.running_dir.as_deref().and_then(|dir| match Recorded::write(dir, id, label) {
             Ok(record) => Some(record),
             Err(e) => {
@@ -215,7 +221,7 @@ impl Group {
                 None
             }
         });
-        Some(Self { id, _record: record })
+        Some(Self { id, _record: record, _watched: watched })
     }
 
     fn signal(&self, signal: libc::c_int) {

@@ -225,6 +225,12 @@ fn live_members(pgid: i32) -> usize {
         .count()
 }
 
+/// The start time (clock ticks after boot) of process `pid`, `None` when it is gone or its
+/// `/proc` entry cannot be read: what tells a group's leader from a later process with its id.
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
+    read_stat(pid).ok().flatten().map(|stat| stat.start_time)
+}
+
 /// This boot's id, or empty when the kernel does not say.
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()).unwrap_or_default()
@@ -247,19 +253,19 @@ fn remove(path: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::os::unix::process::{CommandExt, ExitStatusExt};
 
     /// `sleep 600` as the leader of its own group, killed and reaped when dropped.
-    struct Sleeper(std::process::Child);
+    pub(in crate::tools) struct Sleeper(pub(in crate::tools) std::process::Child);
 
     impl Sleeper {
-        fn start() -> Self {
+        pub(in crate::tools) fn start() -> Self {
             Self(std::process::Command::new("sleep").arg("600").process_group(0).spawn().unwrap())
         }
 
-        fn pgid(&self) -> i32 {
+        pub(in crate::tools) fn pgid(&self) -> i32 {
             self.0.id() as i32
         }
     }

@@ -94,6 +94,7 @@ mod tests {
             tables,
             [
                 "agent_config",
+                "agent_real_path",
                 "conversation",
                 "conversation_name",
                 "cron_job",
@@ -126,7 +127,8 @@ mod tests {
         db.conn
             .execute_batch(
                 "DROP TABLE lease; DROP TABLE msg_call; DROP TABLE delivery; DROP TABLE task; DROP TABLE cron_job; DROP TABLE member; DROP TABLE message;
-                 DROP TABLE conversation; DROP TABLE todo; DROP TABLE obligation; PRAGMA user_version = 1;
+                 DROP TABLE conversation; DROP TABLE todo; DROP TABLE obligation;
+                 DROP INDEX agent_real_path; ALTER TABLE agent_config DROP COLUMN real_path; PRAGMA user_version = 1;
                  INSERT INTO agent_config (id, n, title, workspace, role_template, created_at, updated_at)
                  VALUES ('w-1', 1, 'Ada', '/w', 'assistant', 't', 't');",
             )
