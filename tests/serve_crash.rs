@@ -31,7 +31,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use common::cli::{cicy, command};
-use common::crash::{check_history_files, Rng};
+use common::crash::{check_history_files, Faults, Rng};
 use common::fixture::TestHome;
 use common::gateway::{anthropic_text, Reply, ScriptedGateway};
 use common::serve::Serve;
@@ -201,28 +201,6 @@ fn check_event_seqs(w: &World, f: &mut Faults) {
 struct Open {
     obligations: Vec<i64>,
     todos: Vec<(usize, u32)>,
-}
-
-/// The violations found, each told once, with the first check that saw it: a run goes on past
-/// a violation, so one failing run shows every check that fails (the test fails at its end).
-#[derive(Default)]
-struct Faults {
-    seen: BTreeSet<String>,
-    told: Vec<String>,
-    when: String,
-}
-
-impl Faults {
-    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
-        if ok {
-            return;
-        }
-        let what = what();
-        if self.seen.insert(what.clone()) {
-            eprintln!("serve_crash: {}: {what}", self.when);
-            self.told.push(format!("{}: {what}", self.when));
-        }
-    }
 }
 
 /// Every check that holds at any moment serve is down (`end`: also every liveness one, after
@@ -606,5 +584,5 @@ async fn kill_9_of_serve_at_random_moments_loses_nothing_and_does_nothing_twice(
     for c in ledger.chats.iter().filter(|c| c.code != 0) {
         eprintln!("serve_crash: {} ended {}: stdout {:?}, stderr {:?}", c.token, c.code, c.stdout, c.stderr);
     }
-    assert!(faults.told.is_empty(), "seed {seed}: {} violation(s):\n{}", faults.told.len(), faults.told.join("\n"));
+    faults.assert_none(&format!("seed {seed}"));
 }

@@ -1,7 +1,8 @@
 //! What the kill -9 tests share (`tests/crash.rs` kills a `chat`, `tests/serve_crash.rs` a
-//! `serve`): a seeded generator, so a failing run can be replayed, and the check that every
-//! history file a kill left still loads. Test fixtures only.
+//! `serve`): a seeded generator, so a failing run can be replayed, the check that every
+//! history file a kill left still loads, and a collector of violations. Test fixtures only.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use cicy::conversation::history::{CurrentFile, ReplyFile};
@@ -63,4 +64,34 @@ pub fn check_history_files(history: &Path) -> usize {
         }
     }
     seen
+}
+
+/// The violations found, each told once, with the first check that saw it (`when`): a run goes
+/// on past a violation, so one failing run shows every check that fails, and fails at its end.
+#[derive(Default)]
+pub struct Faults {
+    seen: BTreeSet<String>,
+    told: Vec<String>,
+    /// Which check is running, e.g. `after kill 3`.
+    pub when: String,
+}
+
+impl Faults {
+    /// Records `what()` unless `ok` (and prints it at once, so a run that hangs later still
+    /// shows it).
+    pub fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if ok {
+            return;
+        }
+        let what = what();
+        if self.seen.insert(what.clone()) {
+            eprintln!("{}: {what}", self.when);
+            self.told.push(format!("{}: {what}", self.when));
+        }
+    }
+
+    /// Fails the test when anything was recorded, listing it all.
+    pub fn assert_none(&self, run: &str) {
+        assert!(self.told.is_empty(), "{run}: {} violation(s):\n{}", self.told.len(), self.told.join("\n"));
+    }
 }
