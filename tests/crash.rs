@@ -15,7 +15,7 @@ use cicy::conversation::history::{CurrentFile, CurrentStatus};
 use cicy::conversation::invariants;
 use common::cli::{cicy, command};
 use common::gateway::*;
-use common::crash::{check_history_files, Rng};
+use common::crash::{check_files, Rng};
 use common::history::{assert_valid_request, split_aux};
 use cicy::conversation::message::{Content, ContentBlock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -46,7 +46,7 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     assert_eq!(cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
     let history = h.path().join("workers/w-1/.cicy/history");
 
-    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut restarts_that_sent = 0;
     for i in 0..KILLS {
         let before = gw.requests().len();
@@ -65,7 +65,7 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
         let status = child.wait().await.expect("wait");
         assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL), "kill {i}");
         drop(stdin);
-        assert!(check_history_files(&history) >= 2, "no history files under {}", history.display());
+        check_files(&history);
         if gw.requests().len() > before {
             restarts_that_sent += 1;
         }

@@ -8,15 +8,11 @@ use std::path::Path;
 use cicy::conversation::history::{CurrentFile, ReplyFile};
 use cicy::conversation::invariants;
 
-/// A small deterministic generator (xorshift64), so a failure can be replayed.
-pub struct Rng(u64);
+/// A small deterministic generator (xorshift64), so a failure can be replayed; its seed must not
+/// be 0, which xorshift never leaves.
+pub struct Rng(pub u64);
 
 impl Rng {
-    /// A generator from `seed` (0, which xorshift never leaves, is taken as 1).
-    pub fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -28,6 +24,11 @@ impl Rng {
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next() % (hi - lo)
     }
+}
+
+/// [`check_history_files`] of a folder that must hold at least two files (a session that ran).
+pub fn check_files(history: &Path) {
+    assert!(check_history_files(history) >= 2, "no history files under {}", history.display());
 }
 
 /// Every `.json` file under the history folder parses (following the symlinks), current.json
