@@ -8,14 +8,14 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use cicy::conversation::history::{CurrentFile, CurrentStatus, ReplyFile};
+use cicy::conversation::history::{CurrentFile, CurrentStatus};
 use cicy::conversation::invariants;
 use common::cli::{cicy, command};
 use common::gateway::*;
+use common::crash::{check_files, Rng};
 use common::history::{assert_valid_request, split_aux};
 use cicy::conversation::message::{Content, ContentBlock};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -33,50 +33,6 @@ fn main_reply(n: usize) -> Reply {
         anthropic_text_and_tool(&format!("step {n}"), &format!("toolu_{n}"), "shell", &format!(r#"{{"command":"sleep 0.03; echo {n}"}}"#))
     };
     Reply::Sse { chunks, delay: Duration::from_millis(2) }
-}
-
-/// A small deterministic generator (xorshift64), so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-/// Every `.json` file under the history folder parses (following the symlinks), current.json
-/// files as histories that heal into a valid one, reply.json files as snapshots.
-fn check_files(history: &Path) {
-    let mut stack = vec![history.to_path_buf()];
-    let mut seen = 0;
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("read history dir") {
-            let path = entry.expect("entry").path();
-            let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            // `.tmp-*` and `.<link>.<pid>.tmp` are atomic writes a kill interrupted; never read.
-            if name.starts_with('.') || !name.ends_with(".json") {
-                continue;
-            }
-            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            if name.starts_with("current") {
-                let mut c: CurrentFile =
-                    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
-                invariants::heal(&mut c.messages);
-                assert_eq!(invariants::check_history(&c.messages), Ok(()), "{}", path.display());
-            } else {
-                serde_json::from_slice::<ReplyFile>(&bytes).unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
-            }
-            seen += 1;
-        }
-    }
-    assert!(seen >= 2, "no history files under {}", history.display());
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 
 pub mod browser;
 pub mod cli;
+pub mod crash;
 pub mod fixture;
 pub mod gateway;
 pub mod history;
