@@ -48,6 +48,11 @@ use super::print;
 /// DESIGN.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// How long a serve whose event stream broke has to answer `/api/health` before it counts as
+/// stopped: longer than [`HEALTH_TIMEOUT`], so a busy serve is not declared dead; a killed one
+/// refuses the connection at once.
+const STOPPED_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// A live serve of this home: one HTTP client (no proxy: the serve is on loopback) and its
 /// base URL `http://127.0.0.1:<port>`.
 #[derive(Debug)]
@@ -83,7 +88,7 @@ pub(super) async fn live_serve(home: &Home) -> Result<Option<Serve>> {
     let client = reqwest::Client::builder().no_proxy().build()?;
     let base = reqwest::Url::parse(&format!("http://127.0.0.1:{}", file.port))?;
     let nonce: String = rand::random::<[u8; 16]>().iter().map(|b| format!("{b:02x}")).collect();
-    let Some(answer) = health(&client, &base, &file.instance_id, Some(&nonce)).await else {
+    let Some(answer) = health(&client, &base, &file.instance_id, Some(&nonce), HEALTH_TIMEOUT).await else {
         return Ok(None);
     };
     let proof = answer.get("proof").and_then(Value::as_str).unwrap_or_default();
@@ -95,9 +100,9 @@ pub(super) async fn live_serve(home: &Home) -> Result<Option<Serve>> {
     }
 }
 
-/// `GET /api/health[?proof=<nonce>]`'s answer when it comes within [`HEALTH_TIMEOUT`] and
-/// names `instance_id`; `None` otherwise.
-async fn health(client: &reqwest::Client, base: &reqwest::Url, instance_id: &str, nonce: Option<&str>) -> Option<Value> {
+/// `GET /api/health[?proof=<nonce>]`'s answer when it comes within `limit` and names
+/// `instance_id`; `None` otherwise.
+async fn health(client: &reqwest::Client, base: &reqwest::Url, instance_id: &str, nonce: Option<&str>, limit: Duration) -> Option<Value> {
     let ask = async {
         let mut url = base.join("/api/health").ok()?;
         if let Some(nonce) = nonce {
@@ -105,7 +110,7 @@ async fn health(client: &reqwest::Client, base: &reqwest::Url, instance_id: &str
         }
         client.get(url).send().await.ok()?.json::<Value>().await.ok()
     };
-    let answer = tokio::time::timeout(HEALTH_TIMEOUT, ask).await.ok().flatten()?;
+    let answer = tokio::time::timeout(limit, ask).await.ok().flatten()?;
     (answer.get("instance_id").and_then(Value::as_str) == Some(instance_id)).then_some(answer)
 }
 
@@ -349,10 +354,10 @@ impl<'a> Remote<'a> {
     }
 
     /// The error of an event stream that broke with `e`: [`ServeStopped`] when serve no longer
-    /// answers its health route as itself (its socket closes as it dies, so this is decided at
-    /// once), else `e`.
+    /// answers its health route as itself within [`STOPPED_TIMEOUT`] (its socket closes as it
+    /// dies, so that is usually decided at once), else `e`.
     async fn broken(&self, e: anyhow::Error) -> anyhow::Error {
-        match health(&self.serve.client, &self.serve.base, &self.serve.instance_id, None).await {
+        match health(&self.serve.client, &self.serve.base, &self.serve.instance_id, None, STOPPED_TIMEOUT).await {
             Some(_) => e,
             None => ServeStopped { pid: self.serve.pid }.into(),
         }
