@@ -613,7 +613,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 5);
+        assert_eq!(v, 6);
     }
 
     #[test]
@@ -638,7 +638,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (5); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's (6); a command that writes (e.g. `create`) upgrades it", old.display())
         );
     }
 
