@@ -118,7 +118,7 @@ pub fn order_key(m: &MessageFile) -> (&str, u128, &str) {
 }
 
 /// The nanoseconds field of a name cicy wrote, if `name` is one.
-fn name_nanos(name: &str) -> Option<u128> {
+pub(super) fn name_nanos(name: &str) -> Option<u128> {
     let stem = name.strip_suffix(".md")?;
     let mut parts = stem.rsplitn(4, '_');
     let (seq, pid, nanos) = (parts.next()?, parts.next()?, parts.next()?);

@@ -5,7 +5,9 @@
 //! periodic scan, the end of a turn, `inbox receive`) asks [`settled`]: a file is taken once
 //! the inbox watch saw its writer close it or rename it in with exactly the stamp it has now
 //! ([`note_finished`]), or once it has not changed for the write grace
-//! (`crate::fsutil::write_grace`). Owns the process-wide record of those sightings. Must not
+//! (`crate::fsutil::write_grace`). A file under a name cicy gives its own messages
+//! (`…_<nanos:032x>_<pid:08x>_<seq:04x>.md`) is whole at once: only `Mailbox::write` makes
+//! those, always aside and renamed in (so one left while serve was down waits for nothing). Owns the process-wide record of those sightings. Must not
 //! read, parse or move a file.
 
 use std::collections::HashMap;
@@ -65,6 +67,9 @@ pub fn forget(path: &Path) {
 /// `Ok(())`, or `Err(wait)`, how long until it has been unchanged for `grace` (a look again
 /// then, if nothing wakes the agent sooner). An mtime in the future counts as now.
 pub fn settled(path: &Path, meta: &Metadata, now: SystemTime, grace: Duration) -> Result<(), Duration> {
+    if path.file_name().and_then(|n| n.to_str()).and_then(super::name_nanos).is_some() {
+        return Ok(());
+    }
     let seen = FINISHED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(path).copied());
     if seen == Some(FileStamp::of(meta)) {
         return Ok(());
@@ -82,7 +87,7 @@ mod tests {
     use std::io::Write;
 
     #[test]
-    fn a_file_being_written_waits_for_its_close_or_the_grace_and_a_new_write_undoes_a_close() {
+    fn a_file_being_written_waits_for_its_close_or_the_grace_and_a_new_write_undoes_a_close_and_cicys_names_do_not_wait() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.md");
         let mut writer = std::fs::File::create(&path).unwrap();
@@ -102,6 +107,10 @@ mod tests {
         let meta = std::fs::metadata(&path).unwrap();
         assert!(settled(&path, &meta, meta.modified().unwrap(), grace).is_err(), "written again after the close");
         forget(&path);
+        let cicy = dir.path().join(format!("2026-12-01T09-00-00_x_{:032x}_0000abcd_0001.md", 7));
+        std::fs::write(&cicy, "renamed in by cicy").unwrap();
+        let meta = std::fs::metadata(&cicy).unwrap();
+        assert_eq!(settled(&cicy, &meta, meta.modified().unwrap(), grace), Ok(()), "a name only cicy's renames make");
         note_finished(&dir.path().join("gone.md"));
         assert!(FINISHED.lock().unwrap().as_ref().unwrap().get(&path).is_none());
     }
