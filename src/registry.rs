@@ -609,7 +609,7 @@ mod tests {
         assert_eq!(got.config.api_style, Some(ApiStyle::Openai));
         assert_eq!(reg.list().unwrap().len(), 2);
         let v: i64 = reg.conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(v, 6);
+        assert_eq!(v, 7);
     }
 
     #[test]
