@@ -369,7 +369,7 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
     // serve's cancel drops the queue on purpose; the page says so.
     b.wait_js("the notice on the dropped input", "document.querySelector('#notice').textContent === 'Cancelled; the queued input was dropped.'").await;
     b.wait_js("the row's queue gone", &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === ''")).await;
-    assert!(tool.exited_within(Duration::from_secs(5)).await, "the tool's process is gone");
+    assert!(tool.exited_within(Duration::from_secs(30)).await, "the tool's process is gone");
     let events = agent_events(&s, &id, 1).await;
     let ended = events.iter().find(|f| f.event == "turn_ended").unwrap();
     assert_eq!(ended.data["outcome"], "cancelled");

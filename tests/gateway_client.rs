@@ -373,7 +373,9 @@ async fn openai_eof_before_finish_reason_is_incomplete() {
     assert_eq!(gw.requests().len(), 3, "a send and two re-runs");
 }
 
-#[tokio::test]
+// A paused clock: the timeout fires when the stream has gone quiet, never while a loaded
+// machine is still sending it.
+#[tokio::test(start_paused = true)]
 async fn openai_finished_answer_without_done_ends_at_idle() {
     let gw = ScriptedGateway::start().await;
     let full = openai_text("done early");
@@ -436,7 +438,9 @@ async fn cancel_from_another_task_and_during_a_retry_wait() {
     assert_eq!(gw.requests().len(), 2);
 }
 
-#[tokio::test]
+// A paused clock: the timeout fires when the stream has gone quiet, never while a loaded
+// machine is still sending it.
+#[tokio::test(start_paused = true)]
 async fn whole_call_timeout() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::SseThenHang { chunks: anthropic_prelude() });

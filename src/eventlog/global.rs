@@ -198,7 +198,7 @@ mod tests {
     async fn take(sub: &mut GlobalSubscription, n: usize) -> Vec<Item> {
         let mut out = Vec::new();
         for _ in 0..n {
-            out.push(tokio::time::timeout(std::time::Duration::from_secs(5), sub.next()).await.unwrap().unwrap());
+            out.push(tokio::time::timeout(std::time::Duration::from_secs(30), sub.next()).await.unwrap().unwrap());
         }
         out
     }
