@@ -76,15 +76,16 @@ struct Effects {
 fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, fx: &mut Effects) -> Option<String> {
     match &c.command {
         OutboxCommand::Send { content, group: Some(g), thread, broadcast, metadata, .. } => {
-            group_send(w, g, content, thread.as_deref(), *broadcast, metadata.clone())
+            group_send(w, g, content, thread.as_deref(), *broadcast, once(metadata.clone().unwrap_or_default(), c))
         }
-        OutboxCommand::Send { content, group: None, to, .. } => direct_send(w, content, to.as_deref()),
-        OutboxCommand::ShareFile { path, group } => share_file(w, path, group.as_deref()),
+        OutboxCommand::Send { content, group: None, to, .. } => direct_send(w, content, to.as_deref(), c),
+        OutboxCommand::ShareFile { path, group } => share_file(w, path, group.as_deref(), c),
         OutboxCommand::TaskCreate { .. } | OutboxCommand::TaskUpdate { .. } | OutboxCommand::TaskTransfer { .. } => {
-            task(w, outbox, &c.command);
+            task(w, outbox, c);
             None
         }
         OutboxCommand::CreateGroup { name, description, members } => create_group(&w.home, &w.agent_id, name, description.as_deref(), members)
+            .or_else(|e| retried_group(&w.home, &w.agent_id, name, c).ok_or(e))
             .err()
             .map(|e| format!("Failed to create group '{name}': {e}")),
         OutboxCommand::SetCron { name, schedule, message } => match set_cron(w, name, schedule, message) {
@@ -94,16 +95,63 @@ fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, fx: &mut Effects) -> Option<S
             }
             Err(e) => Some(format!("Failed to set cron '{name}': {e}")),
         },
-        OutboxCommand::ProvisionAgent { name, instructions, model } => Some(match provision(&w.home, &w.agent_id, name, instructions, model.clone()) {
-            Ok(record) => {
-                fx.provisioned.push(record);
-                format!("Agent '{name}' created successfully.")
-            }
-            Err(e) => format!("Failed to create agent '{name}': {e}"),
+        OutboxCommand::ProvisionAgent { name, instructions, model } => Some(match provisioned_by(&w.home, name, c) {
+            // The retry of a killed drain: its first run created the agent, which serve's
+            // restart started with the others.
+            Some(_) => format!("Agent '{name}' created successfully."),
+            None => match provision(&w.home, &w.agent_id, name, instructions, model.clone()) {
+                Ok(record) => {
+                    fx.provisioned.push(record);
+                    format!("Agent '{name}' created successfully.")
+                }
+                Err(e) => format!("Failed to create agent '{name}': {e}"),
+            },
         }),
         // The drain answers unknown types itself.
         OutboxCommand::Unknown(_) => None,
     }
+}
+
+/// `metadata` with the command's first-claim id ([`route::META_OUTBOX_CMD`]): the post and the
+/// files it makes are written once for it (`route::post`, `crate::wake::deliver`).
+fn once(mut metadata: Map<String, Value>, c: &Claimed) -> Map<String, Value> {
+    metadata.insert(route::META_OUTBOX_CMD.into(), Value::from(c.id.as_str()));
+    metadata
+}
+
+/// Whether `c` is a retry: a claim of a `.processing` file a killed consumer left.
+fn is_retry(c: &Claimed) -> bool {
+    c.name.ends_with(".processing")
+}
+
+/// When `c` was first claimed, in the registry's and the store's `created_at` format (to the
+/// second, rounded down): what a retry's first run created is no older.
+fn first_claimed_at(c: &Claimed) -> Option<String> {
+    let millis = c.id.parse::<ulid::Ulid>().ok()?.timestamp_ms();
+    let at = time::OffsetDateTime::from_unix_timestamp(i64::try_from(millis / 1000).ok()?).ok()?;
+    at.format(&time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z")).ok()
+}
+
+/// On a retry, the agent titled `name` that the first run of `c` created: one created since
+/// `c` was first claimed (the registry keeps no command id, so the title and the time are the key).
+fn provisioned_by(home: &Home, name: &str, c: &Claimed) -> Option<AgentRecord> {
+    if !is_retry(c) {
+        return None;
+    }
+    let since = first_claimed_at(c)?;
+    let agents = Registry::open(&home.db_path()).ok()?.list().ok()?;
+    agents.into_iter().find(|a| a.title == name && a.created_at >= since)
+}
+
+/// On a retry whose `create_group` failed, `Some(())` when the group `name` is one `requester`
+/// created since `c` was first claimed: the first run made it.
+fn retried_group(home: &Home, requester: &str, name: &str, c: &Claimed) -> Option<()> {
+    if !is_retry(c) {
+        return None;
+    }
+    let since = first_claimed_at(c)?;
+    let conv = MessageStore::open(home).ok()?.resolve_group(requester, name).ok()?;
+    (conv.created_by == requester && conv.created_at >= since).then_some(())
 }
 
 /// The hops of what the turn answers (0 outside a claim).
@@ -113,8 +161,7 @@ fn claim_hops(w: &WakeTurn) -> u32 {
 
 /// `send` with a group (Choruz B7): posted in the group as the agent, one hop more than what
 /// the turn answers; every failure is `Failed to send to group '<g>': <reason>`.
-fn group_send(w: &WakeTurn, group: &str, content: &str, thread: Option<&str>, broadcast: bool, metadata: Option<Map<String, Value>>) -> Option<String> {
-    let mut metadata = metadata.unwrap_or_default();
+fn group_send(w: &WakeTurn, group: &str, content: &str, thread: Option<&str>, broadcast: bool, mut metadata: Map<String, Value>) -> Option<String> {
     if let Some(t) = thread {
         metadata.insert("reply_to_id".into(), Value::from(t));
         metadata.insert("thread".into(), Value::Bool(true));
@@ -138,14 +185,15 @@ fn group_send(w: &WakeTurn, group: &str, content: &str, thread: Option<&str>, br
 
 /// `send` without a group: the reply of the claimed conversation (as the `reply` tool), a
 /// message to `to` (cicy [chosen]: as the `send` tool), or, with neither, the drain's reply.
-fn direct_send(w: &WakeTurn, content: &str, to: Option<&str>) -> Option<String> {
+fn direct_send(w: &WakeTurn, content: &str, to: Option<&str>, cmd: &Claimed) -> Option<String> {
     let claim = w.state().claim.clone();
     let to = to.map(str::trim);
     match (claim, to) {
         (Some(c), None) => answer(w, &c, content, false).err().map(|e| format!("Failed to send the reply: {e}")),
         (Some(c), Some(to)) if to == c.from => answer(w, &c, content, false).err().map(|e| format!("Failed to send to '{to}': {e}")),
         (_, Some(to)) => {
-            let msg = Outgoing { to: to.to_string(), text: content.to_string(), question: false, meta: Default::default() };
+            let meta = [(route::META_OUTBOX_CMD.to_string(), cmd.id.clone())].into();
+            let msg = Outgoing { to: to.to_string(), text: content.to_string(), question: false, meta };
             match deliver(&w.home, &w.workspace, &w.agent_id, &msg) {
                 Ok(file) => {
                     w.state().sent += 1;
@@ -163,7 +211,7 @@ fn direct_send(w: &WakeTurn, content: &str, to: Option<&str>) -> Option<String> 
 /// posted in `group` (or the claimed stored conversation) as `📎 <name> (<size> bytes)` and
 /// copied to each other agent member's `<ws>/.cicy/inbox-files/<msg_id>/<name>` **[chosen]**.
 /// A refused path, a missing file or a failed copy is ignored with a warning (B9).
-fn share_file(w: &WakeTurn, rel: &str, group: Option<&str>) -> Option<String> {
+fn share_file(w: &WakeTurn, rel: &str, group: Option<&str>, c: &Claimed) -> Option<String> {
     let real = match share::resolve(&w.workspace, rel) {
         Ok(real) => real,
         Err(e) => {
@@ -191,7 +239,7 @@ fn share_file(w: &WakeTurn, rel: &str, group: Option<&str>) -> Option<String> {
             (None, Some(conv)) => conv,
             (None, None) => return Ok(None),
         };
-        let mut metadata = Map::new();
+        let mut metadata = once(Map::new(), c);
         metadata.insert("filename".into(), Value::from(name.as_str()));
         metadata.insert("size_bytes".into(), Value::from(size));
         let post = Post { conv_id: &conv, sender: &w.agent_id, content: &text, thread: None, hops: claim_hops(w).saturating_add(1), wake_agents: true, metadata };
@@ -228,7 +276,8 @@ fn copy_to_recipients(home: &Home, real: &Path, name: &str, msg_id: &str, agents
 
 /// The task commands (Choruz B7): run on the store, their result envelope written to
 /// `results/` whatever the outcome (B8).
-fn task(w: &WakeTurn, outbox: &Outbox, command: &OutboxCommand) {
+fn task(w: &WakeTurn, outbox: &Outbox, c: &Claimed) {
+    let command = &c.command;
     let (kind, task_ref, idempotency_key) = match command {
         OutboxCommand::TaskCreate { task_key, idempotency_key, .. } => ("task_create", TaskRef { task_id: None, task_key: task_key.clone() }, idempotency_key.clone()),
         OutboxCommand::TaskUpdate { task, .. } => ("task_update", task.clone(), None),
@@ -243,7 +292,7 @@ fn task(w: &WakeTurn, outbox: &Outbox, command: &OutboxCommand) {
             envelope
         }
     };
-    if let Err(e) = outbox.write_result(&envelope) {
+    if let Err(e) = outbox.write_result(&c.id, &envelope) {
         tracing::warn!(agent = %w.agent_id, error = %e, "outbox: cannot write the result envelope");
     }
 }

@@ -207,3 +207,88 @@ fn provision_agent_creates_a_worker_with_the_instructions() {
     assert_eq!((rec.id.as_str(), rec.role_template.as_str()), ("w-2", "assistant"));
     assert!(fs::read_to_string(rec.workspace.join("AGENTS.md")).unwrap().ends_with("\nWatch the logs.\n"));
 }
+
+/// Runs the queued `commands` of `w` as a serve killed right after each command's effect would:
+/// the effect happens, the `.processing` claim stays behind (put back after the drain deleted it).
+fn drain_killed_after_each_effect(w: &WakeTurn, commands: &[&str]) {
+    let new = Outbox::of_workspace(&w.workspace).new_dir();
+    fs::create_dir_all(&new).unwrap();
+    for (i, c) in commands.iter().enumerate() {
+        fs::write(new.join(format!("cmd-{:020}-cmd-kill{i:02}.json", i + 1)), c).unwrap();
+    }
+    let outbox = Outbox::of_workspace(&w.workspace);
+    let (mut fx, mut claims) = (Effects::default(), Vec::new());
+    outbox.drain(PROCESSING_STALE_AFTER, |c| {
+        let reply = run(w, &outbox, c, &mut fx);
+        claims.push((c.path.clone(), fs::read(&c.path).unwrap()));
+        reply
+    });
+    assert_eq!(claims.len(), commands.len());
+    for (path, bytes) in claims {
+        fs::write(path, bytes).unwrap();
+    }
+}
+
+/// The `.md` files of `dir` and its `archive/`.
+fn messages_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names = Vec::new();
+    for d in [dir.to_path_buf(), dir.join("archive")] {
+        for e in fs::read_dir(&d).into_iter().flatten() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            if name.ends_with(".md") {
+                names.push(name);
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn a_command_retried_after_a_kill_between_its_effect_and_the_claims_deletion_runs_once() {
+    let (_dir, home, ids) = home_with(2);
+    MessageStore::open(&home).unwrap().create_group("human:ada", "ops", "", &[&ids[0], &ids[1]]).unwrap();
+    let w = turn(&home, &ids[0]);
+    fs::write(w.workspace.join("logo.png"), b"\x89PNG\0\x01").unwrap();
+    drain_killed_after_each_effect(
+        &w,
+        &[
+            &format!(r#"{{"type":"send","to":"{}","content":"direct once"}}"#, ids[1]),
+            r#"{"type":"send","group":"ops","content":"group once"}"#,
+            r#"{"type":"share_file","path":"logo.png","group":"ops"}"#,
+            r#"{"type":"task_create","group":"ops","title":"t","idempotency_key":"k1"}"#,
+            &format!(r#"{{"type":"create_group","name":"pair","members":["{}"]}}"#, ids[1]),
+            r#"{"type":"provision_agent","name":"Helper","instructions":"help"}"#,
+        ],
+    );
+    let (ws1, ws2) = (w.workspace.clone(), Registry::open(&home.db_path()).unwrap().get(&ids[1]).unwrap().workspace);
+    let mb2 = Mailbox::of_workspace(&ws2);
+    // The recipient read the direct message and the group posts before serve came back.
+    let (pending, _) = mb2.pending().unwrap();
+    assert_eq!(pending.len(), 3);
+    mb2.archive(&pending.iter().map(|m| m.name.clone()).collect::<Vec<_>>()).unwrap();
+    let results = Outbox::of_workspace(&ws1).results_dir();
+    let before = (messages_in(&mb2.inbox_dir()), messages_in(&Mailbox::of_workspace(&ws1).outbox_dir()), fs::read_dir(&results).unwrap().count());
+
+    // A restarted serve: the claims are not stale yet, then they are (stale_after 0).
+    let fresh = drain(&w, PROCESSING_STALE_AFTER);
+    assert_eq!((fresh.stats.reclaimed, fresh.stats.skipped), (0, 6));
+    let retried = drain(&w, Duration::ZERO);
+    assert_eq!((retried.stats.reclaimed, retried.stats.processed), (6, 6));
+    let inbox2 = messages_in(&mb2.inbox_dir());
+    assert_eq!(inbox2.len(), 3, "one file per message in the recipient's inbox and archive: {inbox2:?}");
+    assert_eq!(retried.stats.reply, "Agent 'Helper' created successfully.");
+    assert!(retried.provisioned.is_empty(), "no second agent to start");
+    assert_eq!(fs::read_dir(Outbox::of_workspace(&ws1).new_dir()).unwrap().count(), 0, "the retry deletes the claims");
+    assert_eq!((inbox2.clone(), messages_in(&Mailbox::of_workspace(&ws1).outbox_dir()), fs::read_dir(&results).unwrap().count()), before);
+    assert_eq!(fs::read_dir(&results).unwrap().count(), 1, "one result envelope");
+    let (_, page) = crate::messages::groups::page(&home, "ada", "ops", None, 10).unwrap();
+    let contents: Vec<&str> = page.messages.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(contents, ["group once", "📎 logo.png (6 bytes)"]);
+    let shared = ws2.join(".cicy/inbox-files").join(&page.messages[1].id);
+    assert_eq!(fs::read_dir(ws2.join(".cicy/inbox-files")).unwrap().count(), 1);
+    assert_eq!(fs::read(shared.join("logo.png")).unwrap(), b"\x89PNG\0\x01");
+    let store = MessageStore::open(&home).unwrap();
+    assert_eq!(store.resolve_group(&ids[0], "pair").unwrap().created_by, ids[0]);
+    let titles: Vec<String> = Registry::open(&home.db_path()).unwrap().list().unwrap().into_iter().map(|a| a.title).collect();
+    assert_eq!(titles, ["A1", "A2", "Helper"]);
+}

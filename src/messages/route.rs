@@ -27,6 +27,9 @@ pub const META_MESSAGE: &str = "message_id";
 pub const META_GROUP: &str = "group";
 /// Front-matter key: the thread root, for a thread reply.
 pub const META_THREAD: &str = "thread";
+/// Front-matter key and metadata field: the first-claim ULID of the outbox command that sent
+/// the message (`crate::outbox::Claimed::id`); the message and its files are written once per key.
+pub const META_OUTBOX_CMD: &str = "outbox_cmd";
 /// Front-matter key and metadata field: how many agent answers led to this message.
 pub const META_HOPS: &str = "hops";
 
@@ -85,7 +88,7 @@ pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Poste
     }
     let mut metadata = p.metadata.clone();
     metadata.insert(META_HOPS.to_string(), Value::from(p.hops));
-    let message = store.post(&NewMessage {
+    let new = NewMessage {
         conv_id: p.conv_id,
         sender: p.sender,
         content: p.content,
@@ -93,9 +96,26 @@ pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Poste
         metadata,
         thread: p.thread,
         deliver: p.wake_agents && p.hops <= MAX_HOPS,
-    })?;
-    let conv = store.conversation(&message.conv_id)?;
+    };
     let reg = Registry::open(&home.db_path())?;
+    let message = match once_id(&p.metadata) {
+        None => store.post(&new)?,
+        Some(id) => match store.post_once(&id, &new)? {
+            (message, true) => message,
+            // A retried outbox command: its first run posted the message and was killed
+            // before or while writing the files; only the missing ones are written.
+            (message, false) => {
+                for d in store.deliveries(&message.id)? {
+                    if d.state == DeliveryState::Pending && d.file.is_none() {
+                        redeliver_one(&reg, store, &message.id, &d.agent_id)?;
+                    }
+                }
+                let files = store.deliveries(&message.id)?.into_iter().filter_map(|d| Some((d.agent_id, d.file?))).collect();
+                return Ok(Posted { message, files });
+            }
+        },
+    };
+    let conv = store.conversation(&message.conv_id)?;
     let mut files = Vec::new();
     for d in store.deliveries(&message.id)? {
         if d.state != DeliveryState::Pending || d.file.is_some() {
@@ -131,6 +151,13 @@ pub fn redeliver(home: &Home) -> Result<usize, RouteError> {
         }
     }
     Ok(written)
+}
+
+/// The message id an outbox command's post gets: its first-claim ULID ([`META_OUTBOX_CMD`] in
+/// the metadata) as a UUID, so the retry of a killed drain finds the row its first run stored.
+fn once_id(metadata: &Map<String, Value>) -> Option<String> {
+    let key: ulid::Ulid = metadata.get(META_OUTBOX_CMD)?.as_str()?.parse().ok()?;
+    Some(uuid::Uuid::from_u128(u128::from(key)).to_string())
 }
 
 fn redeliver_one(reg: &Registry, store: &mut MessageStore, message_id: &str, agent: &str) -> Result<bool, RouteError> {

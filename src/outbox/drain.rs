@@ -29,6 +29,10 @@ pub struct Claimed {
     pub name: String,
     /// The claimed file, `new/<name>.<ulid>.processing` (deleted after the handler returns).
     pub path: PathBuf,
+    /// The ULID of the command's first claim, kept by every later claim of the same file
+    /// (`….<ulid>.processing.retry-<ulid2>.processing`): the key a handler makes its effect
+    /// once with, so a retry after a kill finds the effect already there.
+    pub id: String,
     /// The JSON object as written (after the `\"` repair, if that was needed).
     pub raw: serde_json::Map<String, Value>,
     pub command: OutboxCommand,
@@ -73,8 +77,9 @@ impl Outbox {
     /// [`Outbox::write_result`]. `stale_after` is [`PROCESSING_STALE_AFTER`] outside tests.
     ///
     /// The command file is deleted after the handler returns, whatever it did: a crash before
-    /// that runs it again after `stale_after` (at-least-once). Errors on single files are
-    /// logged and the pass goes on.
+    /// that runs it again after `stale_after` with the same [`Claimed::id`], which the handler
+    /// keys its effect on so the retry only finishes the bookkeeping. Errors on single files
+    /// are logged and the pass goes on.
     pub fn drain(&self, stale_after: Duration, mut handler: impl FnMut(&Claimed) -> Option<String>) -> DrainStats {
         let mut stats = DrainStats::default();
         let new_dir = self.new_dir();
@@ -89,14 +94,14 @@ impl Outbox {
         names.retain(|n| n.ends_with(".json") || n.ends_with(".processing"));
         names.sort_unstable();
         for name in names {
-            let Some(claimed) = claim(&new_dir, &name, stale_after, &mut stats) else { continue };
-            self.process(&name, &claimed, &mut stats, &mut handler);
+            let Some((claimed, id)) = claim(&new_dir, &name, stale_after, &mut stats) else { continue };
+            self.process(&name, &claimed, &id, &mut stats, &mut handler);
         }
         stats
     }
 
     /// Reads, parses and runs one claimed file, then deletes it.
-    fn process(&self, name: &str, path: &Path, stats: &mut DrainStats, handler: &mut impl FnMut(&Claimed) -> Option<String>) {
+    fn process(&self, name: &str, path: &Path, id: &str, stats: &mut DrainStats, handler: &mut impl FnMut(&Claimed) -> Option<String>) {
         let text = match fs::read_to_string(path) {
             Ok(text) if !text.trim().is_empty() => text,
             // Not UTF-8: garbage like unparsable JSON, kept for the user.
@@ -129,14 +134,14 @@ impl Outbox {
                 stats.add_reply(UNKNOWN_TYPE_REPLY);
             }
             Ok(Some(command)) => {
-                let claimed = Claimed { name: name.to_string(), path: path.to_path_buf(), raw, command };
+                let claimed = Claimed { name: name.to_string(), path: path.to_path_buf(), id: id.to_string(), raw, command };
                 if let Some(reply) = handler(&claimed) {
                     stats.add_reply(&reply);
                 }
             }
             Ok(None) => {}
             Err(Rejection::Reply(text)) => stats.add_reply(&text),
-            Err(Rejection::Task(envelope)) => match self.write_result(&envelope) {
+            Err(Rejection::Task(envelope)) => match self.write_result(id, &envelope) {
                 Ok(written) => stats.results.push(written),
                 Err(e) => tracing::warn!(file = name, error = %e, "outbox: cannot write the result envelope"),
             },
@@ -159,34 +164,39 @@ impl Outbox {
     }
 }
 
-/// Claims `new/<name>` for this consumer and returns the claimed path, or `None` (counted in
-/// `stats.skipped`) when another consumer holds or took it, or its writer may not be done.
-fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainStats) -> Option<PathBuf> {
+/// Claims `new/<name>` for this consumer and returns the claimed path and the command's
+/// first-claim id, or `None` (counted in `stats.skipped`) when another consumer holds or took
+/// it, or its writer may not be done.
+fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainStats) -> Option<(PathBuf, String)> {
     let path = new_dir.join(name);
     let target = if name.ends_with(".json") {
         if is_unfinished(&path, SystemTime::now(), write_grace()) {
             stats.skipped += 1;
             return None;
         }
-        new_dir.join(format!("{name}.{}.processing", new_id()))
+        let id = new_id();
+        (new_dir.join(format!("{name}.{id}.processing")), id)
     } else {
         let age = fs::metadata(&path).and_then(|m| m.modified()).ok().map(|t| SystemTime::now().duration_since(t).unwrap_or_default());
         if age.is_none_or(|age| age < stale_after) {
             stats.skipped += 1;
             return None;
         }
-        new_dir.join(format!("{name}.retry-{}.processing", new_id()))
+        // A `.processing` file not made by a claim (no id in its name) gets a fresh one.
+        let id = first_claim_id(name).unwrap_or_else(new_id);
+        (new_dir.join(format!("{name}.retry-{}.processing", new_id())), id)
     };
     // The mtime is set *before* the rename: a rename keeps the old mtime, and a second consumer
     // listing between a rename and a later touch would take a long-queued file for a stale
     // claim and run it twice. Touching a file another consumer then wins is harmless.
+    let (target, id) = target;
     let claimed = touch(&path).and_then(|()| fs::rename(&path, &target));
     match claimed {
         Ok(()) => {
             if name.ends_with(".processing") {
                 stats.reclaimed += 1;
             }
-            Some(target)
+            Some((target, id))
         }
         Err(e) => {
             if e.kind() != io::ErrorKind::NotFound {
@@ -206,6 +216,14 @@ fn claim(new_dir: &Path, name: &str, stale_after: Duration, stats: &mut DrainSta
 fn is_unfinished(path: &Path, now: SystemTime, grace: Duration) -> bool {
     let young = fs::metadata(path).is_ok_and(|m| m.modified().is_ok_and(|t| now.duration_since(t).unwrap_or_default() < grace));
     young && fs::read_to_string(path).map_or(true, |text| text.trim().is_empty() || parse(&text).is_none())
+}
+
+/// The ULID the first claim put after `.json.` in a claimed name, e.g. `A` in
+/// `cmd-…-cmd-x.json.A.processing.retry-B.processing`.
+pub fn first_claim_id(name: &str) -> Option<String> {
+    let (_, rest) = name.split_once(".json.")?;
+    let id = rest.split('.').next()?;
+    id.parse::<ulid::Ulid>().is_ok().then(|| id.to_string())
 }
 
 /// Sets the mtime of `path` to now.

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{new_id, Outbox, OutboxError};
+use super::{Outbox, OutboxError};
 use crate::fsutil::sync_dir;
 
 /// What replaces a secret in a failure message (Choruz B8).
@@ -94,12 +94,12 @@ impl ResultEnvelope {
 }
 
 impl Outbox {
-    /// Writes `envelope` as `results/<ulid>.json` (a fresh id, not the command's) through
-    /// `results/.partial-<ulid>`, fsync and rename, and returns the path.
-    pub fn write_result(&self, envelope: &ResultEnvelope) -> Result<PathBuf, OutboxError> {
+    /// Writes `envelope` as `results/<id>.json`, `id` the command's first-claim ULID
+    /// ([`super::Claimed::id`]), through `results/.partial-<id>`, fsync and rename, and returns
+    /// the path. A retry of the command after a kill replaces its file rather than adding one.
+    pub fn write_result(&self, id: &str, envelope: &ResultEnvelope) -> Result<PathBuf, OutboxError> {
         let dir = self.results_dir();
         fs::create_dir_all(&dir).map_err(OutboxError::io(&dir))?;
-        let id = new_id();
         let partial = dir.join(format!(".partial-{id}"));
         let target = dir.join(format!("{id}.json"));
         let written = fs::File::create(&partial)
@@ -240,10 +240,10 @@ mod tests {
     }
 
     #[test]
-    fn a_result_file_is_written_whole_under_a_fresh_id() {
+    fn a_result_file_is_written_whole_under_the_given_id() {
         let dir = tempfile::tempdir().unwrap();
         let ob = Outbox::at(dir.path());
-        let path = ob.write_result(&envelope(true)).unwrap();
+        let path = ob.write_result(&crate::outbox::new_id(), &envelope(true)).unwrap();
         let name = path.file_name().unwrap().to_str().unwrap();
         assert_eq!(name.len(), 26 + ".json".len(), "{name}");
         assert_eq!(fs::read_to_string(&path).unwrap(), envelope(true).to_json());

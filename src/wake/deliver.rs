@@ -105,7 +105,7 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
         meta.remove("conv");
         meta.insert(route::META_HOPS.into(), hops.to_string());
         let incoming = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
-        Mailbox::of_workspace(&ws).write(inbox::Folder::Inbox, &incoming)?;
+        write(&Mailbox::of_workspace(&ws), inbox::Folder::Inbox, &incoming)?;
     }
     let mut meta = msg.meta.clone();
     meta.insert("to".into(), to.to_string());
@@ -114,7 +114,16 @@ pub fn deliver(home: &Home, from_ws: &Path, from: &str, msg: &Outgoing) -> Resul
         meta.insert("undelivered".into(), format!("more than {} hops", route::MAX_HOPS));
     }
     let copy = NewMessage { from: from.to_string(), subject: None, body: msg.text.clone(), question: msg.question, meta };
-    Ok(Mailbox::of_workspace(from_ws).write(inbox::Folder::Outbox, &copy)?)
+    Ok(write(&Mailbox::of_workspace(from_ws), inbox::Folder::Outbox, &copy)?)
+}
+
+/// Writes `m` to `folder` of `mb`, once per outbox command when its meta names one
+/// ([`route::META_OUTBOX_CMD`]): the retry of a killed drain finds the file of its first run.
+fn write(mb: &Mailbox, folder: inbox::Folder, m: &NewMessage) -> Result<MessageFile, inbox::InboxError> {
+    match m.meta.get(route::META_OUTBOX_CMD).and_then(|k| k.parse::<ulid::Ulid>().ok()) {
+        Some(key) => mb.write_once(folder, m, key),
+        None => mb.write(folder, m),
+    }
 }
 
 /// Posts `msg` in the stored conversation `conv` as `agent` and keeps the outbox copy (from

@@ -145,6 +145,22 @@ impl MessageStore {
     /// [`StoreError::ThreadNotFound`] (`thread target '<t>' was not found in group '<g>'`),
     /// [`StoreError::Sql`].
     pub fn post(&mut self, m: &NewMessage<'_>) -> Result<Message, StoreError> {
+        self.insert(m, uuid::Uuid::new_v4().to_string())
+    }
+
+    /// [`MessageStore::post`] under the id `id`, unless a message `id` is stored already: then
+    /// that one, and `false` (a retried outbox command whose first run posted it).
+    ///
+    /// Errors: those of [`MessageStore::post`].
+    pub fn post_once(&mut self, id: &str, m: &NewMessage<'_>) -> Result<(Message, bool), StoreError> {
+        match self.message(id) {
+            Ok(existing) => Ok((existing, false)),
+            Err(StoreError::NoMessage { .. }) => Ok((self.insert(m, id.to_string())?, true)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn insert(&mut self, m: &NewMessage<'_>, id: String) -> Result<Message, StoreError> {
         let conv = self.conversation(m.conv_id)?;
         let path = self.path.clone();
         let sql = |source| StoreError::Sql { path: path.clone(), source };
@@ -181,7 +197,7 @@ impl MessageStore {
             .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM message WHERE conv_id = ?1", [&conv.id], |r| r.get(0))
             .map_err(sql)?;
         let msg = Message {
-            id: uuid::Uuid::new_v4().to_string(),
+            id,
             conv_id: conv.id.clone(),
             thread_root,
             sender: m.sender.to_string(),

@@ -95,6 +95,34 @@ impl Mailbox {
     /// Errors: [`InboxError::EmptyBody`] for a blank body, [`InboxError::BadMetaKey`],
     /// [`InboxError::Io`] naming the file or folder.
     pub fn write(&self, to: Folder, msg: &NewMessage) -> Result<MessageFile, InboxError> {
+        self.check(msg)?;
+        self.write_rendered(to, &format::render(msg, Local::now().naive_local(), Unique::now()))
+    }
+
+    /// Writes `msg` to `to` once for the outbox command `key` (its first-claim ULID): the name
+    /// and the stamp come from the key instead of the clock, so a retry of the command after a
+    /// kill finds its file in the folder or its archive and writes nothing. Returns the file
+    /// either way. Errors: those of [`Mailbox::write`].
+    pub fn write_once(&self, to: Folder, msg: &NewMessage, key: ulid::Ulid) -> Result<MessageFile, InboxError> {
+        self.check(msg)?;
+        let millis = key.timestamp_ms();
+        let at = chrono::DateTime::from_timestamp_millis(i64::try_from(millis).unwrap_or(i64::MAX)).unwrap_or_default();
+        let random = key.random();
+        // The key's 80 random bits spread over the parts a clock would fill.
+        let unique = Unique { nanos: u128::from(millis) * 1_000_000 + random % 1_000_000, pid: (random >> 20) as u32, seq: (random >> 52) as u16 };
+        let rendered = format::render(msg, at.with_timezone(&Local).naive_local(), unique);
+        let archive = match to {
+            Folder::Inbox => self.archive_dir(),
+            Folder::Outbox => self.outbox_archive_dir(),
+        };
+        if [self.dir_of(to), archive].iter().any(|d| d.join(&rendered.name).exists()) {
+            let path = self.dir_of(to).join(&rendered.name);
+            return format::parse(&rendered.name, &rendered.content, None).map_err(|reason| InboxError::Parse { path, reason });
+        }
+        self.write_rendered(to, &rendered)
+    }
+
+    fn check(&self, msg: &NewMessage) -> Result<(), InboxError> {
         if msg.body.trim().is_empty() {
             return Err(InboxError::EmptyBody);
         }
@@ -104,7 +132,10 @@ impl Mailbox {
         if let Some(key) = msg.meta.keys().find(|k| !is_meta_key(k)) {
             return Err(InboxError::BadMetaKey { key: key.clone() });
         }
-        let rendered = format::render(msg, Local::now().naive_local(), Unique::now());
+        Ok(())
+    }
+
+    fn write_rendered(&self, to: Folder, rendered: &format::Rendered) -> Result<MessageFile, InboxError> {
         let dir = self.dir_of(to);
         fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
         let tmp = dir.join(format!(".{}.tmp", rendered.name));
