@@ -6,8 +6,8 @@
 //! task, which hands each seq back over a channel (so two task wake-ups, as an SSE stream has
 //! one). Target < 50 µs per event. `read_after_10k`: `read_after` of 10,000 `text_delta` events
 //! (one file of about 1 MB); target < 50 ms. `open_agent`: `AgentEvents::open` of a workspace
-//! that has a log (cut check, `hwm` read, one reservation written atomically), what a server
-//! pays per agent at start.
+//! that has a log (the torn-tail check and the last logged seq; the writer lease and any
+//! reservation come with the first event), what a server pays per agent at start.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::{Duration, Instant};

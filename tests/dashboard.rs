@@ -644,3 +644,33 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
     b.close().await;
     assert_eq!(s.stop().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_pane_shows_the_past_across_a_seq_jump_after_a_crash() {
+    let gw = ScriptedGateway::start().await;
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    gw.push(Reply::sse(anthropic_text("Before the crash.")));
+    gw.push(Reply::sse(anthropic_text("After the crash.")));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    s.chat(&id, "one").await.until("done").await;
+    assert_eq!(s.stop().await, 0);
+    // The seqs jump from about 12 to 1025, as after a crash.
+    common::serve::as_if_killed_holding_the_lease(&t.workspace(&id));
+    let s = Serve::start(t.root(), &gw.url(), &[]).await;
+    let after = s.chat(&id, "two").await.until("done").await;
+    assert!(after[0].id.unwrap() > 1024, "{:?}", after[0].id);
+
+    let b = Browser::start(LAPTOP).await;
+    open_logged_in(&b, &s.url(""), &s.token, 1).await;
+    select(&b, &id).await;
+    // The pane loads the newest logged events by count: both answers, not only the events
+    // above `last_seq - 300`.
+    b.wait_js(
+        "both answers in the live pane",
+        "[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|') === 'Before the crash.|After the crash.'",
+    )
+    .await;
+    b.close().await;
+    assert_eq!(s.stop().await, 0);
+}

@@ -181,12 +181,9 @@ async fn the_last_n_events_are_replayed_by_count_across_the_seq_jump_of_a_kill_9
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let before = s.chat(&a, "one").await.until("done").await;
     assert_eq!(s.stop().await, 0);
-    // As a kill -9 between an emit and its write leaves the log (but with every event of the
-    // first run written, so the test knows what is logged): the range reserved in `hwm`, the
-    // writer lease's marker not `free`; so the next holder starts above that range.
-    let dir = t.workspace(&a).join(".cicy/events");
-    std::fs::write(dir.join("hwm"), "1024").unwrap();
-    std::fs::write(dir.join("writer"), "held").unwrap();
+    // As a kill -9 between an emit and its write leaves the log, but with every event of the
+    // first run written, so the test knows what is logged.
+    common::serve::as_if_killed_holding_the_lease(&t.workspace(&a));
     gw.push(Reply::sse(anthropic_text("after the crash")));
     gw.push(Reply::sse(anthropic_text("live")));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;

@@ -146,15 +146,15 @@ impl EventLog {
         let writer_path = self.dir.join("writer");
         let io = |source| EventLogError::Io { path: writer_path.clone(), source };
         let held = Flock::take(&self.writer, libc::LOCK_EX).map_err(io)?;
-        let range = match lease::read(&self.writer).map_err(io)? {
-            lease::Marker::Free { pid, last } if mine.is_some_and(|m| m.0 == last && pid == std::process::id()) => {
-                mine.map_or(1..=0, |(last, end)| last + 1..=end)
+        let range = match (lease::read(&self.writer).map_err(io)?, mine) {
+            (lease::Marker::Free { pid, last }, Some((my_last, end))) if my_last == last && pid == std::process::id() => {
+                last + 1..=end
             }
-            lease::Marker::Free { last, .. } => {
+            (lease::Marker::Free { last, .. }, _) => {
                 let hwm = self.recover_hwm()?;
                 if last < hwm { last + 1..=hwm } else { self.reserve(last)? }
             }
-            lease::Marker::Unknown => {
+            (lease::Marker::Unknown, _) => {
                 let hwm = self.recover_hwm()?;
                 self.reserve(hwm.max(last_logged_in(&self.dir)?))?
             }

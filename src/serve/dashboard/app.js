@@ -747,7 +747,7 @@ async function loadPast(p) {
   const timer = setTimeout(() => ctl.abort(), 10000);
   try {
     // A count, not `last - PAST`: seqs jump after a crash, so a seq range can hold almost none.
-    const r = await authed(agentPath(p.id, "/events?last=" + PAST), { signal: ctl.signal });
+    const r = await authed(agentPath(p.id, "/events?last=" + PAST), { headers: {}, signal: ctl.signal });
     if (r.status === 401) {
       if (gen === S.gen) unauthorized();
       return;
