@@ -265,7 +265,7 @@ fn a_command_retried_after_a_kill_between_its_effect_and_the_claims_deletion_run
     // The recipient read the direct message and the group posts before serve came back.
     let (pending, _) = mb2.pending().unwrap();
     assert_eq!(pending.len(), 3);
-    mb2.archive(&pending.iter().map(|m| m.name.clone()).collect::<Vec<_>>()).unwrap();
+    mb2.archive(&pending.iter().map(|m| (m.name.clone(), m.name.clone())).collect::<Vec<_>>()).unwrap();
     let results = Outbox::of_workspace(&ws1).results_dir();
     let before = (messages_in(&mb2.inbox_dir()), messages_in(&Mailbox::of_workspace(&ws1).outbox_dir()), fs::read_dir(&results).unwrap().count());
 
