@@ -36,6 +36,15 @@ fn median_ms(walls: &[Duration]) -> f64 {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("create: bench");
+        return;
+    }
+    // `cargo test --all-targets` runs bench binaries without `--bench`: only a compile check.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("create bench: skipped (run it with `cargo bench --bench create`)");
+        return;
+    }
     let creates: usize = std::env::var("CICY_BENCH_CREATES").ok().map_or(10_000, |n| n.parse().unwrap());
     assert!(creates >= 2 * WINDOW, "CICY_BENCH_CREATES must be at least {}", 2 * WINDOW);
     let bin = std::env::var_os("CICY_BENCH_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_cicy-agent")), PathBuf::from);

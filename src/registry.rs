@@ -634,7 +634,7 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's (6); a command that writes (e.g. `create`) upgrades it", old.display())
+            format!("registry {} has schema version 0, older than this cicy-agent's ({}); a command that writes (e.g. `create`) upgrades it", old.display(), MIGRATIONS.len())
         );
     }
 
