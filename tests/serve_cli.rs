@@ -254,7 +254,6 @@ async fn serve_killed_mid_answer_is_reported_as_stopped_and_exits_1() {
 /// second agent's inbox is polled and serve says so; a start and a clean stop print no other
 /// warning.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "its SIGTERM can land after serve.json is written but before serve installs its signal handlers, a real race in serve (issue 22's note); run with --ignored"]
 async fn the_watch_fallback_warning_is_printed_by_default() {
     use tokio::io::AsyncBufReadExt;
     let gw = ScriptedGateway::start().await;

@@ -266,6 +266,9 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
             adding.add(record);
         }
     });
+    // Installed before `serve.json` names this process: a SIGTERM sent as soon as it appears
+    // must stop serve cleanly, not kill it by the default action.
+    let signals = Signals::install()?;
     let info = ServeInfo {
         pid: std::process::id(),
         port,
@@ -285,10 +288,9 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         }
     });
     let server = axum::serve(listener, router(hub.clone())).with_graceful_shutdown(stop.cancelled_owned());
-    let signals = wait_for_signal(hub.clone());
-    let (served, signalled) = tokio::join!(server, signals);
+    let signals = signals.wait_then_stop(hub.clone());
+    let (served, ()) = tokio::join!(server, signals);
     lock.withdraw();
-    signalled?;
     served.map_err(ServeError::Http)
 }
 
@@ -423,25 +425,34 @@ async fn warm(handles: Vec<AgentHandle>) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT, then stops every actor (their running jobs cancelled and
-/// awaited, their logs closed) and the HTTP server.
-async fn wait_for_signal(hub: Hub) -> Result<(), ServeError> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signals)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signals)?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// serve's SIGTERM and SIGINT handlers.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Self, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self { term: signal(SignalKind::terminate()).map_err(ServeError::Signals)?, int: signal(SignalKind::interrupt()).map_err(ServeError::Signals)? })
     }
-    let stops = hub.handles().into_iter().map(|h| async move {
-        let (reply, done) = oneshot::channel();
-        if h.send(Op::Shutdown { reply }) {
-            let _ = done.await;
+
+    /// Waits for SIGTERM or SIGINT, then stops every actor (their running jobs cancelled and
+    /// awaited, their logs closed) and the HTTP server.
+    async fn wait_then_stop(mut self, hub: Hub) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
         }
-    });
-    futures_util::future::join_all(stops).await;
-    hub.shutdown.cancel();
-    Ok(())
+        let stops = hub.handles().into_iter().map(|h| async move {
+            let (reply, done) = oneshot::channel();
+            if h.send(Op::Shutdown { reply }) {
+                let _ = done.await;
+            }
+        });
+        futures_util::future::join_all(stops).await;
+        hub.shutdown.cancel();
+    }
 }
 
 /// Each agent's event log and session hold files open; with a thousand agents the usual soft
