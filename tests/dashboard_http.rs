@@ -172,7 +172,6 @@ async fn serve_refuses_a_token_no_header_can_carry() {
     assert!(!t.root().join("serve.json").exists());
 }
 
-#[ignore = "waited 60 s for a frame in 1 of 2 fresh-clone runs (issue 22's note); the browser test of ?last=300 covers the page; run with --ignored"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_n_events_are_replayed_by_count_across_the_seq_jump_of_a_kill_9() {
     let gw = ScriptedGateway::start().await;

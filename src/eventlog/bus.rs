@@ -181,7 +181,9 @@ impl AgentEvents {
     /// here (so an actor handing out subscriptions does not wait on them).
     pub async fn subscribe_last(&self, n: usize) -> Subscription {
         let mut sub = self.subscribe(Some(0)).await;
-        sub.last_n = Some(n);
+        // The count is of the events there now: ones emitted before the first `next` reads the
+        // files come after the `n`, not among them.
+        sub.last_n = Some((n, self.last_seq()));
         sub
     }
 
@@ -324,16 +326,17 @@ pub struct Subscription {
     last: u64,
     catching_up: bool,
     backlog: VecDeque<Published>,
-    /// [`AgentEvents::subscribe_last`]'s count, until the first `next` turns it into `last`.
-    last_n: Option<usize>,
+    /// [`AgentEvents::subscribe_last`]'s count and the newest seq when it was asked, until the
+    /// first `next` turns them into `last`.
+    last_n: Option<(usize, u64)>,
 }
 
 impl Subscription {
     /// The next event; `None` once the bus is closed and every event before the close was
     /// yielded.
     pub async fn next(&mut self) -> Option<Published> {
-        if let Some(n) = self.last_n {
-            self.last = self.seq_before_last(n).await;
+        if let Some((n, upto)) = self.last_n {
+            self.last = self.seq_before_last(n, upto).await;
             self.last_n = None;
         }
         loop {
@@ -422,21 +425,22 @@ impl Subscription {
         }
     }
 
-    /// The seq below the `n` newest logged events, from the files once this process's events
-    /// are written there; when they cannot be read, from the ring (own events only).
-    async fn seq_before_last(&self, n: usize) -> u64 {
+    /// The seq below the `n` newest logged events up to seq `upto`, from the files once this
+    /// process's events are written there; when they cannot be read, from the ring (own
+    /// events only).
+    async fn seq_before_last(&self, n: usize, upto: u64) -> u64 {
         if let Err(e) = self.shared.flush().await {
             tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {e}");
         }
         let workspace = self.shared.workspace.clone();
-        let why = match tokio::task::spawn_blocking(move || seq_before_last(&workspace, n)).await {
+        let why = match tokio::task::spawn_blocking(move || seq_before_last(&workspace, n, upto)).await {
             Ok(Ok(seq)) => return seq,
             Ok(Err(e)) => e.to_string(),
             Err(e) => e.to_string(),
         };
         tracing::warn!(agent_id = %self.shared.agent_id, "event log replay: {why}");
         let st = lock(&self.shared.state);
-        match n.checked_sub(1).and_then(|i| st.ring.iter().rev().nth(i)) {
+        match n.checked_sub(1).and_then(|i| st.ring.iter().rev().filter(|e| e.seq <= upto).nth(i)) {
             Some(ev) => ev.seq - 1,
             None => st.ring_floor,
         }

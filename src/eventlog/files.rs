@@ -81,17 +81,20 @@ pub fn read_after(workspace: &Path, after: u64, limit: usize) -> Result<Replay, 
     Ok(Replay { events, oldest_kept: oldest, dropped: dir.join(DROPPED).exists() })
 }
 
-/// The seq just below the `n` newest logged events (0 when fewer are logged): the starting
-/// point of a reader that wants the last `n` events whatever their seqs (they may jump after a
-/// crash). Reads the files newest first and stops at the first that completes the count.
+/// The seq just below the `n` newest logged events of seq `upto` or lower (0 when fewer are
+/// logged): the starting point of a reader that wants the last `n` events whatever their seqs
+/// (they may jump after a crash). `upto` is the newest seq when the reader asked, so events
+/// logged between its asking and this read are not counted among the `n` (they follow them).
+/// Reads the files newest first and stops at the first that completes the count.
 ///
 /// Errors: [`EventLogError::Io`] reading a file.
-pub fn seq_before_last(workspace: &Path, n: usize) -> Result<u64, EventLogError> {
+pub fn seq_before_last(workspace: &Path, n: usize, upto: u64) -> Result<u64, EventLogError> {
     let mut seqs: Vec<u64> = Vec::new();
     for (path, mut file) in open_snapshot(&events_dir(workspace))?.into_iter().rev() {
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
-        seqs.extend(complete_lines(&bytes).filter_map(|(line_no, start, end)| event_seq(&path, line_no, &bytes[start..end])));
+        let logged = complete_lines(&bytes).filter_map(|(line_no, start, end)| event_seq(&path, line_no, &bytes[start..end]));
+        seqs.extend(logged.filter(|&seq| seq <= upto));
         if seqs.len() >= n {
             break;
         }

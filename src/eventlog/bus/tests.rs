@@ -206,3 +206,22 @@ fn subscriptions_can_move_between_threads() {
         is_send(&events.close());
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_n_are_the_newest_when_asked_and_events_emitted_before_the_first_read_follow_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = AgentEvents::open(dir.path(), "w-1", None).unwrap();
+    for t in ["a", "b", "c", "d"] {
+        events.emit(text(t));
+    }
+    let mut sub = events.subscribe_last(2).await;
+    // Logged before the stream is first read, as when the server task that reads it is slow
+    // to be polled: they follow the two asked for, they are not counted among them.
+    for t in ["e", "f", "g"] {
+        events.emit(text(t));
+    }
+    events.flush().await.unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(30), take(&mut sub, 5)).await.expect("five events, not fewer");
+    assert_eq!(seqs(&got), vec![3, 4, 5, 6, 7]);
+    events.close().await.unwrap();
+}
