@@ -262,7 +262,10 @@ async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_
     assert!(in_file.windows(2).all(|w| w[0] < w[1]), "seqs increase strictly in file order: {in_file:?}");
     let mut every: Vec<u64> = first.iter().chain(&second).map(|f| f.id.unwrap()).chain(cli_seqs).collect();
     every.sort_unstable();
-    assert_eq!(every, in_file, "every seq either process handed out is in the file once");
+    // The file may hold more: what serve logs after a run's `done` (a memory flush it starts
+    // then) reaches no stream the test read.
+    let missing: Vec<u64> = every.iter().copied().filter(|s| !in_file.contains(s)).collect();
+    assert_eq!(missing, Vec::<u64>::new(), "every seq either process handed out is in the file ({in_file:?})");
     assert_eq!(s.stop().await, 0);
 }
 
