@@ -472,8 +472,18 @@ fn mtime(path: &Path) -> Option<SystemTime> {
     fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
+/// Writes a new `.<name>.tmp`. One already there is a killed writer's of the same message
+/// (the name is the message's own: its clock stamp and pid, or its outbox command's key), so
+/// it is replaced: a retried command must not fail on what its first run left.
 fn write_synced(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    let create = || OpenOptions::new().write(true).create_new(true).open(path);
+    let mut f = match create() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            create()?
+        }
+        other => other?,
+    };
     f.write_all(bytes)?;
     f.sync_all()
 }

@@ -232,3 +232,25 @@ fn a_reused_name_never_overwrites_an_archived_or_bad_file() {
     assert_eq!(names_in(&mb.bad_dir()), ["x.md", "x~1.md"]);
     assert_eq!(fs::read_to_string(mb.bad_dir().join("x~1.md")).unwrap(), "bad two");
 }
+
+#[test]
+fn write_once_retried_after_a_kill_between_its_tmp_file_and_the_rename_writes_the_message_whole() {
+    let (_d, mb) = mailbox();
+    let key = ulid::Ulid::generate();
+    let m = body("out:1: a note from w-3");
+    let first = mb.write_once(Folder::Inbox, &m, key).unwrap();
+    let path = mb.inbox_dir().join(&first.name);
+    let whole = fs::read_to_string(&path).unwrap();
+    // What a kill after part of the tmp file's write, before its rename, leaves.
+    fs::remove_file(&path).unwrap();
+    let tmp = mb.inbox_dir().join(format!(".{}.tmp", first.name));
+    fs::write(&tmp, &whole[..whole.len() / 2]).unwrap();
+
+    let again = mb.write_once(Folder::Inbox, &m, key).unwrap();
+    assert_eq!(again, first);
+    assert_eq!(names_in(&mb.inbox_dir()), [first.name.as_str()]);
+    assert_eq!(fs::read_to_string(&path).unwrap(), whole);
+    // Once there, a third try writes nothing.
+    assert_eq!(mb.write_once(Folder::Inbox, &m, key).unwrap(), first);
+    assert_eq!(names_in(&mb.inbox_dir()), [first.name.as_str()]);
+}
