@@ -38,9 +38,9 @@ type Reply = oneshot::Sender<Result<(), EventLogError>>;
 enum Msg {
     Event(Event),
     Flush(Reply),
-    /// Reserve the next range ahead (half of the current one is used); only sent under the
-    /// lease, which the writer lets go only after handling it.
-    Reserve,
+    /// Reserve the next range ahead of the one ending at this seq (half of it is used); only
+    /// sent under the lease, which the writer lets go only after handling it.
+    Reserve { end: u64 },
     Close { reply: Reply },
 }
 
@@ -245,7 +245,7 @@ impl Shared {
         let _ = self.writer.send(Msg::Event(event));
         if !st.spare_requested && st.spare.is_none() && st.end.saturating_sub(seq) < RESERVE_CHUNK / 2 {
             st.spare_requested = true;
-            let _ = self.writer.send(Msg::Reserve);
+            let _ = self.writer.send(Msg::Reserve { end: st.end });
         }
         seq
     }
@@ -471,7 +471,7 @@ async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mps
             }
             return;
         }
-        let (mut batch, mut fsync, mut reserve, mut waiters, mut closing) = (Vec::new(), false, false, Vec::new(), false);
+        let (mut batch, mut fsync, mut reserve, mut waiters, mut closing) = (Vec::new(), false, None, Vec::new(), false);
         for msg in msgs.drain(..) {
             match msg {
                 Msg::Event(ev) => {
@@ -480,7 +480,7 @@ async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mps
                     batch.push(ev);
                 }
                 Msg::Flush(reply) => waiters.push(reply),
-                Msg::Reserve => reserve = true,
+                Msg::Reserve { end } => reserve = Some(end),
                 Msg::Close { reply } => {
                     (fsync, closing) = (true, true);
                     waiters.push(reply);
@@ -495,8 +495,9 @@ async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mps
                 res = log.sync();
             }
             // A request that arrives after the lease was let go is stale: the next lease
-            // decides the range.
-            if reserve && log.is_leased() {
+            // decides the range. So is one whose range ran out first: the emitter reserved
+            // the next one itself (a slow writer), and this one would be a block too many.
+            if reserve.is_some_and(|end| log.is_leased() && log.reserved_to() == end) {
                 match log.reserve(0) {
                     Ok(r) => *spare = Some(r),
                     Err(e) => tracing::error!("event log: {e}"),
@@ -509,7 +510,7 @@ async fn write_loop(slot: Arc<Mutex<Slot>>, shared: Weak<Shared>, mut queue: mps
             failed = Some(e.to_string());
         }
         if let Some(shared) = shared.upgrade() {
-            if let Err(e) = crate::fsutil::blocking(|| settle(&shared, reserve, taken)) {
+            if let Err(e) = crate::fsutil::blocking(|| settle(&shared, reserve.is_some(), taken)) {
                 tracing::error!("event log: {e}");
                 failed.get_or_insert_with(|| e.to_string());
             }

@@ -180,6 +180,11 @@ impl EventLog {
         self.held.is_some()
     }
 
+    /// The highest seq reserved so far (by this process, or read from `hwm` at a lease).
+    pub fn reserved_to(&self) -> u64 {
+        self.reserved_to
+    }
+
     /// Reserves the next [`RESERVE_CHUNK`] seqs above `after` and above every seq reserved so
     /// far: writes `start + 1023` to `hwm` (atomically, fsynced) before returning
     /// `start..=start + 1023`. Only under the lease.
