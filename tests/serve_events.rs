@@ -257,6 +257,8 @@ async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap())
         .collect();
     assert!(!cli_seqs.is_empty());
+    // Serve writes its log behind its streams; a clean stop writes what it handed out.
+    assert_eq!(s.stop().await, 0);
 
     let in_file = seqs_in_file(&ws);
     assert!(in_file.windows(2).all(|w| w[0] < w[1]), "seqs increase strictly in file order: {in_file:?}");
@@ -266,7 +268,6 @@ async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_
     // then) reaches no stream the test read.
     let missing: Vec<u64> = every.iter().copied().filter(|s| !in_file.contains(s)).collect();
     assert_eq!(missing, Vec::<u64>::new(), "every seq either process handed out is in the file ({in_file:?})");
-    assert_eq!(s.stop().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
