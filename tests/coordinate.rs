@@ -185,7 +185,7 @@ async fn a_msg_waits_for_the_workers_final_answer_which_is_the_tool_result() {
     assert_eq!(calls.len(), 1);
     assert_eq!((calls[0].state, calls[0].reply.as_deref(), calls[0].from.as_str()), (CallState::Done, Some("4"), coord.as_str()));
     // The answer went back through the call: nothing wakes the coordinator again.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!(pending(&t, &coord), 0);
     assert_eq!(gw.requests().len(), 3);
     // The coordinator's final answer is still its reply to ada (a msg is no reply to her).
@@ -236,7 +236,7 @@ async fn a_msg_that_times_out_is_queued_and_its_answer_comes_as_one_bell_that_ne
     assert_eq!(mine.len(), 3, "the 🔔 woke the coordinator once");
     assert!(last_user_text(&mine[2]).ends_with(&format!("| 🔔 [{worker}] msg 1 → done\nslow answer")), "{}", last_user_text(&mine[2]));
     // The 🔔 claim needs no reply: nothing goes back to the worker, nothing wakes it.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!((pending(&t, &worker), pending(&t, &coord)), (0, 0));
     assert_eq!(requests_of(&gw, &worker).len(), 1);
     // Its answer to ada is its final answer; the 🔔 turn sent nothing and needs no fallback.
@@ -297,7 +297,7 @@ async fn wait_false_is_queued_at_once_and_callback_false_brings_no_bell() {
     // The slow one's answer asked for no callback: stored, and nobody is woken.
     gate.add_permits(1);
     assert_eq!(done_call(&t, 2).await.reply.as_deref(), Some("late answer"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!(requests_of(&gw, &coord).len(), 3);
     assert_eq!(pending(&t, &coord), 0);
     assert_eq!(s.stop().await, 0);
@@ -375,7 +375,7 @@ async fn a_broadcast_to_three_workers_gives_one_line_each_in_id_order_and_timeou
     // The late answer is stored but brings no 🔔 (a broadcast asks for none).
     gate.add_permits(1);
     assert_eq!(done_call(&t, 2).await.reply.as_deref(), Some("too late"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!((requests_of(&gw, &coord).len(), pending(&t, &coord)), (2, 0));
     assert!(requests_of(&gw, &other).is_empty());
     assert_eq!(s.stop().await, 0);
@@ -586,7 +586,7 @@ async fn a_task_posted_in_a_group_is_split_between_two_workers_and_answered_in_t
             (coord.clone(), "Counted: 3 red and 5 blue.".to_string(), 1),
         ]
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!(gw.requests().len(), 5, "nobody is woken again");
     assert_eq!((pending(&t, &coord), pending(&t, &a), pending(&t, &b)), (0, 0, 0));
     let calls = MessageStore::open(&t.home).unwrap().calls_of(&coord, 10).unwrap();
@@ -611,7 +611,7 @@ async fn two_agents_msging_each_other_stop_after_eight_hops() {
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     Mailbox::of_workspace(&t.workspace(&a)).write(inbox::Folder::Inbox, &note("ada", "start")).unwrap();
     gw.wait_for_requests(18).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     // Hops 1 to 8 were delivered and answered; the ninth msg is refused, not left waiting.
     let results: Vec<Vec<(String, String)>> = requests_of(&gw, &a).iter().map(tool_results).filter(|r| !r.is_empty()).collect();
     let expected: Vec<Vec<(String, String)>> = [0, 2, 4, 6]
@@ -747,7 +747,7 @@ async fn a_msg_from_a_chat_turn_waits_for_the_answer_too() {
     assert_eq!(tool_results(&mine[1]), [("toolu_m".to_string(), format!("[{worker}] chat answer"))]);
     let call = MessageStore::open(&t.home).unwrap().call(1).unwrap().unwrap();
     assert_eq!((call.state, call.reply.as_deref()), (CallState::Done, Some("chat answer")));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!((gw.requests().len(), pending(&t, &coord)), (3, 0));
     assert_eq!(s.stop().await, 0);
 }

@@ -106,7 +106,7 @@ async fn two_agents_answering_each_other_in_a_group_stop_after_eight_hops() {
     let conv = store.resolve_group(&a, "pair").unwrap();
     let newest = store.messages(&conv.id, None, 1).unwrap().messages.remove(0);
     assert!(store.deliveries(&newest.id).unwrap().is_empty());
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    s.settled(&t.workspaces()).await;
     assert_eq!(gw.requests().len(), 18, "no wake after the ninth hop");
     assert_eq!(s.stop().await, 0);
 }

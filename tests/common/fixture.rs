@@ -97,6 +97,12 @@ impl TestHome {
         self.home.default_workspace(id)
     }
 
+    /// The workspace of every registered agent.
+    pub fn workspaces(&self) -> Vec<PathBuf> {
+        let reg = cicy::registry::Registry::open(&self.home.db_path()).expect("registry");
+        reg.list().expect("agents").into_iter().map(|a| a.workspace).collect()
+    }
+
     pub fn open(&self, id: &str) -> Session {
         Session::open(&self.home, id).expect("open session")
     }

@@ -79,6 +79,38 @@ impl Serve {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// Waits (up to 30 s) until nothing is left that could wake an agent: every agent serve
+    /// lists is idle with nothing queued, before and after none of `workspaces` is seen holding
+    /// a message file in its inbox or a command in its outbox. A message sent by mistake stays
+    /// in one of those places until a turn takes it, and a turn makes the agent busy, so what a
+    /// test counts after this is final. It replaces "sleep, then check that nothing happened",
+    /// which a slow machine passes without the check having looked.
+    pub async fn settled(&self, workspaces: &[PathBuf]) {
+        let waiting = |ws: &PathBuf| {
+            let listed = |dir: PathBuf, md_only: bool| {
+                std::fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    !name.starts_with('.') && e.path().is_file() && (!md_only || name.ends_with(".md"))
+                })
+            };
+            listed(ws.join(".cicy/messages/inbox"), true) || listed(ws.join(".cicy/outbox/new"), false)
+        };
+        let start = std::time::Instant::now();
+        loop {
+            if self.all_idle().await && !workspaces.iter().any(waiting) && self.all_idle().await {
+                return;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "serve never settled");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn all_idle(&self) -> bool {
+        let (status, rows) = self.get("/api/agents").await;
+        assert_eq!(status, 200, "{rows}");
+        rows.as_array().expect("agent rows").iter().all(|r| r["state"] == "idle" && r["busy"] == false && r["pending"] == 0 && r["steering"] == 0)
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let r = self.request(reqwest::Method::GET, path).send().await.expect("GET");
         let status = r.status().as_u16();
