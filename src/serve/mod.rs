@@ -10,7 +10,6 @@
 mod actor;
 mod dashboard;
 mod drain;
-mod gather;
 mod group_routes;
 mod http;
 pub mod instance;
@@ -18,6 +17,7 @@ mod intent_job;
 mod job;
 mod routes;
 mod scheduler;
+mod sse;
 mod tick_worker;
 mod tracker;
 mod wake_job;

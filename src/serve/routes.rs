@@ -1,62 +1,37 @@
 //! The routes of DESIGN.md §9: each turns a request into an [`Op`] for the agent's actor, or
 //! reads files no actor owns (history, AGENTS.md), and answers JSON or SSE.
 //!
-//! SSE frames are cicy's: `id: <seq>\nevent: <type>\ndata: <Event JSON>\n\n`, `: ping` every
-//! 15 s. A frame about one request only (an input that was queued, a command refused while
-//! busy) is not in the agent's log: it has no `id:` and its data carries `"seq": 0`. Must not
-//! touch sessions or the turn loop.
-
-use std::convert::Infallible;
-use std::time::Duration;
+//! SSE frames are cicy's ([`super::sse`]): `event: <type>\ndata: <Event JSON>\nid: <seq>\n\n`,
+//! `: ping` after 15 s without one. A frame about one request only (an input that was queued,
+//! a command refused while busy) is not in the agent's log: it has no `id:` and its data
+//! carries `"seq": 0`. Must not touch sessions or the turn loop.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use super::actor::{self, Admit, AgentHandle, EventsFrom, Op};
 use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
+use super::sse::{self, gathered};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::event::{Event, EventKind};
-use crate::eventlog::global::Item as GlobalItem;
 use crate::eventlog::{Published, Subscription};
-use super::gather::gathered;
 use crate::fsutil;
 use crate::gateway::ApiStyle;
 use crate::prompt::window_start;
 use crate::registry::Registry;
 
-/// cicy: a `: ping` comment every 15 s keeps proxies from closing an idle stream.
-const PING: Duration = Duration::from_secs(15);
-
 type SseResponse = Response;
 
-/// One SSE frame without `id:` (`event: <type>`, `data: <Event JSON>`), from the encoding
-/// every client of the event shares.
-fn unnumbered(ev: &Published) -> SseEvent {
-    SseEvent::default().event(ev.type_name()).data(ev.json())
-}
-
-/// One SSE frame; events in the log carry their seq as `id:`.
-fn frame(ev: &Published) -> SseEvent {
-    if ev.seq == 0 {
-        unnumbered(ev)
-    } else {
-        unnumbered(ev).id(ev.seq.to_string())
-    }
-}
-
-fn sse(stream: impl Stream<Item = Published> + Send + 'static, hub: &Hub) -> SseResponse {
-    let shutdown = hub.shutdown.clone().cancelled_owned();
-    let frames = stream.map(|ev| Ok::<_, Infallible>(frame(&ev))).take_until(shutdown);
-    Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response()
+fn sse(body: impl Stream<Item = bytes::Bytes> + Send + 'static, hub: &Hub) -> SseResponse {
+    sse::response(body, hub.shutdown.clone().cancelled_owned())
 }
 
 /// Events of `sub` up to and including the first `done`.
@@ -115,7 +90,7 @@ pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) ->
             }
             Admit::Failed(message) => return Err(ApiError::internal(message)),
         };
-    Ok(sse(stream, &hub))
+    Ok(sse(sse::each(stream), &hub))
 }
 
 #[derive(Deserialize)]
@@ -366,16 +341,7 @@ pub async fn agent_events(
 pub async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
     let after = last_event_id(&headers)?;
     let sub = hub.shared.global.subscribe(after);
-    let shutdown = hub.shutdown.clone().cancelled_owned();
-    let frames = gathered(sub)
-        .map(|item| {
-            Ok::<_, Infallible>(match item {
-                GlobalItem::Event(gseq, ev) => unnumbered(&ev).id(gseq.to_string()),
-                GlobalItem::Gap { from, to } => SseEvent::default().event("gap").data(json!({"from": from, "to": to}).to_string()),
-            })
-        })
-        .take_until(shutdown);
-    Ok(Sse::new(frames).keep_alive(KeepAlive::new().interval(PING).text("ping")).into_response())
+    Ok(sse(gathered(sub), &hub))
 }
 
 /// The `Last-Event-ID` header as a sequence number; absent → `None`.
