@@ -2,7 +2,7 @@
 //! `cicy-agent` process and the scripted gateway: a piped session flushes its memory buffer
 //! after the line that made it due (keyword, 6-turn batch) and at EOF, never drops buffered
 //! turns; a cancelled turn is followed by no recognizer call; a session's exit code is the
-//! worst over its lines (DESIGN.md §8 "Write", README "Exit codes").
+//! worst over its lines (DESIGN.md §8 "Write", docs/serve.md "Output, Ctrl-C and exit codes").
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 mod common;

@@ -1,6 +1,6 @@
-//! The exit codes of `chat`, `retry`, `compact` and `clear` (README "Exit codes"): a line's
-//! code from its outcome (or, through a serve, from the events it streamed), and a session's
-//! code as the worst over its lines.
+//! The exit codes of `chat`, `retry`, `compact` and `clear` (docs/serve.md "Output, Ctrl-C and
+//! exit codes"): a line's code from its outcome (or, through a serve, from the events it
+//! streamed), and a session's code as the worst over its lines.
 //!
 //! Must not touch: the terminal, the history or the gateway; the signal codes of a process that
 //! leaves on SIGTERM or SIGHUP (143, 129) are `chat`'s and `remote`'s.

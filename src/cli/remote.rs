@@ -7,7 +7,7 @@
 //! 200 ms with the same `instance_id`; anything else (no file, a corrupt one, a dead pid, a port
 //! that does not answer or answers for another serve) means in-process, so a stale file never
 //! breaks the CLI. The answer must also carry the HMAC proof that the server knows the token
-//! (README "The dashboard"): a program that took the port of a killed serve and repeats its
+//! (docs/serve.md "The dashboard"): a program that took the port of a killed serve and repeats its
 //! `instance_id` gets nothing more, and the command fails instead of running in-process (a
 //! serve with another token may own the home). A stream that breaks while serve no longer
 //! answers its health route is reported as serve having stopped (exit 1). Output and exit codes are those of the in-process path: every event goes through the
@@ -67,8 +67,9 @@ pub(super) struct Serve {
     instance_id: String,
 }
 
-/// serve went away while a reply streamed (killed, crashed): the line failed (exit 1, README
-/// "Exit codes") and a session ends, since nothing is left to send its next line to.
+/// serve went away while a reply streamed (killed, crashed): the line failed (exit 1,
+/// docs/serve.md "Output, Ctrl-C and exit codes") and a session ends, since nothing is left
+/// to send its next line to.
 #[derive(Debug, thiserror::Error)]
 #[error("serve (pid {pid}) stopped while the reply was streaming; the turn is healed and marked cancelled when the agent is next opened (at serve's next start, or by the next `chat`)")]
 struct ServeStopped {
