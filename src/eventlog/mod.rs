@@ -91,6 +91,8 @@ pub struct EventLog {
     out: Option<(File, u64)>,
     /// Appended since the last fsync.
     dirty: bool,
+    /// The length `events.jsonl` had after this process's last append (0: none yet).
+    appended_to: u64,
     /// The highest seq this process read from or wrote to `hwm` under the lease.
     reserved_to: u64,
     last_logged: u64,
@@ -120,7 +122,7 @@ impl EventLog {
         };
         let (lock, writer) = (open("lock")?, open("writer")?);
         let mut log =
-            EventLog { dir, rotate_bytes: rotate_bytes.max(1), lock, held: None, writer, out: None, dirty: false, reserved_to: 0, last_logged: 0 };
+            EventLog { dir, rotate_bytes: rotate_bytes.max(1), lock, held: None, writer, out: None, dirty: false, appended_to: 0, reserved_to: 0, last_logged: 0 };
         let held = log.flock()?;
         let current = log_file(&log.dir, 0);
         let cut = cut_torn_tail(&current)?;
@@ -218,6 +220,12 @@ impl EventLog {
         });
         if len == 0 {
             self.out = None;
+        } else if len != self.appended_to {
+            // Someone else wrote last: a holder of an earlier lease that died mid-line (or a
+            // hand edit) leaves a torn tail this append must not run on from. The open's cut,
+            // redone here, under the lock.
+            cut_torn_tail(&current)?;
+            len = stat(&current)?.map_or(0, |(_, len)| len);
         }
         let mut buf: Vec<u8> = Vec::new();
         for line in lines {
@@ -230,7 +238,9 @@ impl EventLog {
             len += line.len() as u64;
             buf.extend_from_slice(&line);
         }
-        self.write_out(&current, &buf)
+        self.write_out(&current, &buf)?;
+        self.appended_to = len;
+        Ok(())
     }
 
     /// fsyncs `events.jsonl` if anything was appended since the last call (DESIGN.md §9: at

@@ -79,6 +79,23 @@ fn a_torn_last_line_is_cut_and_a_missing_hwm_rebuilt() {
 }
 
 #[test]
+fn a_torn_line_left_by_another_writer_while_this_log_is_open_is_cut_before_the_next_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let path = events_dir(ws).join("events.jsonl");
+    let mut log = EventLog::open(ws, "w-1").unwrap();
+    assert_eq!(log.lease(None).unwrap(), 1..=1024);
+    log.append(&[ev(1, "a")]).unwrap();
+    // Another process (an earlier lease's holder killed mid-line) leaves a line without its end.
+    let mut f = fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut f, b"{\"seq\":77,\"agen").unwrap();
+    drop(f);
+    log.append(&[ev(2, "b")]).unwrap();
+    assert_eq!(fs::read_to_string(&path).unwrap(), format!("{}{}", line(&ev(1, "a")), line(&ev(2, "b"))));
+    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 2]);
+}
+
+#[test]
 fn a_bad_line_with_hwm_missing_is_set_aside_and_numbering_goes_on_above_the_good_ones() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
