@@ -69,20 +69,59 @@ pub(super) fn has_pending(dir: &Path) -> io::Result<bool> {
     Ok(false)
 }
 
-/// The event handler given to both watchers: classifies and forwards to the watch task. A
+/// Which watcher sees an inbox (and which one a handler serves: only inotify reports a
+/// writer's close).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Backend {
+    /// inotify.
+    Notify,
+    Poll,
+    /// Neither (the folder is missing or could not be watched); a full scan that finds the
+    /// folder watches it.
+    Unwatched,
+}
+
+/// The event handler given to each watcher: classifies and forwards to the watch task. A
 /// file whose writer closed it or renamed it in is recorded as finished first
-/// (`crate::wake::inbox::settle`), so the claim this wake leads to may take it at once.
-pub(super) fn handler(signals: UnboundedSender<Signal>) -> impl FnMut(notify::Result<Event>) + Send + 'static {
+/// (`crate::wake::inbox::settle`), so the claim this wake leads to may take it at once; under
+/// inotify, one made or written in place is recorded as being written until that close, and
+/// anything that may have lost a close puts those back on the write grace.
+pub(super) fn handler(signals: UnboundedSender<Signal>, backend: Backend) -> impl FnMut(notify::Result<Event>) + Send + 'static {
+    use crate::wake::inbox::settle;
     move |res| {
-        if let Ok(event) = &res {
-            for path in finished_paths(event) {
-                crate::wake::inbox::settle::note_finished(path);
+        match &res {
+            Ok(event) if backend == Backend::Notify && event.need_rescan() => settle::forget_writers(),
+            Ok(event) => {
+                if backend == Backend::Notify {
+                    for path in writing_paths(event) {
+                        settle::note_writing(path);
+                    }
+                }
+                for path in finished_paths(event) {
+                    settle::note_finished(path);
+                }
             }
+            Err(_) if backend == Backend::Notify => settle::forget_writers(),
+            Err(_) => {}
         }
         classify(res, |signal| {
             // The task is gone only after `stop`; what the watchers still report then is moot.
             let _ = signals.send(signal);
         })
+    }
+}
+
+/// The pending files `event` says a writer made or wrote to in place (inotify's create of a
+/// regular file, or its modify); a symlink has no close and is never recorded.
+fn writing_paths(event: &Event) -> Vec<&Path> {
+    match event.kind {
+        EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) => event
+            .paths
+            .iter()
+            .map(PathBuf::as_path)
+            .filter(|p| is_pending_path(p) && !fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

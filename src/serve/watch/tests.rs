@@ -11,7 +11,7 @@ use tempfile::TempDir;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::timeout;
 
-use super::scan::{classify, handler, is_pending_name};
+use super::scan::{classify, handler, is_pending_name, Backend};
 use super::watchers::is_limit;
 use super::*;
 
@@ -188,7 +188,7 @@ async fn watcher_error_overflow_and_lost_watch_trigger_a_full_scan() {
     fs::write(inbox(&tmp, 1).join("m1.md"), "hi\n").unwrap();
     let (dirs, watch, mut rx) = start(&tmp, 2, quiet());
     assert_eq!(drain(&mut rx), ["w-1"]);
-    let mut report = handler(lock(&watch.watchers).signals());
+    let mut report = handler(lock(&watch.watchers).signals(), Backend::Notify);
     report(Err(notify::Error::generic("injected")));
     assert_eq!(next(&mut rx).await, "w-1");
     report(Ok(notify::Event::new(EventKind::Other).set_flag(Flag::Rescan)));

@@ -12,23 +12,13 @@ use std::path::{Path, PathBuf};
 use notify::{Config, PollWatcher, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::scan::{dir_id, handler, DirId, Signal};
+use super::scan::{dir_id, handler, Backend, DirId, Signal};
 use super::{WatchError, WatchMode, WatchOptions};
 
 /// Where the kernel keeps the per-user inotify watch limit (Linux `inotify(7)`).
 const MAX_WATCHES_FILE: &str = "/proc/sys/fs/inotify/max_user_watches";
 /// Where the kernel keeps the per-user inotify instance limit (Linux `inotify(7)`).
 const MAX_INSTANCES_FILE: &str = "/proc/sys/fs/inotify/max_user_instances";
-
-/// Which watcher sees an inbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backend {
-    Notify,
-    Poll,
-    /// Neither (the folder is missing or could not be watched); a full scan that finds the
-    /// folder watches it.
-    Unwatched,
-}
 
 #[derive(Debug)]
 struct Inbox {
@@ -66,7 +56,7 @@ impl Watchers {
         let notify = if opts.force_poll {
             None
         } else {
-            match RecommendedWatcher::new(handler(signals.clone()), Config::default()) {
+            match RecommendedWatcher::new(handler(signals.clone(), Backend::Notify), Config::default()) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(
@@ -262,7 +252,7 @@ impl Watchers {
             Some(p) => p,
             // Not following symlinks: a dangling one would be reported as an error every poll.
             None => PollWatcher::new(
-                handler(self.signals.clone()),
+                handler(self.signals.clone(), Backend::Poll),
                 Config::default().with_poll_interval(self.poll_interval).with_follow_symlinks(false),
             )
             .map_err(WatchError::Poller)?,

@@ -5,12 +5,15 @@
 //! periodic scan, the end of a turn, `inbox receive`) asks [`settled`]: a file is taken once
 //! the inbox watch saw its writer close it or rename it in with exactly the stamp it has now
 //! ([`note_finished`]), or once it has not changed for the write grace
-//! (`crate::fsutil::write_grace`). A file under a name cicy gives its own messages
+//! (`crate::fsutil::write_grace`) — unless the watch saw it made or written in place and not
+//! closed since ([`note_writing`]): its writer still holds it, however long it pauses. A lost
+//! close (the event queue overflowed) puts every such file back on the grace
+//! ([`forget_writers`]); a writer that dies is closed by the kernel, which the watch sees. A file under a name cicy gives its own messages
 //! (`…_<nanos:032x>_<pid:08x>_<seq:04x>.md`) is whole at once: only `Mailbox::write` makes
 //! those, always aside and renamed in (so one left while serve was down waits for nothing). Owns the process-wide record of those sightings. Must not
 //! read, parse or move a file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -40,38 +43,72 @@ impl FileStamp {
     }
 }
 
-/// The watch's sightings: path → the stamp the file had when its writer closed it or renamed
-/// it in. One process (serve) both watches and claims.
-static FINISHED: Mutex<Option<HashMap<PathBuf, FileStamp>>> = Mutex::new(None);
+/// The watch's sightings. One process (serve) both watches and claims.
+#[derive(Default)]
+struct Sightings {
+    /// Path → the stamp the file had when its writer closed it or renamed it in.
+    finished: HashMap<PathBuf, FileStamp>,
+    /// Made or written in place, and not closed since.
+    writing: HashSet<PathBuf>,
+}
+
+static SIGHTINGS: Mutex<Option<Sightings>> = Mutex::new(None);
+
+fn with_sightings<T>(f: impl FnOnce(&mut Sightings) -> T) -> T {
+    let mut seen = SIGHTINGS.lock().unwrap_or_else(PoisonError::into_inner);
+    f(seen.get_or_insert_with(Sightings::default))
+}
 
 /// The inbox watch saw `path`'s writer close it (or a rename put it there): recorded with the
 /// stamp it has now, so a later write in place makes it unfinished again. Blocking (one stat).
 pub fn note_finished(path: &Path) {
     let Ok(meta) = std::fs::metadata(path) else { return };
-    let mut seen = FINISHED.lock().unwrap_or_else(PoisonError::into_inner);
-    let map = seen.get_or_insert_with(HashMap::new);
-    if map.len() >= MAX_SIGHTINGS {
-        map.clear();
-    }
-    map.insert(path.to_path_buf(), FileStamp::of(&meta));
+    with_sightings(|s| {
+        s.writing.remove(path);
+        if s.finished.len() >= MAX_SIGHTINGS {
+            s.finished.clear();
+        }
+        s.finished.insert(path.to_path_buf(), FileStamp::of(&meta));
+    });
+}
+
+/// The inbox watch saw `path` made or written in place: not whole until its close is seen.
+pub fn note_writing(path: &Path) {
+    with_sightings(|s| {
+        if s.writing.len() >= MAX_SIGHTINGS {
+            s.writing.clear();
+        }
+        s.writing.insert(path.to_path_buf());
+    });
+}
+
+/// The watch may have missed closes (its event queue overflowed, a watcher failed): every
+/// file seen being written waits for the grace alone again.
+pub fn forget_writers() {
+    with_sightings(|s| s.writing.clear());
 }
 
 /// Forgets `path` (claimed, or moved aside).
 pub fn forget(path: &Path) {
-    if let Some(map) = FINISHED.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-        map.remove(path);
-    }
+    with_sightings(|s| {
+        s.finished.remove(path);
+        s.writing.remove(path);
+    });
 }
 
 /// Whether the file at `path`, whose metadata is `meta`, may be read as whole at `now`:
 /// `Ok(())`, or `Err(wait)`, how long until it has been unchanged for `grace` (a look again
-/// then, if nothing wakes the agent sooner). An mtime in the future counts as now.
+/// then, if nothing wakes the agent sooner; the grace itself for a file still open for
+/// writing, whose close wakes the agent). An mtime in the future counts as now.
 pub fn settled(path: &Path, meta: &Metadata, now: SystemTime, grace: Duration) -> Result<(), Duration> {
     if path.file_name().and_then(|n| n.to_str()).and_then(super::name_nanos).is_some() {
         return Ok(());
     }
-    let seen = FINISHED.lock().unwrap_or_else(PoisonError::into_inner).as_ref().and_then(|m| m.get(path).copied());
-    if seen == Some(FileStamp::of(meta)) {
+    let (finished, writing) = with_sightings(|s| (s.finished.get(path).copied(), s.writing.contains(path)));
+    if writing {
+        return Err(grace);
+    }
+    if finished == Some(FileStamp::of(meta)) {
         return Ok(());
     }
     let age = meta.modified().ok().map_or(Duration::ZERO, |t| now.duration_since(t).unwrap_or(Duration::ZERO));
@@ -85,6 +122,27 @@ pub fn settled(path: &Path, meta: &Metadata, now: SystemTime, grace: Duration) -
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn a_file_seen_being_written_waits_past_the_grace_for_its_close_unless_closes_may_be_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("paused.md");
+        let mut writer = std::fs::File::create(&path).unwrap();
+        writer.write_all(b"PART-").unwrap();
+        note_writing(&path);
+        let grace = Duration::from_secs(2);
+        let meta = std::fs::metadata(&path).unwrap();
+        let long_after = meta.modified().unwrap() + Duration::from_secs(3600);
+        assert_eq!(settled(&path, &meta, long_after, grace), Err(grace), "its writer paused, it did not finish");
+        forget_writers();
+        assert_eq!(settled(&path, &meta, long_after, grace), Ok(()), "a close may have been lost: the grace decides");
+        note_writing(&path);
+        writer.write_all(b"REST").unwrap();
+        note_finished(&path);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(settled(&path, &meta, meta.modified().unwrap(), grace), Ok(()), "closed");
+        forget(&path);
+    }
 
     #[test]
     fn a_file_being_written_waits_for_its_close_or_the_grace_and_a_new_write_undoes_a_close_and_cicys_names_do_not_wait() {
@@ -112,6 +170,6 @@ mod tests {
         let meta = std::fs::metadata(&cicy).unwrap();
         assert_eq!(settled(&cicy, &meta, meta.modified().unwrap(), grace), Ok(()), "a name only cicy's renames make");
         note_finished(&dir.path().join("gone.md"));
-        assert!(FINISHED.lock().unwrap().as_ref().unwrap().get(&path).is_none());
+        assert!(with_sightings(|s| s.finished.get(&path).is_none()));
     }
 }
