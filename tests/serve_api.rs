@@ -80,6 +80,9 @@ async fn every_guard_answers_a_json_error() {
     assert!(err["message"].as_str().unwrap().contains("all"), "{err}");
     let (status, err) = s.post(&format!("/api/agents/{id}/todos/abc/done"), json!({})).await;
     assert_eq!((status, err["error"].as_str()), (400, Some("bad_request")));
+    // A message the inbox refuses is the sender's mistake, not the server's.
+    let (status, err) = s.post(&format!("/api/agents/{id}/messages"), json!({"text": "hi", "from": ""})).await;
+    assert_eq!((status, err), (400, json!({"error": "bad_request", "message": "the sender (`from`) is empty"})));
     assert!(gw.requests().is_empty(), "no refused request reached the gateway");
     assert_eq!(s.stop().await, 0);
 }

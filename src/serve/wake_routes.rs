@@ -21,7 +21,7 @@ use super::Hub;
 use crate::fsutil;
 use crate::wake::at::{at_of_unix, parse_at};
 use crate::wake::db::{WakeDb, WakeDbError};
-use crate::wake::inbox::{Mailbox, NewMessage};
+use crate::wake::inbox::{InboxError, Mailbox, NewMessage};
 use crate::wake::state::WakeNote;
 use crate::wake::todo::{todo_line, Todo};
 
@@ -179,8 +179,10 @@ pub async fn send_message(
         question: body.question.unwrap_or(false),
         meta,
     };
-    let written = fsutil::blocking(|| Mailbox::of_workspace(&ws).write(crate::wake::inbox::Folder::Inbox, &msg))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let written = fsutil::blocking(|| Mailbox::of_workspace(&ws).write(crate::wake::inbox::Folder::Inbox, &msg)).map_err(|e| match e {
+        InboxError::EmptyFrom | InboxError::EmptyBody | InboxError::BadMetaKey { .. } => ApiError::bad_request(e.to_string()),
+        e => ApiError::internal(e.to_string()),
+    })?;
     Ok((StatusCode::CREATED, Json(json!({"file": written.name}))))
 }
 
