@@ -144,8 +144,13 @@ async fn cancel_during_a_sleeping_tool_kills_its_group_and_ends_the_run() {
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut stream = s.chat(&id, "sleep").await;
     let pid = tool_pid(&t.workspace(&id)).await;
+    // A waiting steer and a queued prompt are both inputs the cancel drops.
+    let (status, _) = s.post(&format!("/api/agents/{id}/steer"), json!({"text": "then this"})).await;
+    assert_eq!(status, 200);
+    let (status, _) = s.post(&format!("/api/agents/{id}/prompt"), json!({"text": "and later that"})).await;
+    assert_eq!(status, 200);
     let (status, body) = s.post("/api/cicy/cancel", json!({"agent_id": id})).await;
-    assert_eq!((status, body), (200, json!({"success": true, "canceled": true, "agent_id": id, "dropped": 0})));
+    assert_eq!((status, body), (200, json!({"success": true, "canceled": true, "agent_id": id, "dropped": 2})));
     let frames = stream.until("done").await;
     let ended = frames.iter().find(|f| f.event == "turn_ended").unwrap();
     assert_eq!(ended.data["outcome"], "cancelled");

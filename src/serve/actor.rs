@@ -139,8 +139,9 @@ pub struct CompactReply {
 #[derive(Debug)]
 pub struct Busy;
 
-/// What `POST /api/cicy/cancel` did: whether a job was running, and how many queued inputs
-/// the cancel dropped with it (DESIGN.md §9 abort clears the pending queue).
+/// What `POST /api/cicy/cancel` did: whether a job was running, and how many inputs the
+/// cancel dropped with it, queued prompts and waiting steers both (DESIGN.md §9 abort clears
+/// the pending queue and the steering queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CancelReply {
     pub canceled: bool,
@@ -396,7 +397,7 @@ impl Actor {
                 let _ = reply.send(SteerReply { status });
             }
             Op::Cancel { reply } => {
-                let dropped = self.pending.len();
+                let dropped = self.pending.len() + self.steering.len();
                 let canceled = self.abort();
                 let _ = reply.send(CancelReply { canceled, dropped });
             }
