@@ -80,6 +80,8 @@ async fn every_guard_answers_a_json_error() {
     assert!(err["message"].as_str().unwrap().contains("all"), "{err}");
     let (status, err) = s.post(&format!("/api/agents/{id}/todos/abc/done"), json!({})).await;
     assert_eq!((status, err["error"].as_str()), (400, Some("bad_request")));
+    let (status, err) = s.get(&format!("/api/cicy/history?agent_id={id}&all=maybe")).await;
+    assert_eq!((status, err), (400, json!({"error": "bad_request", "message": "all=`maybe` is not one of 1, true, yes, 0, false, no"})));
     // A message the inbox refuses is the sender's mistake, not the server's.
     let (status, err) = s.post(&format!("/api/agents/{id}/messages"), json!({"text": "hi", "from": ""})).await;
     assert_eq!((status, err), (400, json!({"error": "bad_request", "message": "the sender (`from`) is empty"})));

@@ -151,7 +151,11 @@ pub struct HistoryQuery {
 pub async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>) -> Result<Json<Value>, ApiError> {
     let id = q.agent_id.ok_or_else(|| ApiError::bad_request("agent_id required"))?;
     let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
-    let all = matches!(q.all.as_deref(), Some("1" | "true" | "yes"));
+    let all = match q.all.as_deref() {
+        None | Some("0" | "false" | "no") => false,
+        Some("1" | "true" | "yes") => true,
+        Some(other) => return Err(ApiError::bad_request(format!("all=`{other}` is not one of 1, true, yes, 0, false, no"))),
+    };
     let answer = fsutil::blocking(|| {
         let store = HistoryStore::new(&workspace);
         let Some(conv) = store.active_conversation() else {
