@@ -170,6 +170,6 @@ mod tests {
         let meta = std::fs::metadata(&cicy).unwrap();
         assert_eq!(settled(&cicy, &meta, meta.modified().unwrap(), grace), Ok(()), "a name only cicy's renames make");
         note_finished(&dir.path().join("gone.md"));
-        assert!(with_sightings(|s| s.finished.get(&path).is_none()));
+        assert!(with_sightings(|s| !s.finished.contains_key(&path)));
     }
 }
