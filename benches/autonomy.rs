@@ -7,7 +7,7 @@
 //!   the time until no process of the intent's group is left; p50 and p99 over 50 trials
 //!   (target p99 < 500 ms; the idle seed measured 1–2 s).
 //!
-//! Run: `cargo bench --bench autonomy [-- tick|preempt]`. Figures go to stdout; the README
+//! Run: `cargo bench --bench autonomy [-- tick|preempt]`. Figures go to stdout; docs/benchmarks.md
 //! quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 

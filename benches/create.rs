@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo bench --bench create` (`CICY_BENCH_CREATES=1000` for a shorter run;
 //! `CICY_BENCH_BIN=<path>` to time another build of `cicy-agent`, e.g. an older one). Figures go
-//! to stdout; the README quotes them.
+//! to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //!   identity (the `.cicy` write guard);
 //! - `read_file_call`: a whole `read_file` of a 10-line file through `files::call`.
 //!
-//! Run: `cargo bench --bench files`. Figures go to stdout; the README quotes them.
+//! Run: `cargo bench --bench files`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 use std::hint::black_box;

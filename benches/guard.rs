@@ -7,7 +7,7 @@
 //! longer line with a `cd`, a pipeline, a `$(…)`, a `bash -c` text and redirects.
 //! `guard_never_killed`: `git status`.
 //!
-//! Run: `cargo bench --bench guard`. The README quotes the figures.
+//! Run: `cargo bench --bench guard`. docs/benchmarks.md quotes the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 use std::hint::black_box;

@@ -7,7 +7,7 @@
 //! of `/bin/sh` is most of it. `hook_round_trip_unrecorded`: the same without the reaper's record
 //! (an atomic, fsynced file write and its removal), to show what that costs.
 //!
-//! Run: `cargo bench --bench hooks`. The README quotes the figure.
+//! Run: `cargo bench --bench hooks`. docs/benchmarks.md quotes the figure.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 use std::os::unix::fs::PermissionsExt;

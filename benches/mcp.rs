@@ -9,7 +9,7 @@
 //!   answer line read back, no SDK: the server's own time plus the pipe, the floor.
 //!
 //! Overhead of cicy = `pool_call` − `rmcp_call`; of the SDK = `rmcp_call` − `stdio_round_trip`.
-//! Run: `cargo bench --bench mcp`. The README quotes the figures.
+//! Run: `cargo bench --bench mcp`. docs/benchmarks.md quotes the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 #[path = "../tests/common/mod.rs"]

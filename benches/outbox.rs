@@ -7,7 +7,7 @@
 //! - in a real serve with the scripted gateway: a group `send` queued in an idle agent's outbox
 //!   until the other member's `turn_started` (median and p90 of 20; target < 100 ms).
 //!
-//! Run: `cargo bench --bench outbox`. Figures go to stdout; the README quotes them.
+//! Run: `cargo bench --bench outbox`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 #[path = "../tests/common/mod.rs"]

@@ -7,7 +7,7 @@
 //!   its RSS (targets < 1 s, < 60 MB);
 //! - one `cicy-agent chat` through serve against the same chat in-process (wall of each).
 //!
-//! Run: `cargo bench --bench serve`. Figures go to stdout; the README quotes them.
+//! Run: `cargo bench --bench serve`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 #[path = "../tests/common/mod.rs"]

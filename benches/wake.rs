@@ -8,7 +8,7 @@
 //!   `/api/health`, its RSS and thread count (targets < 2 s, < 200 MB; no thread or timer per
 //!   agent).
 //!
-//! Run: `cargo bench --bench wake [-- inbox|todo|10k]`. Figures go to stdout; the README quotes them.
+//! Run: `cargo bench --bench wake [-- inbox|todo|10k]`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
 #[path = "../tests/common/mod.rs"]
