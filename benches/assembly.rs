@@ -7,10 +7,10 @@
 
 mod common;
 
-use criterion::{criterion_group, criterion_main, Criterion};
 use cicy::conversation::history::{CurrentFile, HistoryStore};
 use cicy::gateway::anthropic;
 use cicy::prompt::{assemble, PromptInputs};
+use criterion::{criterion_group, criterion_main, Criterion};
 
 fn bench(c: &mut Criterion) {
     let history = common::history();
@@ -27,9 +27,7 @@ fn bench(c: &mut Criterion) {
         agents_md: "# Role\n\nYou are Ada.",
         memory_md: &memory,
     };
-    c.bench_function("assemble_and_encode_600_messages", |b| {
-        b.iter(|| anthropic::encode(&assemble(&inputs), "model", 2048))
-    });
+    c.bench_function("assemble_and_encode_600_messages", |b| b.iter(|| anthropic::encode(&assemble(&inputs), "model", 2048)));
     let dir = tempfile::tempdir().expect("tempdir");
     let store = HistoryStore::new(dir.path());
     let mut current = CurrentFile::new("w-1", "model");

@@ -66,7 +66,9 @@ async fn preemption(gw: &ScriptedGateway) {
     let ledger = cicy::autonomy::ledger::ledger_path(&ws);
     std::fs::create_dir_all(ledger.parent().unwrap()).unwrap();
     let at = cicy::fsutil::now_rfc3339();
-    let line = format!(r#"{{"id":"i1","at":"{at}","by":"human","what":"wait","run":"echo $$ > started; sleep 30","priority":5,"status":"pending"}}"#);
+    let line = format!(
+        r#"{{"id":"i1","at":"{at}","by":"human","what":"wait","run":"echo $$ > started; sleep 30","priority":5,"status":"pending"}}"#
+    );
     std::fs::write(&ledger, line + "\n").unwrap();
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut lat = Vec::new();

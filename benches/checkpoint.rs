@@ -25,16 +25,25 @@ fn setup(ws: &std::path::Path) {
             ContentBlock::text(format!("Looking at folder {i}.")),
             ContentBlock::ToolUse { id: id.clone(), name: "shell".into(), input: json!({"command": format!("ls -la /srv/data/{i}")}) },
         ]));
-        cur.push(Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: id, content: "-rw-r--r-- 1 u u 4096 file.txt\n".repeat(13), is_error: false }]));
+        cur.push(Message::user_blocks(vec![ContentBlock::ToolResult {
+            tool_use_id: id,
+            content: "-rw-r--r-- 1 u u 4096 file.txt\n".repeat(13),
+            is_error: false,
+        }]));
         cur.push(Message::assistant(vec![ContentBlock::text(format!("Folder {i} holds 13 files, all text, none larger than 4 KiB."))]));
     }
     HistoryStore::new(ws).start(&cur).expect("history");
     std::fs::write(ws.join("AGENTS.md"), "# Role\n\nYou are Ada.\n".repeat(20)).expect("AGENTS.md");
-    std::fs::write(checkpoint::plan_path(ws), json!({"todos": [{"id": "1", "content": "Check folders", "status": "in_progress"}]}).to_string()).expect("plan");
+    std::fs::write(
+        checkpoint::plan_path(ws),
+        json!({"todos": [{"id": "1", "content": "Check folders", "status": "in_progress"}]}).to_string(),
+    )
+    .expect("plan");
     let mem = ws.join(".cicy/memory");
     std::fs::create_dir_all(&mem).expect("memory");
     for i in 0..20 {
-        std::fs::write(mem.join(format!("fact_{i:02}.md")), format!("---\ntype: fact\ntitle: F{i}\n---\n\nFact number {i}.\n")).expect("memory file");
+        std::fs::write(mem.join(format!("fact_{i:02}.md")), format!("---\ntype: fact\ntitle: F{i}\n---\n\nFact number {i}.\n"))
+            .expect("memory file");
     }
 }
 

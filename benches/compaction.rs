@@ -24,7 +24,9 @@ use cicy::prompt::{assemble, PromptInputs};
 
 /// A summary of a realistic length (~6 KB, ~1500 tokens) in the eight sections.
 fn summary_text() -> String {
-    (1..=8).map(|s| format!("{s}. Section {s}:\n{}\n", "- a specific point with names, paths and numbers kept exactly.\n".repeat(12))).collect()
+    (1..=8)
+        .map(|s| format!("{s}. Section {s}:\n{}\n", "- a specific point with names, paths and numbers kept exactly.\n".repeat(12)))
+        .collect()
 }
 
 fn request_bytes(history: &[Message], tools: &[ToolSpec]) -> usize {

@@ -18,14 +18,7 @@ const WINDOW: usize = 100;
 
 fn create(bin: &Path, home: &Path, args: &[&str]) -> (Output, Duration) {
     let start = Instant::now();
-    let out = Command::new(bin)
-        .arg("create")
-        .args(args)
-        .env("CICY_HOME", home)
-        .env("HOME", home)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let out = Command::new(bin).arg("create").args(args).env("CICY_HOME", home).env("HOME", home).stdin(Stdio::null()).output().unwrap();
     (out, start.elapsed())
 }
 

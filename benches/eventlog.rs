@@ -78,7 +78,11 @@ fn replay_from_files(c: &mut Criterion) {
     while seq < 10_000 {
         let range = log.reserve(seq).unwrap();
         let batch: Vec<Event> = range
-            .map(|s| Event { seq: s, agent_id: "w-1".into(), kind: EventKind::TextDelta { text: format!("chunk {s} of a streamed answer, in 中文 too") } })
+            .map(|s| Event {
+                seq: s,
+                agent_id: "w-1".into(),
+                kind: EventKind::TextDelta { text: format!("chunk {s} of a streamed answer, in 中文 too") },
+            })
             .take(10_000 - seq as usize)
             .collect();
         seq = batch.last().unwrap().seq;
@@ -105,9 +109,7 @@ fn open_agent(c: &mut Criterion) {
         }
         events.close().await.unwrap();
     });
-    c.bench_function("open_agent", |b| {
-        b.iter(|| rt.block_on(async { AgentEvents::open(dir.path(), "w-1", None).unwrap() }))
-    });
+    c.bench_function("open_agent", |b| b.iter(|| rt.block_on(async { AgentEvents::open(dir.path(), "w-1", None).unwrap() })));
 }
 
 criterion_group! {

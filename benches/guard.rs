@@ -17,7 +17,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 
 use cicy::autonomy::guard::{check_run, never_killed, GuardCtx};
 
-const COMPOUND: &str = "cd sub && cargo test 2>&1 | tail -n 20 > test.log; echo \"done $(date +%s)\" >> log.txt && bash -c 'wc -l test.log > count.txt'";
+const COMPOUND: &str =
+    "cd sub && cargo test 2>&1 | tail -n 20 > test.log; echo \"done $(date +%s)\" >> log.txt && bash -c 'wc -l test.log > count.txt'";
 
 fn bench(c: &mut Criterion) {
     let ctx = GuardCtx { workspace: Path::new("/home/u/.cicy/workers/w-1"), home: Path::new("/home/u/.cicy") };

@@ -27,9 +27,13 @@ fn setup(dir: &std::path::Path, record: bool) -> Hooks {
     std::fs::create_dir_all(&ws).unwrap();
     let script = role.join("hooks/tiny.sh");
     // Reads its one JSON line with the shell's own `read` (no second process).
-    std::fs::write(&script, "#!/bin/sh
+    std::fs::write(
+        &script,
+        "#!/bin/sh
 read -r line
-echo '{\"action\":\"modify\",\"text\":\"changed\"}'\n").unwrap();
+echo '{\"action\":\"modify\",\"text\":\"changed\"}'\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let meta = cicy::role::parse_meta("hooks:\n  before_prompt: [{command: hooks/tiny.sh}]\n", "meta.yaml").unwrap();
     let ctx = ToolContext {

@@ -25,7 +25,10 @@ fn setup(dir: &std::path::Path) {
             salience: (i % 5 + 1) as u8,
             tags: vec!["bench".into(), format!("t{}", i % 10)],
             updated: "2026-01-01T00:00:00Z".into(),
-            content: format!("The user keeps item {i} in the second drawer, labelled in 中文 and English; it matters for project {}.", i % 9),
+            content: format!(
+                "The user keeps item {i} in the second drawer, labelled in 中文 and English; it matters for project {}.",
+                i % 9
+            ),
         };
         store::write(dir, &r).expect("write memory");
     }

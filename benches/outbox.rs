@@ -81,11 +81,7 @@ fn drain_ten_thousand() {
     let stats = ob.drain(PROCESSING_STALE_AFTER, |_| None);
     let wall = start.elapsed();
     assert_eq!(stats.processed, QUEUED);
-    println!(
-        "drain of {QUEUED} queued commands, no-op handler: {:.0} ms, {:.0} commands/s",
-        ms(wall),
-        QUEUED as f64 / wall.as_secs_f64()
-    );
+    println!("drain of {QUEUED} queued commands, no-op handler: {:.0} ms, {:.0} commands/s", ms(wall), QUEUED as f64 / wall.as_secs_f64());
 }
 
 const HOPS: usize = 20;

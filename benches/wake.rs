@@ -52,7 +52,13 @@ async fn inbox_latency(gw: &ScriptedGateway) {
     let mb = Mailbox::of_workspace(&t.workspace(id));
     let mut lat = Vec::new();
     for i in 0..200 {
-        let msg = NewMessage { from: "human".into(), subject: Some(format!("m{i}")), body: format!("message {i}"), question: false, meta: BTreeMap::new() };
+        let msg = NewMessage {
+            from: "human".into(),
+            subject: Some(format!("m{i}")),
+            body: format!("message {i}"),
+            question: false,
+            meta: BTreeMap::new(),
+        };
         let start = Instant::now();
         mb.write(inbox::Folder::Inbox, &msg).unwrap();
         while events.next().await.unwrap().event != "turn_started" {}

@@ -114,15 +114,13 @@ pub fn create(home: &Home, opts: CreateOptions) -> Result<Created, AgentError> {
 
 /// Makes the workspace and writes AGENTS.md if it is missing; returns whether it wrote it.
 fn make_workspace(record: &AgentRecord, template: &RoleTemplate) -> Result<bool, AgentError> {
-    std::fs::create_dir_all(&record.workspace)
-        .map_err(|source| AgentError::Io { path: record.workspace.clone(), source })?;
+    std::fs::create_dir_all(&record.workspace).map_err(|source| AgentError::Io { path: record.workspace.clone(), source })?;
     let agents_md = record.workspace.join("AGENTS.md");
     if agents_md.exists() {
         return Ok(false);
     }
     let text = role::seed_agents_md(&template.role_md, &record.id, &record.title, &record.workspace);
-    crate::fsutil::write_atomic(&agents_md, text.as_bytes())
-        .map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
+    crate::fsutil::write_atomic(&agents_md, text.as_bytes()).map_err(|source| AgentError::Io { path: agents_md.clone(), source })?;
     Ok(true)
 }
 

@@ -200,24 +200,22 @@ impl Config {
     }
 
     /// [`Config::load`] with an injectable environment (tests).
-    pub fn load_with_env(
-        config_path: &Path,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
+    pub fn load_with_env(config_path: &Path, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let file = match std::fs::read_to_string(config_path) {
             Ok(text) if text.trim().is_empty() => FileConfig::default(),
-            Ok(text) => serde_yaml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::Parse {
-                path: config_path.to_path_buf(),
-                message: e.to_string(),
-            })?,
+            Ok(text) => serde_yaml::from_str::<FileConfig>(&text)
+                .map_err(|e| ConfigError::Parse { path: config_path.to_path_buf(), message: e.to_string() })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => FileConfig::default(),
             Err(source) => return Err(ConfigError::Read { path: config_path.to_path_buf(), source }),
         };
         let mut compaction = CompactionConfig::from_file(file.compaction, config_path)?;
         if let Some(v) = env(ENV_CONTEXT_WINDOW) {
-            compaction.context_window = v.trim().parse().ok().filter(|w: &u64| *w > 0).ok_or_else(|| {
-                ConfigError::ContextWindow { name: ENV_CONTEXT_WINDOW.to_string(), value: v.clone() }
-            })?;
+            compaction.context_window = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|w: &u64| *w > 0)
+                .ok_or_else(|| ConfigError::ContextWindow { name: ENV_CONTEXT_WINDOW.to_string(), value: v.clone() })?;
         }
         let g = file.gateway;
         let api_style = match (env(ENV_API_STYLE), g.api_style) {
@@ -226,10 +224,7 @@ impl Config {
             (None, None) => ApiStyle::default(),
         };
         let key_env = g.api_key_env.unwrap_or_else(|| ENV_API_KEY.to_string());
-        let memory = memory_settings(&file.memory).map_err(|message| ConfigError::Parse {
-            path: config_path.to_path_buf(),
-            message,
-        })?;
+        let memory = memory_settings(&file.memory).map_err(|message| ConfigError::Parse { path: config_path.to_path_buf(), message })?;
         let gateway_url = match (env(ENV_GATEWAY_URL), g.url) {
             (Some(v), _) => Some(check_url(v, ENV_GATEWAY_URL)?),
             (None, Some(v)) => Some(check_url(v, &format!("{} gateway.url", config_path.display()))?),
@@ -288,10 +283,7 @@ fn check_url(value: String, source_name: &str) -> Result<String, ConfigError> {
 }
 
 fn parse_style(value: &str, source_name: &str) -> Result<ApiStyle, ConfigError> {
-    ApiStyle::parse(value).ok_or_else(|| ConfigError::ApiStyle {
-        source_name: source_name.to_string(),
-        value: value.to_string(),
-    })
+    ApiStyle::parse(value).ok_or_else(|| ConfigError::ApiStyle { source_name: source_name.to_string(), value: value.to_string() })
 }
 
 #[cfg(test)]
@@ -300,8 +292,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| m.get(k).cloned()
     }
 
@@ -309,11 +300,7 @@ mod tests {
     fn env_overrides_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("config.yaml");
-        std::fs::write(
-            &p,
-            "gateway:\n  url: http://file\n  api_style: openai\n  model: m-file\n  api_key_env: MY_KEY\n",
-        )
-        .unwrap();
+        std::fs::write(&p, "gateway:\n  url: http://file\n  api_style: openai\n  model: m-file\n  api_key_env: MY_KEY\n").unwrap();
         let c = Config::load_with_env(&p, env_of(&[("MY_KEY", "k1")])).unwrap();
         assert_eq!(c.gateway_url.as_deref(), Some("http://file"));
         assert_eq!(c.api_style, ApiStyle::Openai);
@@ -438,10 +425,7 @@ mod tests {
         for url in ["ftp://example.com", "garbage", "http://"] {
             std::fs::write(&p, format!("gateway:\n  url: {url}\n")).unwrap();
             let e = Config::load_with_env(&p, env_of(&[])).unwrap_err().to_string();
-            assert_eq!(
-                e,
-                format!("{} gateway.url: the gateway URL must be an http:// or https:// URL, got `{url}`", p.display())
-            );
+            assert_eq!(e, format!("{} gateway.url: the gateway URL must be an http:// or https:// URL, got `{url}`", p.display()));
         }
         std::fs::write(&p, "").unwrap();
         let e = Config::load_with_env(&p, env_of(&[("CICY_GATEWAY_URL", "ftp://x")])).unwrap_err().to_string();

@@ -48,63 +48,145 @@ impl AgentState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
-    TurnStarted { turn_id: String, conv_id: String },
+    TurnStarted {
+        turn_id: String,
+        conv_id: String,
+    },
     /// 0-based round number within the turn.
-    RoundStarted { round: u32 },
-    TextDelta { text: String },
+    RoundStarted {
+        round: u32,
+    },
+    TextDelta {
+        text: String,
+    },
     /// The streamed text of a response is complete.
     TextEnd,
     /// The response that ends the turn has no answer text (it was empty, or only thinking);
     /// the CLI prints `(no answer text)` on stderr.
     NoAnswerText,
-    ThinkingDelta { text: String },
-    ToolStarted { id: String, name: String, input: Value },
+    ThinkingDelta {
+        text: String,
+    },
+    ToolStarted {
+        id: String,
+        name: String,
+        input: Value,
+    },
     /// `result` is cut to 600 characters; the full text is in the history.
-    ToolFinished { id: String, name: String, result: String, is_error: bool, duration_ms: u64 },
+    ToolFinished {
+        id: String,
+        name: String,
+        result: String,
+        is_error: bool,
+        duration_ms: u64,
+    },
     /// Token usage of one round and the digest of its cached prefix.
-    Usage { input: u64, output: u64, cache_creation: u64, cache_read: u64, prefix_sha256: String },
+    Usage {
+        input: u64,
+        output: u64,
+        cache_creation: u64,
+        cache_read: u64,
+        prefix_sha256: String,
+    },
     /// Token usage of an aux call (`aux`: `compact` or `memory`); counted, never part of the
     /// conversation or its snapshots.
-    AuxUsage { aux: String, input: u64, output: u64, cache_creation: u64, cache_read: u64 },
-    Retry { attempt: u32, delay_ms: u64, reason: String },
-    Compacted { before: usize, after: usize },
-    System { text: String },
-    Error { kind: String, message: String },
-    TurnEnded { outcome: TurnOutcome },
+    AuxUsage {
+        aux: String,
+        input: u64,
+        output: u64,
+        cache_creation: u64,
+        cache_read: u64,
+    },
+    Retry {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    Compacted {
+        before: usize,
+        after: usize,
+    },
+    System {
+        text: String,
+    },
+    Error {
+        kind: String,
+        message: String,
+    },
+    TurnEnded {
+        outcome: TurnOutcome,
+    },
     /// `serve`: the agent's state changed (DESIGN.md §9).
-    State { state: AgentState },
+    State {
+        state: AgentState,
+    },
     /// `serve`: this input arrived while the agent was busy and waits in its pending queue
     /// (cicy: "Queued — will be handled after the current reply completes.").
-    Queued { text: String },
+    Queued {
+        text: String,
+    },
     /// `serve`: the queued inputs, joined with `\n`, start one follow-up turn
     /// (cicy: "Processing queued input…").
-    Flush { text: String },
+    Flush {
+        text: String,
+    },
     /// `serve`: what became of a steer: `queued`, `prompted` (the agent was idle),
     /// `rejected_full` (cap 3, CMDC), `delivered` (it went into a round's user message).
-    Steered { status: String },
+    Steered {
+        status: String,
+    },
     /// `serve`: the run an input started (its turn and every follow-up) is over.
     Done,
     /// A subscriber missed events `from..=to` (older than the kept log, or it lagged behind);
     /// never a silent hole.
-    Gap { from: u64, to: u64 },
+    Gap {
+        from: u64,
+        to: u64,
+    },
     /// `serve`: a wake turn starts (DESIGN.md §10): `reason` `todo|inbox|recovery|heartbeat`,
     /// `n` the agent's wake count, the todo ids it claimed and the inbox files of the one
     /// conversation it claimed.
-    Wake { reason: String, n: u64, todos: Vec<u32>, messages: Vec<String> },
+    Wake {
+        reason: String,
+        n: u64,
+        todos: Vec<u32>,
+        messages: Vec<String>,
+    },
     /// A message file landed in this agent's inbox and was claimed for a wake (one per file).
-    MessageIn { from: String, subject: String, file: String },
+    MessageIn {
+        from: String,
+        subject: String,
+        file: String,
+    },
     /// This agent (or serve on its behalf, `from: cicy`) wrote a message: `to` is `human`, an
     /// agent id or a name; `file` is the outbox file.
-    MessageOut { from: String, to: String, text: String, file: String },
+    MessageOut {
+        from: String,
+        to: String,
+        text: String,
+        file: String,
+    },
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
-    TodoChange { action: String, id: u32, line: String },
+    TodoChange {
+        action: String,
+        id: u32,
+        line: String,
+    },
     /// A `task` call started a sub-agent (DESIGN.md §12, CMDC `:subagent_start`): `id` names its
     /// folder `.cicy/history/sub/<id>/`; `subagent_type` is `general-purpose` or a role slug.
-    SubagentStart { id: String, description: String, subagent_type: String },
+    SubagentStart {
+        id: String,
+        description: String,
+        subagent_type: String,
+    },
     /// The sub-agent `id` ended; `result` is the tool result the parent reads, cut to 600
     /// characters as `tool_finished`'s.
-    SubagentEnd { id: String, outcome: SubagentOutcome, result: String },
+    SubagentEnd {
+        id: String,
+        outcome: SubagentOutcome,
+        result: String,
+    },
     /// The `ask_user` tool waits for the user's answer to `question` (DESIGN.md §12, CMDC
     /// `:ask_user`): answer with `POST /api/agents/<id>/respond {ref, response}` or the chat
     /// session's next stdin line. `options` is empty for a free-text answer.
@@ -127,12 +209,18 @@ pub enum EventKind {
     },
     /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
     /// `todo_change`; that name is the wake todos' event above, whose shape differs).
-    PlanChange { todos: Vec<crate::tools::plan::Todo> },
+    PlanChange {
+        todos: Vec<crate::tools::plan::Todo>,
+    },
     /// Idle autonomy (DESIGN.md §13): a job of the tick changed. `job` is `intent:<id>` or a
     /// routine (`selfcheck`, `recall`, `web`); `status` is `running`, `done`, `failed`,
     /// `interrupted`, `refused` or `promoted`; `detail` the result, the refusal, who preempted
     /// (`preempted by human`) or the new priority.
-    Autonomy { job: String, status: String, detail: Option<String> },
+    Autonomy {
+        job: String,
+        status: String,
+        detail: Option<String>,
+    },
 }
 
 /// How a sub-agent (`task`) ended: its turn's outcome, or `timed_out` when its time ran out
@@ -253,8 +341,18 @@ mod tests {
             EventKind::Done,
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
             EventKind::SubagentEnd { id: "s".into(), outcome: SubagentOutcome::TimedOut, result: "r".into() },
-            EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: vec![AskOption { id: "a".into(), label: "A".into() }] },
-            EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "allow".into(), reason: None, duration_ms: 3 },
+            EventKind::AskUser {
+                reference: "r1".into(),
+                question: "q?".into(),
+                options: vec![AskOption { id: "a".into(), label: "A".into() }],
+            },
+            EventKind::Hook {
+                name: "before_tool".into(),
+                command: "hooks/g.sh".into(),
+                action: "allow".into(),
+                reason: None,
+                duration_ms: 3,
+            },
         ] {
             let ev = Event { seq: u64::MAX, agent_id: "w-1".into(), kind };
             let line = serde_json::to_string(&ev).unwrap();
@@ -268,7 +366,13 @@ mod tests {
             serde_json::to_string(&EventKind::AskUser { reference: "r1".into(), question: "q?".into(), options: Vec::new() }).unwrap(),
             r#"{"type":"ask_user","ref":"r1","question":"q?","options":[]}"#
         );
-        let deny = EventKind::Hook { name: "before_tool".into(), command: "hooks/g.sh".into(), action: "deny".into(), reason: Some("no".into()), duration_ms: 3 };
+        let deny = EventKind::Hook {
+            name: "before_tool".into(),
+            command: "hooks/g.sh".into(),
+            action: "deny".into(),
+            reason: Some("no".into()),
+            duration_ms: 3,
+        };
         assert_eq!(
             serde_json::to_string(&deny).unwrap(),
             r#"{"type":"hook","name":"before_tool","command":"hooks/g.sh","action":"deny","reason":"no","duration_ms":3}"#

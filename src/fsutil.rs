@@ -26,10 +26,7 @@ pub fn write_atomic_all(files: &[(&Path, &[u8])]) -> io::Result<()> {
     for (path, bytes) in files {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         fs::create_dir_all(dir).map_err(|e| with_path(e, dir))?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .tempfile_in(dir)
-            .map_err(|e| with_path(e, dir))?;
+        let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir).map_err(|e| with_path(e, dir))?;
         tmp.write_all(bytes).map_err(|e| with_path(e, path))?;
         tmp.as_file().sync_all().map_err(|e| with_path(e, path))?;
         tmp.persist(path).map_err(|e| with_path(e.error, path))?;
@@ -121,10 +118,7 @@ mod tests {
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(p.parent().unwrap())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
+        let names: Vec<_> = fs::read_dir(p.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         assert_eq!(names, vec!["b.json".to_string()]);
     }
 
@@ -134,7 +128,10 @@ mod tests {
         let (a, b, c) = (dir.path().join("a.json"), dir.path().join("b.json"), dir.path().join("sub/c.json"));
         fs::write(&a, b"old").unwrap();
         write_atomic_all(&[(&a, b"one"), (&b, b"two"), (&c, b"three")]).unwrap();
-        assert_eq!((fs::read(&a).unwrap(), fs::read(&b).unwrap(), fs::read(&c).unwrap()), (b"one".to_vec(), b"two".to_vec(), b"three".to_vec()));
+        assert_eq!(
+            (fs::read(&a).unwrap(), fs::read(&b).unwrap(), fs::read(&c).unwrap()),
+            (b"one".to_vec(), b"two".to_vec(), b"three".to_vec())
+        );
         let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         assert_eq!(names, ["a.json", "b.json", "sub"]);

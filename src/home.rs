@@ -40,8 +40,7 @@ impl Home {
 
     /// Creates the home folder if missing.
     pub fn ensure(&self) -> Result<(), HomeError> {
-        std::fs::create_dir_all(&self.root)
-            .map_err(|source| HomeError::Create { path: self.root.clone(), source })
+        std::fs::create_dir_all(&self.root).map_err(|source| HomeError::Create { path: self.root.clone(), source })
     }
 
     pub fn root(&self) -> &Path {

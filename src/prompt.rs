@@ -8,8 +8,8 @@
 //! prompt cache stays warm. It reads no files itself and never changes the history.
 
 use crate::conversation::invariants;
-use crate::conversation::outcome::marker_of;
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
+use crate::conversation::outcome::marker_of;
 use crate::gateway::{Prompt, PromptBlock, PromptMessage, SystemBlock, ToolSpec};
 use crate::tools::skill::SkillInfo;
 
@@ -129,11 +129,7 @@ pub fn window_start(history: &[Message]) -> usize {
 /// offers no tools, `tool_use` and `tool_result` blocks become text, because the Anthropic API
 /// refuses a request that carries tool blocks but defines no tools.
 fn window(history: &[Message], final_round: bool) -> Vec<PromptMessage> {
-    let mut msgs: Vec<Message> = history[window_start(history)..]
-        .iter()
-        .filter(|m| marker_of(m).is_none())
-        .cloned()
-        .collect();
+    let mut msgs: Vec<Message> = history[window_start(history)..].iter().filter(|m| marker_of(m).is_none()).cloned().collect();
     if final_round {
         msgs.iter_mut().for_each(flatten_tool_blocks);
     }
@@ -222,10 +218,7 @@ mod tests {
         let last = &p.messages[2].blocks;
         assert_eq!(last.len(), 2);
         assert!(last[0].cache && !last[1].cache);
-        assert_eq!(
-            last[1].block,
-            ContentBlock::text(format!("<memories>\n- [fact★3] likes tea\n{MEMORY_NOTE}\n</memories>"))
-        );
+        assert_eq!(last[1].block, ContentBlock::text(format!("<memories>\n- [fact★3] likes tea\n{MEMORY_NOTE}\n</memories>")));
         let breakpoints = p.system.iter().filter(|s| s.cache).count()
             + usize::from(p.tools_cache)
             + p.messages.iter().flat_map(|m| &m.blocks).filter(|b| b.cache).count();

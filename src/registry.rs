@@ -348,25 +348,18 @@ impl Registry {
     /// Errors: [`RegistryError::NoMaster`], [`RegistryError::WorkspaceTaken`] (a given
     /// workspace that is another agent's, compared through symlinks by the index of
     /// `workspaces`), [`RegistryError::WorkspaceHolds`], [`RegistryError::Sql`].
-    pub fn create(
-        &mut self,
-        new: NewAgent,
-        workspace_for: impl Fn(&str) -> PathBuf,
-    ) -> Result<AgentRecord, RegistryError> {
+    pub fn create(&mut self, new: NewAgent, workspace_for: impl Fn(&str) -> PathBuf) -> Result<AgentRecord, RegistryError> {
         let path = self.path.clone();
         let sql = |source| RegistryError::Sql { path: path.clone(), source };
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
         if let Some(m) = &new.master_id {
-            let found: Option<String> = tx
-                .query_row("SELECT id FROM agent_config WHERE id = ?1", [m], |r| r.get(0))
-                .optional()
-                .map_err(sql)?;
+            let found: Option<String> =
+                tx.query_row("SELECT id FROM agent_config WHERE id = ?1", [m], |r| r.get(0)).optional().map_err(sql)?;
             if found.is_none() {
                 return Err(RegistryError::NoMaster(m.clone()));
             }
         }
-        let mut n: i64 =
-            tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
+        let mut n: i64 = tx.query_row("SELECT COALESCE(MAX(n), 0) + 1 FROM agent_config", [], |r| r.get(0)).map_err(sql)?;
         let (workspace, key) = match new.workspace {
             Some(w) => {
                 let key = workspaces::key(&w);
@@ -434,11 +427,7 @@ impl Registry {
 
     /// The agent with this id.
     pub fn get(&self, id: &str) -> Result<AgentRecord, RegistryError> {
-        let row = self
-            .conn
-            .query_row(&format!("{SELECT} WHERE id = ?1"), [id], read_row)
-            .optional()
-            .map_err(|e| self.sql_err(e))?;
+        let row = self.conn.query_row(&format!("{SELECT} WHERE id = ?1"), [id], read_row).optional().map_err(|e| self.sql_err(e))?;
         row.ok_or_else(|| RegistryError::NotFound(id.to_string()))?.into_record()
     }
 
@@ -549,8 +538,8 @@ struct RawRow {
 impl RawRow {
     fn into_record(self) -> Result<AgentRecord, RegistryError> {
         let mut record = self.record;
-        record.config = serde_json::from_str(&self.config)
-            .map_err(|e| RegistryError::BadConfig { id: record.id.clone(), message: e.to_string() })?;
+        record.config =
+            serde_json::from_str(&self.config).map_err(|e| RegistryError::BadConfig { id: record.id.clone(), message: e.to_string() })?;
         Ok(record)
     }
 }
@@ -634,7 +623,11 @@ mod tests {
         Connection::open(&old).unwrap().execute_batch("CREATE TABLE t (x)").unwrap();
         assert_eq!(
             Registry::open_read_only(&old).err().unwrap().to_string(),
-            format!("registry {} has schema version 0, older than this cicy-agent's ({}); a command that writes (e.g. `create`) upgrades it", old.display(), MIGRATIONS.len())
+            format!(
+                "registry {} has schema version 0, older than this cicy-agent's ({}); a command that writes (e.g. `create`) upgrades it",
+                old.display(),
+                MIGRATIONS.len()
+            )
         );
     }
 
@@ -668,10 +661,9 @@ mod tests {
         for t in ["conversation", "member", "message", "delivery", "task", "cron_job", "msg_call"] {
             assert_eq!(q(&format!("SELECT CAST(COUNT(*) AS TEXT) FROM {t}")), "0", "{t}");
         }
-        let bad = reg.conn.execute(
-            "INSERT INTO conversation (id, kind, name, created_by, created_at) VALUES ('c', 'channel', 'x', 'w-1', 't')",
-            [],
-        );
+        let bad = reg
+            .conn
+            .execute("INSERT INTO conversation (id, kind, name, created_by, created_at) VALUES ('c', 'channel', 'x', 'w-1', 't')", []);
         assert!(bad.unwrap_err().to_string().contains("CHECK constraint failed"));
     }
 

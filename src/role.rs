@@ -256,13 +256,11 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
     if text.trim().is_empty() {
         return Ok(RoleMeta::default());
     }
-    let meta: RoleMeta =
-        serde_yaml::from_str(text).map_err(|e| RoleError::BadMeta { file: source.to_string(), message: e.to_string() })?;
+    let meta: RoleMeta = serde_yaml::from_str(text).map_err(|e| RoleError::BadMeta { file: source.to_string(), message: e.to_string() })?;
     if meta.max_tool_rounds == Some(0) {
         return Err(RoleError::BadMeta {
             file: source.to_string(),
-            message: "max_tool_rounds: 0 is not allowed: a turn needs at least 1 round (1: one answer without tools)"
-                .to_string(),
+            message: "max_tool_rounds: 0 is not allowed: a turn needs at least 1 round (1: one answer without tools)".to_string(),
         });
     }
     if meta.max_tokens == Some(0) {
@@ -337,15 +335,17 @@ impl ToolConfig {
     }
 
     fn merge(&mut self, text: &str, source: &str) -> Result<(), RoleError> {
-        let file: LiteConfigFile = serde_json::from_str(text)
-            .map_err(|e| RoleError::BadLiteConfig { file: source.to_string(), message: e.to_string() })?;
+        let file: LiteConfigFile =
+            serde_json::from_str(text).map_err(|e| RoleError::BadLiteConfig { file: source.to_string(), message: e.to_string() })?;
         for (name, def) in &file.custom_tools {
             let bad = |message: String| Err(RoleError::BadLiteConfig { file: source.to_string(), message });
             if BUILTIN_TOOLS.contains(&name.as_str()) {
                 return bad(format!("customTools: `{name}` is a built-in tool name"));
             }
             if !valid_tool_name(name) {
-                return bad(format!("customTools: `{name}` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"));
+                return bad(format!(
+                    "customTools: `{name}` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"
+                ));
             }
             if def.input_schema.get("type").and_then(|t| t.as_str()) != Some("object") {
                 return bad(format!(
@@ -393,10 +393,7 @@ impl ToolConfig {
 
 /// The AGENTS.md written at create: `# Role` heading + role.md with placeholders filled.
 pub fn seed_agents_md(role_md: &str, agent_id: &str, title: &str, workspace: &Path) -> String {
-    let body = role_md
-        .replace("{{AGENT_ID}}", agent_id)
-        .replace("{{TITLE}}", title)
-        .replace("{{WORKSPACE}}", &workspace.to_string_lossy());
+    let body = role_md.replace("{{AGENT_ID}}", agent_id).replace("{{TITLE}}", title).replace("{{WORKSPACE}}", &workspace.to_string_lossy());
     format!("# Role\n\n{}\n", body.trim())
 }
 

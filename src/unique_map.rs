@@ -58,9 +58,15 @@ mod tests {
     #[test]
     fn a_key_written_twice_in_hooks_or_mcp_servers_is_an_error_naming_file_and_key() {
         let hooks = "hooks:\n  before_tool:\n    - {command: a.sh}\n  before_tool:\n    - {command: b.sh}\n";
-        assert_eq!(parse_meta(hooks, "r/meta.yaml").unwrap_err().to_string(), "r/meta.yaml: hooks: duplicate key `before_tool` at line 2 column 3");
+        assert_eq!(
+            parse_meta(hooks, "r/meta.yaml").unwrap_err().to_string(),
+            "r/meta.yaml: hooks: duplicate key `before_tool` at line 2 column 3"
+        );
         let servers = "mcp_servers:\n  fs: {command: a}\n  fs: {command: b}\n";
-        assert_eq!(parse_meta(servers, "r/meta.yaml").unwrap_err().to_string(), "r/meta.yaml: mcp_servers: duplicate key `fs` at line 2 column 3");
+        assert_eq!(
+            parse_meta(servers, "r/meta.yaml").unwrap_err().to_string(),
+            "r/meta.yaml: mcp_servers: duplicate key `fs` at line 2 column 3"
+        );
         let ok = parse_meta("hooks:\n  before_tool: [{command: a.sh}]\n  after_tool: [{command: b.sh}]\nmcp_servers:\n  fs: {command: a}\n  git: {command: b}\n", "m").unwrap();
         assert_eq!(ok.mcp_servers.keys().collect::<Vec<_>>(), ["fs", "git"]);
         assert_eq!(ok.hooks.get(crate::hooks::HookName::AfterTool)[0].command, "b.sh");

@@ -104,7 +104,10 @@ async fn serve_takes_the_answer_through_the_respond_route() {
                "options": [{"id": "b", "label": "blue"}, {"id": "g", "label": "green"}]})
     );
     let route = format!("/api/agents/{id}/respond");
-    assert_eq!(s.post(&route, json!({"ref": reference})).await, (400, json!({"error": "bad_request", "message": "ref and response required"})));
+    assert_eq!(
+        s.post(&route, json!({"ref": reference})).await,
+        (400, json!({"error": "bad_request", "message": "ref and response required"}))
+    );
     assert_eq!(s.post(&route, json!({"response": "g"})).await.0, 400);
     assert_eq!(
         s.post(&route, json!({"ref": "nope", "response": "g"})).await,

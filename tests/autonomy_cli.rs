@@ -8,8 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use cicy::autonomy::guard::{GuardCtx, Judge, JUDGE_SYSTEM_TEXT};
-use cicy::autonomy::ledger::{By, Folded, Intent, Status};
 use cicy::autonomy::key::GuardKey;
+use cicy::autonomy::ledger::{By, Folded, Intent, Status};
 use cicy::autonomy::wish::{check_at_pickup, is_checked, refused, wish, WishError, WishInput, CHECKED_KEY};
 use cicy::gateway::{ApiStyle, GatewayClient, GatewaySettings};
 use common::cli::{cicy, Out};
@@ -83,7 +83,13 @@ async fn a_wish_is_judged_then_written_pending_with_checked_or_refused_with_its_
     let h = tempfile::tempdir().unwrap();
     let ws = create(h.path()).await;
     gw.on_aux(judge(ALLOW));
-    let o = cicy(h.path(), &gw.url(), &["wish", "w-1", "tidy the notes folder", "--why", "it is a mess", "--run", "ls notes", "--min-gap", "10m", "--priority", "6"], None).await;
+    let o = cicy(
+        h.path(),
+        &gw.url(),
+        &["wish", "w-1", "tidy the notes folder", "--why", "it is a mess", "--run", "ls notes", "--min-gap", "10m", "--priority", "6"],
+        None,
+    )
+    .await;
     ok(&o, "i1 pending\n");
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 1);
@@ -105,14 +111,23 @@ async fn a_wish_is_judged_then_written_pending_with_checked_or_refused_with_its_
     assert_eq!(
         lines(&ws),
         vec![
-            line(json!({"what": "tidy the notes folder", "why": "it is a mess", "run": "ls notes", "priority": 6, "min_gap": 600, "checked": checked})),
-            line(json!({"id": "i2", "what": "publish the notes", "run": "git push origin main", "status": "refused", "done_at": "<time>", "refused_reason": PUSH})),
-            line(json!({"id": "i3", "what": "move yourself to a bigger model", "status": "refused", "done_at": "<time>", "refused_reason": "model: it switches the agent's model"})),
+            line(
+                json!({"what": "tidy the notes folder", "why": "it is a mess", "run": "ls notes", "priority": 6, "min_gap": 600, "checked": checked})
+            ),
+            line(
+                json!({"id": "i2", "what": "publish the notes", "run": "git push origin main", "status": "refused", "done_at": "<time>", "refused_reason": PUSH})
+            ),
+            line(
+                json!({"id": "i3", "what": "move yourself to a bigger model", "status": "refused", "done_at": "<time>", "refused_reason": "model: it switches the agent's model"})
+            ),
         ]
     );
     // A bad field is refused before anything is asked or written.
     let o = cicy(h.path(), &gw.url(), &["wish", "w-1", "x", "--priority", "3"], None).await;
-    assert_eq!((o.code, o.stderr.as_str()), (2, "error: priority: 3 is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)\n"));
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (2, "error: priority: 3 is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)\n")
+    );
     let o = cicy(h.path(), &gw.url(), &["wish", "w-1", "x", "--min-gap", "soon"], None).await;
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("`soon` is not a duration"), "{}", o.stderr);
@@ -127,7 +142,10 @@ async fn a_judge_that_is_down_refuses_and_the_line_says_why() {
     assert_eq!(o.code, 1, "{}", o.stderr);
     let printed = o.stdout.strip_prefix("i1 refused: ").unwrap().trim_end().to_string();
     assert!(printed.starts_with("judge: the guard judge call failed: "), "{printed}");
-    assert_eq!(lines(&ws), vec![line(json!({"what": "tidy the notes folder", "status": "refused", "done_at": "<time>", "refused_reason": printed}))]);
+    assert_eq!(
+        lines(&ws),
+        vec![line(json!({"what": "tidy the notes folder", "status": "refused", "done_at": "<time>", "refused_reason": printed}))]
+    );
 }
 
 #[tokio::test]
@@ -157,10 +175,16 @@ async fn needs_human_waits_until_approved_then_drop_off_on_rm_and_ls() {
     ok(&intents(&["tick", "--dry-run"]).await, "[dry-run] run intent i1 (priority 5): prune old logs — `ls logs`\n");
     ok(&intents(&["off"]).await, "autonomy off for w-1 (its other scheduling goes on)\n");
     ok(&intents(&["tick", "--dry-run"]).await, "[dry-run] off (switched off with `intents <id> off`)\n");
-    assert!(intents(&["status"]).await.stdout.starts_with("autonomy: off (switched off with `intents <id> off`)\n⑩ mine: none\n⑪ now: off (switched off"));
+    assert!(intents(&["status"])
+        .await
+        .stdout
+        .starts_with("autonomy: off (switched off with `intents <id> off`)\n⑩ mine: none\n⑪ now: off (switched off"));
     ok(&intents(&["on"]).await, "autonomy on for w-1\n");
     let o = intents(&["tick"]).await;
-    assert_eq!((o.code, o.stderr.as_str()), (2, "error: tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every 30 s while the agent is idle)\n"));
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (2, "error: tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every 30 s while the agent is idle)\n")
+    );
 
     ok(&intents(&["drop", "i1"]).await, "i1 dropped\n");
     let path = ledger(&ws).display().to_string();
@@ -175,11 +199,10 @@ async fn needs_human_waits_until_approved_then_drop_off_on_rm_and_ls() {
     let only = &v["intents"][0];
     assert_eq!((only["id"].as_str(), only["status"].as_str(), only["needs"].as_str()), (Some("i1"), Some("dropped"), Some("none")));
     assert!(only["done_at"].is_string());
-    assert_eq!(lines(&ws).iter().map(|l| (l["status"].as_str().unwrap(), l["needs"].as_str().unwrap())).collect::<Vec<_>>(), [
-        ("pending", "human"),
-        ("pending", "none"),
-        ("dropped", "none")
-    ]);
+    assert_eq!(
+        lines(&ws).iter().map(|l| (l["status"].as_str().unwrap(), l["needs"].as_str().unwrap())).collect::<Vec<_>>(),
+        [("pending", "human"), ("pending", "none"), ("dropped", "none")]
+    );
 
     let o = intents(&["rm"]).await;
     let moved = o.stdout.strip_prefix("moved the ledger to ").unwrap().trim_end().to_string();
@@ -221,8 +244,12 @@ async fn the_wish_tool_writes_by_self_through_a_turn() {
     assert_eq!(
         lines(&t.workspace(&id)),
         vec![
-            line(json!({"by": "self", "what": "tidy the notes folder", "run": "ls notes", "priority": 6, "min_gap": 60, "needs": "external", "checked": checked})),
-            line(json!({"id": "i2", "by": "self", "what": "publish the notes", "run": "git push origin main", "status": "refused", "done_at": "<time>", "refused_reason": PUSH})),
+            line(
+                json!({"by": "self", "what": "tidy the notes folder", "run": "ls notes", "priority": 6, "min_gap": 60, "needs": "external", "checked": checked})
+            ),
+            line(
+                json!({"id": "i2", "by": "self", "what": "publish the notes", "run": "git push origin main", "status": "refused", "done_at": "<time>", "refused_reason": PUSH})
+            ),
         ]
     );
 }
@@ -258,7 +285,8 @@ async fn the_autonomy_route_serves_the_report_and_every_intent() {
             "squeezed": [], "skipped": [{"line": 3, "why": why}],
         })
     );
-    let got: Vec<(&str, &str)> = intents.as_array().unwrap().iter().map(|i| (i["id"].as_str().unwrap(), i["status"].as_str().unwrap())).collect();
+    let got: Vec<(&str, &str)> =
+        intents.as_array().unwrap().iter().map(|i| (i["id"].as_str().unwrap(), i["status"].as_str().unwrap())).collect();
     assert_eq!(got, [("i1", "pending"), ("i2", "refused")]);
     assert_eq!(intents[1]["refused_reason"], PUSH);
     let cli = cicy(home, &gw.url(), &["intents", "w-1", "status", "--json"], None).await;
@@ -292,7 +320,15 @@ async fn a_hand_written_line_is_checked_at_pickup() {
     assert!(is_checked(&key, &checked));
     assert_eq!(checked.extra[CHECKED_KEY], key.mark(&["tidy the notes folder", "", "ls notes", "none"]));
     // A mark made without the key (a plain SHA-256, say, by an agent's shell) is no mark.
-    let forged = Intent { extra: [(CHECKED_KEY.to_string(), json!(format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"tidy the notes folder\0\0ls notes"))))].into_iter().collect(), ..hand.clone() };
+    let forged = Intent {
+        extra: [(
+            CHECKED_KEY.to_string(),
+            json!(format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(b"tidy the notes folder\0\0ls notes"))),
+        )]
+        .into_iter()
+        .collect(),
+        ..hand.clone()
+    };
     assert!(!is_checked(&key, &forged));
     let unneeded = Intent { needs: cicy::autonomy::ledger::Needs::Human, ..checked.clone() };
     assert!(!is_checked(&key, &unneeded), "needs is part of the mark: a hand edit of it is no approval");

@@ -58,13 +58,17 @@ async fn an_allowed_wish_sends_exactly_the_judge_request() {
     });
     assert_eq!(r.body_str(), want.to_string());
     assert!(JUDGE_SYSTEM_TEXT.starts_with("You are the guard of an AI agent's idle-time wishes."));
-    assert!(JUDGE_SYSTEM_TEXT.ends_with(r#"{"verdict":"allow"|"refuse","class":"<one class above, or none>","reason":"<one short sentence>"}"#));
+    assert!(
+        JUDGE_SYSTEM_TEXT.ends_with(r#"{"verdict":"allow"|"refuse","class":"<one class above, or none>","reason":"<one short sentence>"}"#)
+    );
 }
 
 #[tokio::test]
 async fn a_refusal_carries_the_judges_class_and_reason() {
     let gw = ScriptedGateway::start().await;
-    gw.push(Reply::sse(anthropic_text("Refused.\n```json\n{\"verdict\":\"refuse\",\"class\":\"model\",\"reason\":\"it switches the agent to another model\"}\n```")));
+    gw.push(Reply::sse(anthropic_text(
+        "Refused.\n```json\n{\"verdict\":\"refuse\",\"class\":\"model\",\"reason\":\"it switches the agent to another model\"}\n```",
+    )));
     assert_eq!(ask(&gw.url(), "switch myself to a bigger model", None).await, refusal("model", "it switches the agent to another model"));
     let body: serde_json::Value = serde_json::from_slice(&gw.requests()[0].body).unwrap();
     assert_eq!(body["messages"][0]["content"][0]["text"], "what: switch myself to a bigger model\nwhy: (none)\n");
@@ -84,9 +88,15 @@ async fn a_gateway_error_refuses_after_one_attempt() {
 async fn an_unreadable_answer_refuses() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_text("I think it is fine.")));
-    assert_eq!(ask(&gw.url(), "tidy", None).await, refusal("judge", "the guard judge did not answer with a JSON object: I think it is fine."));
+    assert_eq!(
+        ask(&gw.url(), "tidy", None).await,
+        refusal("judge", "the guard judge did not answer with a JSON object: I think it is fine.")
+    );
     gw.push(Reply::sse(anthropic_text(r#"{"verdict":"probably"}"#)));
-    assert_eq!(ask(&gw.url(), "tidy", None).await, refusal("judge", r#"the guard judge's verdict is neither allow nor refuse: {"verdict":"probably"}"#));
+    assert_eq!(
+        ask(&gw.url(), "tidy", None).await,
+        refusal("judge", r#"the guard judge's verdict is neither allow nor refuse: {"verdict":"probably"}"#)
+    );
 }
 
 #[tokio::test]
@@ -114,5 +124,8 @@ async fn check_asks_the_judge_only_when_the_run_line_passes() {
     assert_eq!(guard::check("write a note", None, Some("echo hi > notes.txt"), &ctx, &j, &cancel).await, Ok(()));
     assert_eq!(gw.requests().len(), 1);
     gw.push(Reply::sse(anthropic_text(r#"{"verdict":"refuse","class":"limits","reason":"raises the compaction threshold"}"#)));
-    assert_eq!(guard::check("raise my context limit to 900K", None, None, &ctx, &j, &cancel).await, refusal("limits", "raises the compaction threshold"));
+    assert_eq!(
+        guard::check("raise my context limit to 900K", None, None, &ctx, &j, &cancel).await,
+        refusal("limits", "raises the compaction threshold")
+    );
 }

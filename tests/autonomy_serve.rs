@@ -129,7 +129,10 @@ async fn a_chat_preempts_a_running_command_and_min_gap_keeps_it_from_starting_ag
     assert!(frames[interrupted].data["detail"].as_str().unwrap().starts_with("preempted by human"));
 
     let i1 = intent(&t, &id, "i1");
-    assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("interrupted"), Some("human"), Some(1)));
+    assert_eq!(
+        (i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()),
+        (Some("interrupted"), Some("human"), Some(1))
+    );
     assert!(i1["result"].as_str().unwrap().starts_with("stopped"), "{i1}");
     assert!(i1["checked"].is_string(), "checked at pickup: {i1}");
     assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap(), None);
@@ -164,7 +167,10 @@ async fn a_git_command_is_never_killed_and_the_chat_waits_for_it() {
     let turn = frames.iter().position(|f| f.event == "turn_started").unwrap();
     assert!(done < turn, "{:?}", types(&frames));
     let i1 = intent(&t, &id, "i1");
-    assert_eq!((i1["status"].as_str(), i1["result"].as_str(), i1["preempted_count"].as_u64()), (Some("done"), Some("exit 0: clean"), Some(0)));
+    assert_eq!(
+        (i1["status"].as_str(), i1["result"].as_str(), i1["preempted_count"].as_u64()),
+        (Some("done"), Some("exit 0: clean"), Some(0))
+    );
     assert_eq!(s.stop().await, 0);
 }
 
@@ -210,7 +216,8 @@ async fn a_model_turn_intent_stops_at_its_round_boundary_when_a_person_writes() 
     let mut chat = s.chat(&id, "a person asks").await;
     go.write("go\n").await;
     let frames = chat.until("done").await;
-    let kinds: Vec<String> = types(&frames).into_iter().filter(|t| ["tool_finished", "turn_ended", "autonomy", "turn_started"].contains(&t.as_str())).collect();
+    let kinds: Vec<String> =
+        types(&frames).into_iter().filter(|t| ["tool_finished", "turn_ended", "autonomy", "turn_started"].contains(&t.as_str())).collect();
     assert_eq!(kinds, ["tool_finished", "turn_ended", "autonomy", "turn_started", "turn_ended"]);
     let main: Vec<_> = gw.requests().into_iter().filter(|r| r.header("x-cicy-aux").is_none()).collect();
     assert_eq!(main.len(), 2, "the intent's second round was never sent");
@@ -261,7 +268,10 @@ async fn a_killed_serve_leaves_no_intent_running_and_the_next_start_records_the_
     // The ledger line follows the kill at once, in the same recovery.
     assert!(soon(|| intent(&t, &id, "i1")["status"] != "running").await);
     let i1 = intent(&t, &id, "i1");
-    assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("interrupted"), Some("restart"), Some(0)));
+    assert_eq!(
+        (i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()),
+        (Some("interrupted"), Some("restart"), Some(0))
+    );
     assert_eq!(WakeDb::open(&t.home).unwrap().lease_of(&id).unwrap(), None);
     assert_eq!(s.stop().await, 0);
 }
@@ -314,6 +324,9 @@ async fn a_line_claiming_priority_1_still_gives_way_and_compact_and_drop_stop_it
     assert!(leader.exited_within(Duration::from_secs(30)).await, "the 0.5 s poll saw the drop");
     assert!(soon(|| intent(&t, &id, "i1")["preempted_by"] == "drop").await);
     let i1 = intent(&t, &id, "i1");
-    assert_eq!((i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()), (Some("dropped"), Some("drop"), Some(2)));
+    assert_eq!(
+        (i1["status"].as_str(), i1["preempted_by"].as_str(), i1["preempted_count"].as_u64()),
+        (Some("dropped"), Some("drop"), Some(2))
+    );
     assert_eq!(s.stop().await, 0);
 }

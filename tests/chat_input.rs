@@ -73,7 +73,14 @@ async fn a_mistyped_command_is_refused_and_never_clears_or_sends() {
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;
     assert_eq!(
         o.stdout.lines().skip(1).collect::<Vec<_>>(),
-        ["[1] user: hi", "[2] assistant: one", "[3] user: second", "[4] assistant: two", "[5] user: /clear is what I typed", "[6] assistant: three"]
+        [
+            "[1] user: hi",
+            "[2] assistant: one",
+            "[3] user: second",
+            "[4] assistant: two",
+            "[5] user: /clear is what I typed",
+            "[6] assistant: three"
+        ]
     );
 }
 

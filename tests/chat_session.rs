@@ -63,8 +63,7 @@ async fn eight_piped_lines_flush_once_right_after_the_sixth_turn() {
     let events = event_types(&o.stdout);
     let ended: Vec<usize> = events.iter().enumerate().filter(|(_, e)| *e == "turn_ended").map(|(i, _)| i).collect();
     assert_eq!(ended.len(), 8);
-    let sending: Vec<usize> =
-        events.iter().enumerate().filter(|(_, e)| e.starts_with("system: memory: sending")).map(|(i, _)| i).collect();
+    let sending: Vec<usize> = events.iter().enumerate().filter(|(_, e)| e.starts_with("system: memory: sending")).map(|(i, _)| i).collect();
     assert_eq!(sending, [ended[5] + 1], "the flush starts right after the 6th turn_ended: {events:?}");
     assert_eq!(events[ended[5] + 1], "system: memory: sending 6 buffered turns to the recognizer…");
     let left: Vec<String> = buffer::load(&memory_dir(h.path())).unwrap().turns.into_iter().map(|t| t.user).collect();

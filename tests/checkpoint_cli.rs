@@ -116,7 +116,10 @@ async fn load_and_save_are_refused_with_exit_1_while_a_turn_holds_the_lock() {
     let lock = cicy::lock::TurnLock::try_acquire(&ws(h), "w-1").unwrap();
     for args in [vec!["checkpoint", "w-1", "load", id.as_str()], vec!["checkpoint", "w-1", "save"]] {
         let o = cicy(h, &gw.url(), &args).await;
-        assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (1, "", "error: a turn is running for w-1; try again when it has ended\n"));
+        assert_eq!(
+            (o.code, o.stdout.as_str(), o.stderr.as_str()),
+            (1, "", "error: a turn is running for w-1; try again when it has ended\n")
+        );
     }
     drop(lock);
     assert_eq!(names(&checkpoints(h)), [id]);
@@ -152,10 +155,13 @@ async fn a_save_killed_mid_way_leaves_no_checkpoint() {
     let mut child = command(h, &gw.url(), &["checkpoint", "w-1", "save"]).spawn().unwrap();
     let path = fifo.path.clone();
     // Opening the pipe for writing returns once the save has opened it for reading.
-    let writer = tokio::time::timeout(Duration::from_secs(30), tokio::task::spawn_blocking(move || std::fs::OpenOptions::new().write(true).open(path).unwrap()))
-        .await
-        .expect("the save reached AGENTS.md")
-        .unwrap();
+    let writer = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || std::fs::OpenOptions::new().write(true).open(path).unwrap()),
+    )
+    .await
+    .expect("the save reached AGENTS.md")
+    .unwrap();
     child.start_kill().unwrap();
     let status = child.wait().await.unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
@@ -166,7 +172,10 @@ async fn a_save_killed_mid_way_leaves_no_checkpoint() {
     assert!(left[0].starts_with(".tmp-"), "{left:?}");
     assert_eq!(names(&checkpoints(h).join(&left[0])), ["current.json", "reply.json"]);
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "ls"]).await;
-    assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (0, "", "no checkpoints yet for w-1 (`cicy-agent checkpoint w-1 save` makes one)\n"));
+    assert_eq!(
+        (o.code, o.stdout.as_str(), o.stderr.as_str()),
+        (0, "", "no checkpoints yet for w-1 (`cicy-agent checkpoint w-1 save` makes one)\n")
+    );
 
     std::fs::remove_file(ws(h).join("AGENTS.md")).unwrap();
     std::fs::write(ws(h).join("AGENTS.md"), "# Ada\n").unwrap();
@@ -217,7 +226,8 @@ async fn a_label_with_a_control_character_is_refused() {
     let (h, gw) = setup().await;
     let h = h.path();
     let o = cicy(h, &gw.url(), &["checkpoint", "w-1", "save", "--label", "a\tb\nc"]).await;
-    let refused = "error: bad label \"a\\tb\\nc\": it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`\n";
+    let refused =
+        "error: bad label \"a\\tb\\nc\": it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`\n";
     assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (2, "", refused));
     assert!(!checkpoints(h).exists());
 }

@@ -46,7 +46,13 @@ async fn create_ls_roles_show() {
     let o = cicy(h.path(), "", &["roles"], None).await;
     assert!(o.stdout.contains("assistant\tAssistant\ttools: [inbox, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
     assert!(o.stdout.contains("concierge\tConcierge\ttools: []"), "{}", o.stdout);
-    assert!(o.stdout.contains("coordinator\tCoordinator\ttools: [agents, broadcast, fork, inbox, msg, reply, send, shell, skill, sleep_until, todo]"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(
+            "coordinator\tCoordinator\ttools: [agents, broadcast, fork, inbox, msg, reply, send, shell, skill, sleep_until, todo]"
+        ),
+        "{}",
+        o.stdout
+    );
     assert!(
         o.stdout.contains("developer\tDeveloper\ttools: [ask_user, edit_file, glob, grep, inbox, ls, read_file, reply, send, shell, skill, sleep_until, task, todo, wish, write_file, write_todos]"),
         "{}",
@@ -105,10 +111,7 @@ async fn chat_streams_text_to_stdout_and_json_events() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     let events: Vec<serde_json::Value> = o.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(
-        types,
-        ["turn_started", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]
-    );
+    assert_eq!(types, ["turn_started", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]);
     // The agent's event log numbers every run: the first chat logged seq 1..=8.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(seqs, (9..=16).collect::<Vec<u64>>());

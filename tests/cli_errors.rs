@@ -74,7 +74,10 @@ async fn a_read_only_home_serves_reads_and_says_why_a_write_cannot_run() {
 
     let o = cicy_unprivileged(h.path(), &url, &["ls"]).await;
     let ws = h.path().join("workers/w-1");
-    assert_eq!((o.code, o.stdout.as_str(), o.stderr.as_str()), (0, format!("w-1\tAda\tassistant\tworker\t{}\t-\n", ws.display()).as_str(), ""));
+    assert_eq!(
+        (o.code, o.stdout.as_str(), o.stderr.as_str()),
+        (0, format!("w-1\tAda\tassistant\tworker\t{}\t-\n", ws.display()).as_str(), "")
+    );
     let o = cicy_unprivileged(h.path(), &url, &["show", "w-1"]).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.starts_with("id: w-1\ntitle: Ada\n"), "{}", o.stdout);

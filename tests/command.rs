@@ -25,7 +25,8 @@ async fn compact_returns_the_window_sizes_and_reports_usage_and_the_archive() {
     let k = kinds(&ev);
     let compacted = k.iter().position(|e| *e == EventKind::Compacted { before: 8, after: 1 }).expect("compacted");
     let EventKind::System { text } = &k[compacted + 1] else { panic!("{k:?}") };
-    let head = "/compact done: 1 summary call(s), input 25, output 15, cache write 10, cache read 100; the state before is archived as current.";
+    let head =
+        "/compact done: 1 summary call(s), input 25, output 15, cache write 10, cache read 100; the state before is archived as current.";
     assert!(text.starts_with(head) && text.ends_with(".json"), "{text}");
     assert_eq!(k.len(), compacted + 2, "{k:?}");
 }

@@ -87,10 +87,7 @@ async fn compact_archives_summarizes_and_the_window_starts_at_the_summary() {
     assert!(b.get("tools").is_none());
     assert_eq!(b["system"][0]["text"], summary::SYSTEM_PROMPT);
     assert_eq!(b["messages"].as_array().unwrap().len(), 1);
-    assert_eq!(
-        b["messages"][0]["content"][0]["text"],
-        format!("{}\n\n<transcript>\n{transcript}</transcript>", summary::WHOLE_INTRO)
-    );
+    assert_eq!(b["messages"][0]["content"][0]["text"], format!("{}\n\n<transcript>\n{transcript}</transcript>", summary::WHOLE_INTRO));
     let expected = anthropic::encode(&summary::request_prompt(summary::WHOLE_INTRO, "transcript", transcript), "test-model", 4096);
     assert_eq!(aux.body_str(), String::from_utf8(expected.body).unwrap(), "the exact aux request bytes");
 
@@ -186,7 +183,10 @@ async fn a_dangling_tool_use_is_never_sent_without_its_result_after_a_keep_2_com
         let reqs = gw.requests();
         assert_eq!(reqs.len(), 2);
         assert!(!reqs[0].body_str().contains("\"tool_use\""), "the aux request carries no tool blocks");
-        assert_eq!(body(&reqs[0])["messages"][0]["content"][0]["text"], format!("{}\n\n<transcript>\nUser: run it\n</transcript>", summary::WHOLE_INTRO));
+        assert_eq!(
+            body(&reqs[0])["messages"][0]["content"][0]["text"],
+            format!("{}\n\n<transcript>\nUser: run it\n</transcript>", summary::WHOLE_INTRO)
+        );
         assert_valid_request(&reqs[1]);
         let wire = wire_messages(&reqs[1]);
         assert_eq!(wire.len(), 3);
@@ -304,7 +304,11 @@ fn write_small_context_role(t: &TestHome, context_window: u64) {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("system.md"), "You are a test agent.\n").unwrap();
     std::fs::write(d.join("role.md"), "You are {{TITLE}}.\n").unwrap();
-    std::fs::write(d.join("meta.yaml"), format!("name: Small\ntools: [core]\nmax_tool_rounds: 10\nmax_tokens: 512\ncontext_window: {context_window}\n")).unwrap();
+    std::fs::write(
+        d.join("meta.yaml"),
+        format!("name: Small\ntools: [core]\nmax_tool_rounds: 10\nmax_tokens: 512\ncontext_window: {context_window}\n"),
+    )
+    .unwrap();
 }
 
 #[tokio::test]

@@ -7,11 +7,11 @@ mod common;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use cicy::conversation::message::SUMMARY_PREFIX;
 use common::cli::{cicy, command};
-use common::wait::Fifo;
 use common::gateway::*;
 use common::history::{assert_valid_request, body, wire_messages};
-use cicy::conversation::message::SUMMARY_PREFIX;
+use common::wait::Fifo;
 
 const SUMMARY: &str = "1. User goals and requests: work.\n8. Next step: none";
 

@@ -10,10 +10,8 @@ use cicy::conversation::message::{ContentBlock, Message};
 
 /// Names of the files in a conversation's folder, sorted.
 fn names(store: &HistoryStore, conv: &str) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(store.conversation_dir(conv))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let mut v: Vec<String> =
+        std::fs::read_dir(store.conversation_dir(conv)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     v.sort();
     v
 }

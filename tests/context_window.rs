@@ -32,7 +32,11 @@ fn small_role(t: &TestHome, context_window: u64) {
     std::fs::create_dir_all(&d).unwrap();
     std::fs::write(d.join("system.md"), "You are a test agent.\n").unwrap();
     std::fs::write(d.join("role.md"), "You are {{TITLE}}.\n").unwrap();
-    std::fs::write(d.join("meta.yaml"), format!("name: Small\ntools: [core]\nmax_tool_rounds: 10\nmax_tokens: 512\ncontext_window: {context_window}\n")).unwrap();
+    std::fs::write(
+        d.join("meta.yaml"),
+        format!("name: Small\ntools: [core]\nmax_tool_rounds: 10\nmax_tokens: 512\ncontext_window: {context_window}\n"),
+    )
+    .unwrap();
 }
 
 fn system_texts(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<String> {
@@ -56,7 +60,9 @@ async fn a_message_larger_than_the_window_is_refused_before_sending_and_kept_as_
     let (kind, message) = error.expect("an error event");
     assert_eq!(kind, "too_large");
     assert!(
-        message.starts_with("the message is too large to send: 1048576 bytes, ~262148 tokens; the context window of model test-model is 8192 tokens"),
+        message.starts_with(
+            "the message is too large to send: 1048576 bytes, ~262148 tokens; the context window of model test-model is 8192 tokens"
+        ),
         "{message}"
     );
     assert!(message.contains("Nothing was sent; the message is kept in the history."), "{message}");
@@ -104,7 +110,10 @@ async fn the_running_turns_message_is_never_set_aside_when_the_summary_fails() {
         "the notice carries the question verbatim"
     );
     let sys = system_texts(&ev);
-    assert!(sys.contains(&"this message takes ~5012 tokens, more than half of the model's context window (8192 tokens)".to_string()), "{sys:?}");
+    assert!(
+        sys.contains(&"this message takes ~5012 tokens, more than half of the model's context window (8192 tokens)".to_string()),
+        "{sys:?}"
+    );
 }
 
 #[tokio::test]
@@ -137,7 +146,9 @@ async fn a_summary_request_the_gateway_refuses_is_made_again_in_smaller_parts() 
         let text = body(r)["messages"][0]["content"][0]["text"].as_str().unwrap().to_string();
         assert!(cicy::compact::cut::estimate_tokens(&text) <= 5_000 + 100, "each part fits the smaller size");
     }
-    assert!(system_texts(&ev).contains(&"the summary request was over the context window; trying again in parts of ~5000 tokens".to_string()));
+    assert!(
+        system_texts(&ev).contains(&"the summary request was over the context window; trying again in parts of ~5000 tokens".to_string())
+    );
     let hist = messages(&id, &t);
     assert_eq!(hist.last().unwrap().plain_text(), format!("{SUMMARY_PREFIX}{SUMMARY}"));
 }
@@ -193,7 +204,8 @@ async fn a_message_the_learned_window_cannot_hold_is_refused_without_a_summary_r
     let outcome = turn::run_turn(&mut s, &big, &em, &CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 1, "the refused request only: no summary, no re-send");
-    let errors: Vec<String> = kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+    let errors: Vec<String> =
+        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
     assert_eq!(errors, ["too_large"]);
     assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })), "nothing was compacted");
     let hist = messages(&id, &t);
@@ -215,7 +227,8 @@ async fn a_second_overflow_after_the_resend_blocks_the_turn() {
     let outcome = turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 3, "sent once more, not again and again");
-    let errors: Vec<String> = kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+    let errors: Vec<String> =
+        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
     assert_eq!(errors, ["http_status"]);
     assert_eq!(messages(&id, &t).last().unwrap().plain_text(), "(no reply this turn · blocked)");
 }
@@ -235,7 +248,10 @@ async fn an_agents_md_over_half_the_window_is_warned_about() {
         system_texts(&ev),
         ["AGENTS.md takes ~5000 tokens, more than half of the model's context window (8192 tokens); every request carries it"]
     );
-    assert_eq!(body(&gw.requests()[0])["messages"][0]["content"][0], json!({"type": "text", "text": format!("<role>\n{}\n</role>", "a".repeat(20_000))}));
+    assert_eq!(
+        body(&gw.requests()[0])["messages"][0]["content"][0],
+        json!({"type": "text", "text": format!("<role>\n{}\n</role>", "a".repeat(20_000))})
+    );
 }
 
 #[tokio::test]
@@ -245,11 +261,8 @@ async fn the_cli_refuses_a_message_over_the_configured_window_with_exit_1() {
     let url = gw.url();
     assert_eq!(common::cli::cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
     let text = "y".repeat(120_000);
-    let out = common::cli::command(h.path(), &url, &["chat", "w-1", &text])
-        .env("CICY_CONTEXT_WINDOW", "8192")
-        .output()
-        .await
-        .expect("run chat");
+    let out =
+        common::cli::command(h.path(), &url, &["chat", "w-1", &text]).env("CICY_CONTEXT_WINDOW", "8192").output().await.expect("run chat");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("error (too_large): the message is too large to send: 120000 bytes, ~30004 tokens; the context window of model test-model is 8192 tokens"), "{stderr}");

@@ -129,7 +129,9 @@ fn outbox(t: &TestHome, id: &str) -> Vec<(String, String, String)> {
     let mb = Mailbox::of_workspace(&t.workspace(id));
     let list = |dir: std::path::PathBuf| -> Vec<String> {
         std::fs::read_dir(dir)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".md")).collect())
+            .map(|d| {
+                d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.ends_with(".md")).collect()
+            })
             .unwrap_or_default()
     };
     let mut names = list(mb.outbox_dir());
@@ -283,10 +285,7 @@ async fn wait_false_is_queued_at_once_and_callback_false_brings_no_bell() {
     let mine = requests_of(&gw, &coord);
     assert_eq!(
         tool_results(&mine[1]),
-        [
-            ("toolu_a".to_string(), "msg 1 queued".to_string()),
-            ("toolu_b".to_string(), "msg 2 queued: no answer within 1 s".to_string()),
-        ]
+        [("toolu_a".to_string(), "msg 1 queued".to_string()), ("toolu_b".to_string(), "msg 2 queued: no answer within 1 s".to_string()),]
     );
     // The quick worker's answer to a call nobody waited for comes as a 🔔.
     assert_eq!(done_call(&t, 1).await.reply.as_deref(), Some("quick answer"));
@@ -324,10 +323,7 @@ async fn a_msg_to_a_worker_in_a_long_turn_is_answered_after_that_turn() {
     gw.wait_for_requests(1).await;
     Mailbox::of_workspace(&t.workspace(&coord)).write(inbox::Folder::Inbox, &note("ada", "ask the busy one")).unwrap();
     let w2 = t.workspace(&worker);
-    eventually("the msg waits in the busy worker's inbox", move || {
-        Mailbox::of_workspace(&w2).pending().unwrap().0.len() == 1
-    })
-    .await;
+    eventually("the msg waits in the busy worker's inbox", move || Mailbox::of_workspace(&w2).pending().unwrap().0.len() == 1).await;
     assert_eq!(MessageStore::open(&t.home).unwrap().call(1).unwrap().unwrap().state, CallState::Waiting);
     gate.add_permits(1);
     worker_events.until("done").await;
@@ -342,7 +338,13 @@ async fn a_msg_to_a_worker_in_a_long_turn_is_answered_after_that_turn() {
     // Both written within the same second: file names do not order them.
     let mut out = outbox(&t, &worker);
     out.sort();
-    assert_eq!(out, [(worker.clone(), "bob".to_string(), "long job done".to_string()), (worker.clone(), coord.clone(), "answer after the job".to_string())]);
+    assert_eq!(
+        out,
+        [
+            (worker.clone(), "bob".to_string(), "long job done".to_string()),
+            (worker.clone(), coord.clone(), "answer after the job".to_string())
+        ]
+    );
     assert_eq!(pending(&t, &coord), 0);
     assert_eq!(s.stop().await, 0);
 }
@@ -565,10 +567,7 @@ async fn a_task_posted_in_a_group_is_split_between_two_workers_and_answered_in_t
 
     let mine = requests_of(&gw, &coord);
     assert_eq!(mine.len(), 3);
-    assert_eq!(
-        tool_results(&mine[1]),
-        [("toolu_a".to_string(), format!("[{a}] 3 red")), ("toolu_b".to_string(), format!("[{b}] 5 blue"))]
-    );
+    assert_eq!(tool_results(&mine[1]), [("toolu_a".to_string(), format!("[{a}] 3 red")), ("toolu_b".to_string(), format!("[{b}] 5 blue"))]);
     assert!(last_user_text(&requests_of(&gw, &a)[0]).ends_with("| count the red boxes"));
     assert!(last_user_text(&requests_of(&gw, &b)[0]).ends_with("| count the blue boxes"));
     let (status, page) = s.get("/api/groups/boxes/messages?from=ada").await;
@@ -577,7 +576,9 @@ async fn a_task_posted_in_a_group_is_split_between_two_workers_and_answered_in_t
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| (m["sender"].as_str().unwrap().to_string(), m["content"].as_str().unwrap().to_string(), m["metadata"]["hops"].as_u64().unwrap()))
+        .map(|m| {
+            (m["sender"].as_str().unwrap().to_string(), m["content"].as_str().unwrap().to_string(), m["metadata"]["hops"].as_u64().unwrap())
+        })
         .collect();
     assert_eq!(
         said,
@@ -682,7 +683,8 @@ async fn a_cancelled_wait_releases_the_call_to_its_bell() {
     let (status, body) = s.post("/api/cicy/cancel", json!({"agent_id": coord})).await;
     assert_eq!((status, body["canceled"].clone()), (200, json!(true)), "{body}");
     events.until("done").await;
-    eventually("the call is released", move || MessageStore::open(&home).unwrap().call(1).unwrap().unwrap().state == CallState::Queued).await;
+    eventually("the call is released", move || MessageStore::open(&home).unwrap().call(1).unwrap().unwrap().state == CallState::Queued)
+        .await;
     gate.add_permits(1);
     assert_eq!(done_call(&t, 1).await.reply.as_deref(), Some("took my time"));
     events.until("done").await;
@@ -690,7 +692,8 @@ async fn a_cancelled_wait_releases_the_call_to_its_bell() {
     assert_eq!(mine.len(), 2, "the cancelled turn made one request, the 🔔 wake one");
     assert!(last_user_text(&mine[1]).ends_with(&format!("| 🔔 [{worker}] msg 1 → done\ntook my time")), "{}", last_user_text(&mine[1]));
     // ada hears of the cancelled turn (a cancel ends a wake like a crash); the 🔔 wake says nothing.
-    let crashed = "(cicy: agent crashed before replying)\n\n````\nthe wake was cancelled: serve was stopping, or the turn was aborted\n````";
+    let crashed =
+        "(cicy: agent crashed before replying)\n\n````\nthe wake was cancelled: serve was stopping, or the turn was aborted\n````";
     assert_eq!(outbox(&t, &coord), [("cicy".to_string(), "ada".to_string(), crashed.to_string())]);
     assert_eq!(s.stop().await, 0);
 }
@@ -721,7 +724,10 @@ async fn agents_lists_who_can_be_messaged_and_a_bad_msg_is_an_error_at_once() {
     assert_eq!(
         tool_results(&mine[1]),
         [
-            ("toolu_a".to_string(), format!("{worker}  Tess  template:waker  master:{coord}  (your worker)\n{stranger}  Tess  template:waker  master:-")),
+            (
+                "toolu_a".to_string(),
+                format!("{worker}  Tess  template:waker  master:{coord}  (your worker)\n{stranger}  Tess  template:waker  master:-")
+            ),
             ("toolu_s".to_string(), format!("error: an agent cannot msg itself ({coord})")),
             ("toolu_u".to_string(), "error: no agent `w-99` to message (see `cicy-agent ls`)".to_string()),
             ("toolu_e".to_string(), "error: `to` and `text` are required for msg".to_string()),

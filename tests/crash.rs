@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use cicy::conversation::history::{CurrentFile, CurrentStatus};
 use cicy::conversation::invariants;
-use common::cli::{cicy, command};
-use common::gateway::*;
-use common::crash::{check_files, Rng};
-use common::history::{assert_valid_request, split_aux};
 use cicy::conversation::message::{Content, ContentBlock};
+use common::cli::{cicy, command};
+use common::crash::{check_files, Rng};
+use common::gateway::*;
+use common::history::{assert_valid_request, split_aux};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// cicy's contract is about any point; 60 kills spread over start-up, streaming, tool runs,
@@ -42,7 +42,8 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     gw.on_aux(Reply::Sse { chunks: anthropic_text("Summary: shell steps ran; keep going."), delay: Duration::from_millis(3) });
     let h = tempfile::tempdir().unwrap();
     let url = gw.url();
-    std::fs::write(h.path().join("config.yaml"), "gateway:\n  max_retries: 0\ncompaction:\n  max_messages: 30\n  keep_recent: 10\n").unwrap();
+    std::fs::write(h.path().join("config.yaml"), "gateway:\n  max_retries: 0\ncompaction:\n  max_messages: 30\n  keep_recent: 10\n")
+        .unwrap();
     assert_eq!(cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
     let history = h.path().join("workers/w-1/.cicy/history");
 
@@ -138,5 +139,8 @@ async fn kill_9_after_the_first_of_two_tool_calls_keeps_its_real_result() {
     let o = cicy(h.path(), &url, &["chat", "w-1", "what ran?"], None).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     let sent: serde_json::Value = serde_json::from_slice(&gw.requests()[1].body).unwrap();
-    assert_eq!(sent["messages"][2]["content"][0], serde_json::json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"}));
+    assert_eq!(
+        sent["messages"][2]["content"][0],
+        serde_json::json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"})
+    );
 }

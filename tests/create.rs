@@ -117,7 +117,10 @@ async fn a_create_waits_while_another_process_writes_a_new_registry() {
     assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).as_ref(), stderr.as_ref()), (Some(0), "w-1\n", ""));
     assert_eq!(attempts, 2);
     drop(probe);
-    assert_eq!(roster(h.path()).await, vec![("w-1".to_string(), "Ada".to_string(), h.path().join("workers/w-1").to_str().unwrap().to_string())]);
+    assert_eq!(
+        roster(h.path()).await,
+        vec![("w-1".to_string(), "Ada".to_string(), h.path().join("workers/w-1").to_str().unwrap().to_string())]
+    );
 }
 
 /// Parallel creates per trial; 6–8 in parallel failed 2 trials in 12 before the fix (the WAL

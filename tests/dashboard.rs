@@ -171,7 +171,10 @@ async fn the_token_form_a_wrong_token_the_link_and_a_reload() {
         .iter()
         .map(|r| {
             check(r);
-            let nonce = r.strip_prefix("GET /api/health?proof=").and_then(|r| r.split(' ').next()).unwrap_or_else(|| panic!("a proof asked: {r:?}"));
+            let nonce = r
+                .strip_prefix("GET /api/health?proof=")
+                .and_then(|r| r.split(' ').next())
+                .unwrap_or_else(|| panic!("a proof asked: {r:?}"));
             assert!(nonce.len() == 32 && nonce.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)), "a hex nonce: {nonce:?}");
             nonce
         })
@@ -232,7 +235,10 @@ impl Squatter {
                         }
                         None => json!({"ok": true, "instance_id": "squatter", "pid": 1, "agents": 0}).to_string(),
                     };
-                    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
                     let _ = conn.write_all(format!("{head}{body}").as_bytes()).await;
                     let _ = conn.shutdown().await;
                 });
@@ -346,7 +352,8 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
 
     // A second prompt waits for the turn; no event says so, the page re-reads the list.
     send(&b, "and then this").await;
-    b.wait_js("the notice says queued", "document.querySelector('#notice').textContent === 'Queued: it runs after the current reply.'").await;
+    b.wait_js("the notice says queued", "document.querySelector('#notice').textContent === 'Queued: it runs after the current reply.'")
+        .await;
     b.wait_js(
         "1 queued on the row",
         &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === '1 queued'"),
@@ -367,8 +374,13 @@ async fn cancel_ends_a_long_tool_and_the_row_goes_back_to_idle() {
     let took = clicked.elapsed();
     assert!(took < Duration::from_secs(10), "cancel took {took:?} (the tool sleeps 30 s)");
     // serve's cancel drops the queue on purpose; the page says so.
-    b.wait_js("the notice on the dropped input", "document.querySelector('#notice').textContent === 'Cancelled; the queued input was dropped.'").await;
-    b.wait_js("the row's queue gone", &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === ''")).await;
+    b.wait_js(
+        "the notice on the dropped input",
+        "document.querySelector('#notice').textContent === 'Cancelled; the queued input was dropped.'",
+    )
+    .await;
+    b.wait_js("the row's queue gone", &format!("document.querySelector(\"#agents .agent[data-id='{id}'] .badge\").textContent === ''"))
+        .await;
     assert!(tool.exited_within(Duration::from_secs(30)).await, "the tool's process is gone");
     let events = agent_events(&s, &id, 1).await;
     let ended = events.iter().find(|f| f.event == "turn_ended").unwrap();
@@ -453,7 +465,14 @@ impl CutProxy {
         let addr = listener.local_addr().unwrap();
         let up = Arc::new(AtomicBool::new(true));
         let (cuts, rx) = tokio::sync::watch::channel(0);
-        let state = Upstream { base: upstream.to_string(), token: token.to_string(), port: addr.port(), http: reqwest::Client::builder().no_proxy().build().unwrap(), up: up.clone(), cuts: rx };
+        let state = Upstream {
+            base: upstream.to_string(),
+            token: token.to_string(),
+            port: addr.port(),
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            up: up.clone(),
+            cuts: rx,
+        };
         let app = Router::new().fallback(relay).with_state(state);
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -615,7 +634,11 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
     assert_eq!(wakes.iter().filter(|w| w.starts_with("wakes ")).count(), 2, "the two agents with a todo show their next wake: {wakes:?}");
     select(&b, &ids[0]).await;
     send(&b, "are they all there").await;
-    b.wait_js("the streamed answer", &format!("[...document.querySelectorAll('#live .ev.text')].some(e => e.textContent === {})", json!(answer))).await;
+    b.wait_js(
+        "the streamed answer",
+        &format!("[...document.querySelectorAll('#live .ev.text')].some(e => e.textContent === {})", json!(answer)),
+    )
+    .await;
     dot(&b, &ids[0], "idle").await;
     assert!(!scrolls_sideways(&b).await, "no sideways scroll with an answer shown");
     b.screenshot("agents-laptop").await;
@@ -629,7 +652,10 @@ async fn a_hundred_agents_at_laptop_and_phone_width_from_this_origin_only() {
 
     let origin = s.url("");
     let elsewhere = b
-        .js(&format!("return performance.getEntriesByType('resource').map(e => e.name).filter(n => new URL(n).origin !== {})", json!(origin)))
+        .js(&format!(
+            "return performance.getEntriesByType('resource').map(e => e.name).filter(n => new URL(n).origin !== {})",
+            json!(origin)
+        ))
         .await;
     assert_eq!(elsewhere, json!([]), "every request went to the page's own origin");
     let here = b.js("return performance.getEntriesByType('resource').length").await;

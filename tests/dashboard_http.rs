@@ -165,10 +165,7 @@ async fn serve_refuses_a_token_no_header_can_carry() {
     let out = cmd.env("CICY_API_TOKEN", "café token€").output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("the API token from CICY_API_TOKEN has a character outside printable ASCII (no spaces)"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("the API token from CICY_API_TOKEN has a character outside printable ASCII (no spaces)"), "{stderr}");
     assert!(!t.root().join("serve.json").exists());
 }
 

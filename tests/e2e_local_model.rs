@@ -20,11 +20,7 @@ use serde_json::Value;
 fn local_gateway() -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-gateway.sh");
     let out = Command::new("bash").arg(script).arg("start").output().expect("run scripts/local-gateway.sh");
-    assert!(
-        out.status.success(),
-        "scripts/local-gateway.sh start failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "scripts/local-gateway.sh start failed:\n{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().last().expect("a URL").trim().to_string()
 }
 
@@ -37,11 +33,7 @@ fn cicy(home: &Path, gateway: &str, args: &[&str]) -> (i32, String, String) {
         .env_remove("CICY_API_STYLE")
         .output()
         .expect("run cicy-agent");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// A short-answer role so the tiny model does not ramble for minutes on two cores.

@@ -92,11 +92,31 @@ fn the_escape_corpus_is_refused_and_nothing_outside_is_read_or_written() {
     let abs_outside = c.outside.join("secret.txt").display().to_string();
     let etc_before = std::fs::read_dir("/etc").unwrap().count();
 
-    for p in ["../outside/secret.txt", "/etc/passwd", "~/.ssh/id_rsa", "etc/passwd", "out/secret.txt", "rel_out/secret.txt", "dang", "out/sub/deep.txt", abs_outside.as_str()] {
+    for p in [
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "~/.ssh/id_rsa",
+        "etc/passwd",
+        "out/secret.txt",
+        "rel_out/secret.txt",
+        "dang",
+        "out/sub/deep.txt",
+        abs_outside.as_str(),
+    ] {
         assert_eq!(c.run("read_file", json!({"path": p})), out_of_bounds(p), "read_file {p}");
         assert_eq!(c.run("edit_file", json!({"path": p, "old_string": SECRET, "new_string": "x"})), out_of_bounds(p), "edit_file {p}");
     }
-    for p in ["../outside/new.txt", "/tmp/cicy-escape.txt", "~/cicy-escape.txt", "etc/cicy-escape", "out/new.txt", "out/sub/made/new.txt", "rel_out/new.txt", "dang", "out/secret.txt"] {
+    for p in [
+        "../outside/new.txt",
+        "/tmp/cicy-escape.txt",
+        "~/cicy-escape.txt",
+        "etc/cicy-escape",
+        "out/new.txt",
+        "out/sub/made/new.txt",
+        "rel_out/new.txt",
+        "dang",
+        "out/secret.txt",
+    ] {
         assert_eq!(c.run("write_file", json!({"path": p, "content": "escaped"})), out_of_bounds(p), "write_file {p}");
     }
     for p in ["..", "/etc", "~", "etc", "out", "rel_out", "out/sub"] {
@@ -153,7 +173,10 @@ fn links_that_stay_inside_work() {
     assert_eq!(c.run("read_file", json!({"path": "innerdir/real.txt"})), ToolOutput::ok("1|inside"));
     assert_eq!(c.run("read_file", json!({"path": inside_abs})), ToolOutput::ok("1|inside"));
     assert_eq!(c.run("read_file", json!({"path": "sub/../innerdir/./real.txt"})), ToolOutput::ok("1|inside"));
-    assert_eq!(c.run("write_file", json!({"path": "innerdir/new.txt", "content": "n\n"})), ToolOutput::ok("created innerdir/new.txt (2 bytes)"));
+    assert_eq!(
+        c.run("write_file", json!({"path": "innerdir/new.txt", "content": "n\n"})),
+        ToolOutput::ok("created innerdir/new.txt (2 bytes)")
+    );
     assert_eq!(std::fs::read_to_string(c.ws.join("sub/new.txt")).unwrap(), "n\n");
     assert_eq!(c.run("ls", json!({"path": "innerdir"})), ToolOutput::ok("[file] new.txt (2 bytes)\n[file] real.txt (7 bytes)"));
     assert_eq!(c.run("glob", json!({"pattern": "*.txt", "path": "innerdir"})), ToolOutput::ok("innerdir/new.txt\ninnerdir/real.txt"));
@@ -173,7 +196,13 @@ fn writes_into_the_runtime_state_are_refused_however_they_are_reached() {
     for d in [".cicy/running", ".cicy/skills/mine"] {
         std::fs::create_dir_all(c.ws.join(d)).unwrap();
     }
-    for (f, body) in [(".cicy/turn.lock", "123\n"), (".cicy/plan.json", "[]\n"), (".cicy/memory/note.md", "mine\n"), (".cicy/running/123.json", "{}\n"), (".cicy/skills/mine/SKILL.md", "guarded\n")] {
+    for (f, body) in [
+        (".cicy/turn.lock", "123\n"),
+        (".cicy/plan.json", "[]\n"),
+        (".cicy/memory/note.md", "mine\n"),
+        (".cicy/running/123.json", "{}\n"),
+        (".cicy/skills/mine/SKILL.md", "guarded\n"),
+    ] {
         std::fs::write(c.ws.join(f), body).unwrap();
     }
     let before = std::fs::read_dir(c.ws.join(".cicy")).unwrap().count();
@@ -207,11 +236,20 @@ fn writes_into_the_runtime_state_are_refused_however_they_are_reached() {
     for p in [".cicy/turn.lock", "c/memory/note.md", "h/current.json", ".cicy/skills/mine/SKILL.md"] {
         assert_eq!(c.run("edit_file", json!({"path": p, "old_string": "1", "new_string": "2"})), refused(p), "edit_file {p}");
     }
-    for (f, body) in [(".cicy/turn.lock", "123\n"), (".cicy/plan.json", "[]\n"), (".cicy/memory/note.md", "mine\n"), (".cicy/running/123.json", "{}\n"), (".cicy/skills/mine/SKILL.md", "guarded\n"), (".cicy/history/current.json", "{\"messages\": []}\n")] {
+    for (f, body) in [
+        (".cicy/turn.lock", "123\n"),
+        (".cicy/plan.json", "[]\n"),
+        (".cicy/memory/note.md", "mine\n"),
+        (".cicy/running/123.json", "{}\n"),
+        (".cicy/skills/mine/SKILL.md", "guarded\n"),
+        (".cicy/history/current.json", "{\"messages\": []}\n"),
+    ] {
         assert_eq!(std::fs::read_to_string(c.ws.join(f)).unwrap(), body, "{f} is unchanged");
     }
     assert_eq!(std::fs::read_dir(c.ws.join(".cicy")).unwrap().count(), before, "nothing new in .cicy");
-    assert!(!c.ws.join(".cicy/history/sub").exists() && !c.ws.join(".cicy/checkpoints/1").exists() && !c.ws.join(".cicy/skills/new").exists());
+    assert!(
+        !c.ws.join(".cicy/history/sub").exists() && !c.ws.join(".cicy/checkpoints/1").exists() && !c.ws.join(".cicy/skills/new").exists()
+    );
     assert!(!c.ws.join(".cicy/memory/new.md").exists() && !c.ws.join("a").exists());
     // Reading the runtime's state stays allowed.
     assert_eq!(c.run("read_file", json!({"path": ".cicy/turn.lock"})), ToolOutput::ok("1|123"));
@@ -245,7 +283,10 @@ fn edit_file_needs_exactly_one_match() {
     std::fs::write(c.ws.join("code.rs"), "let a = 1;\nlet b = 1;\n").unwrap();
     let edit = |old: &str| c.run("edit_file", json!({"path": "code.rs", "old_string": old, "new_string": "2;"}));
     assert_eq!(edit("3;"), ToolOutput::error("error: old_string not found in code.rs"));
-    assert_eq!(edit("1;"), ToolOutput::error("error: old_string occurs 2 times in code.rs; include more surrounding text so it matches exactly once"));
+    assert_eq!(
+        edit("1;"),
+        ToolOutput::error("error: old_string occurs 2 times in code.rs; include more surrounding text so it matches exactly once")
+    );
     assert_eq!(std::fs::read_to_string(c.ws.join("code.rs")).unwrap(), "let a = 1;\nlet b = 1;\n");
     assert_eq!(edit("b = 1;").content, "edited code.rs (1 replacement, 18 bytes)");
     assert_eq!(std::fs::read_to_string(c.ws.join("code.rs")).unwrap(), "let a = 1;\nlet 2;\n");
@@ -254,7 +295,13 @@ fn edit_file_needs_exactly_one_match() {
 fn tool_results(body: &[u8]) -> Vec<Value> {
     let body: Value = serde_json::from_slice(body).unwrap();
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-    last["content"].as_array().unwrap().iter().filter(|b| b["type"] == "tool_result").map(|b| json!([b["content"], b.get("is_error")])).collect()
+    last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| json!([b["content"], b.get("is_error")]))
+        .collect()
 }
 
 #[tokio::test]

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use cicy::conversation::message::{ContentBlock, Role, Usage};
 use cicy::gateway::{
-    StopReason,
-    ApiStyle, AuxKind, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock,
-    PromptMessage, Response, SystemBlock, ToolSpec,
+    ApiStyle, AuxKind, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock, PromptMessage,
+    Response, StopReason, SystemBlock, ToolSpec,
 };
 use common::gateway::*;
 use serde_json::json;
@@ -55,7 +54,12 @@ fn prompt() -> Prompt {
 }
 
 /// Sends with a recording callback; returns the result and every event.
-async fn send(c: &GatewayClient, p: &Prompt, o: &CallOptions, cancel: &CancellationToken) -> (Result<Response, GatewayError>, Vec<GatewayEvent>) {
+async fn send(
+    c: &GatewayClient,
+    p: &Prompt,
+    o: &CallOptions,
+    cancel: &CancellationToken,
+) -> (Result<Response, GatewayError>, Vec<GatewayEvent>) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let sink = events.clone();
     let mut on_event = move |e: GatewayEvent| sink.lock().expect("lock").push(e);
@@ -301,7 +305,9 @@ async fn an_error_after_content_reruns_the_round_and_reports_the_text_it_streame
     let first = pieces("partial answer", 3)[0].clone();
     assert_eq!(events[0], GatewayEvent::TextDelta(first));
     match &events[1] {
-        GatewayEvent::Retry { attempt: 1, reason, .. } => assert_eq!(reason, "gateway stream error (overloaded_error): Overloaded; up to 3 retries this round"),
+        GatewayEvent::Retry { attempt: 1, reason, .. } => {
+            assert_eq!(reason, "gateway stream error (overloaded_error): Overloaded; up to 3 retries this round")
+        }
         other => panic!("the re-run is announced as a retry: {other:?}"),
     }
     assert_eq!(text_of(&events[2..]), pieces("second run", 3));

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use cicy::conversation::message::{ContentBlock, Role};
 use cicy::gateway::{
-    ApiStyle, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock, PromptMessage,
-    Response,
+    ApiStyle, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock, PromptMessage, Response,
 };
 use common::gateway::*;
 use tokio_util::sync::CancellationToken;
@@ -59,7 +58,9 @@ fn retries(events: &[GatewayEvent]) -> Vec<(u32, u64, String)> {
 #[tokio::test(start_paused = true)]
 async fn a_429_forever_costs_one_budget_of_eleven_requests_each_waiting_at_least_retry_after() {
     let gw = ScriptedGateway::start().await;
-    gw.fallback(|_| Reply::status(429, &[("retry-after", "1")], r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#));
+    gw.fallback(|_| {
+        Reply::status(429, &[("retry-after", "1")], r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#)
+    });
     let started = tokio::time::Instant::now();
     let (r, events) = send(&defaults(&gw.url())).await;
     assert!(matches!(r, Err(GatewayError::Status { status: 429, .. })), "{r:?}");
@@ -152,7 +153,10 @@ async fn a_404_names_the_url_tried_and_a_base_url_ending_in_v1_gets_a_hint() {
         )
     );
     let (r, _) = send(&fast(&gw.url())).await;
-    assert_eq!(r.expect_err("404").to_string(), format!("gateway answered HTTP 404 (not found) for {}/v1/messages: no such route", gw.url()));
+    assert_eq!(
+        r.expect_err("404").to_string(),
+        format!("gateway answered HTTP 404 (not found) for {}/v1/messages: no such route", gw.url())
+    );
     let reqs = gw.requests();
     assert_eq!(reqs.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(), ["/v1/v1/messages", "/v1/messages"]);
 }
@@ -229,7 +233,8 @@ async fn a_refused_connection_is_retried_for_ten_seconds_with_one_reason_naming_
 
 #[tokio::test(start_paused = true)]
 async fn without_a_connect_budget_a_refused_connection_is_retried_past_the_attempt_budget() {
-    let settings = GatewaySettings { max_retries: 1, connect_retry_budget: None, ..GatewaySettings::new(closed_port_url(), ApiStyle::Anthropic) };
+    let settings =
+        GatewaySettings { max_retries: 1, connect_retry_budget: None, ..GatewaySettings::new(closed_port_url(), ApiStyle::Anthropic) };
     let c = GatewayClient::new(settings).expect("client");
     let cancel = CancellationToken::new();
     let mut seen = Vec::new();

@@ -47,7 +47,14 @@ fn an_interrupted_turn_is_merged_from_reply_json_healed_and_marked() {
             ContentBlock::ToolResult { tool_use_id: "b".into(), content: invariants::SYNTHETIC_RESULT.into(), is_error: true },
         ])
     );
-    assert_eq!(m[3], Message { id: Some(4), role: Role::Assistant, content: Content::Blocks(vec![ContentBlock::text("(no reply this turn · cancelled)")]) });
+    assert_eq!(
+        m[3],
+        Message {
+            id: Some(4),
+            role: Role::Assistant,
+            content: Content::Blocks(vec![ContentBlock::text("(no reply this turn · cancelled)")])
+        }
+    );
     assert_eq!(s.restore_notes.len(), 3, "{:?}", s.restore_notes);
     // The healed state is on disk: a second open finds nothing to repair.
     assert_eq!(t.current_json(&id)["status"], "idle");
@@ -112,7 +119,11 @@ fn messages_healing_adds_get_display_ids() {
     assert_eq!(ids, [Some(1), Some(2), Some(3), Some(4)], "{:?}", s.current.messages);
     assert_eq!(
         s.current.messages[2].content,
-        Content::Blocks(vec![ContentBlock::ToolResult { tool_use_id: "a".into(), content: invariants::SYNTHETIC_RESULT.into(), is_error: true }])
+        Content::Blocks(vec![ContentBlock::ToolResult {
+            tool_use_id: "a".into(),
+            content: invariants::SYNTHETIC_RESULT.into(),
+            is_error: true
+        }])
     );
     assert_eq!(s.current.max_history_id, 4);
 }

@@ -96,10 +96,7 @@ async fn exit_2_blocks_the_call_with_stderr_as_the_reason_and_the_turn_goes_on()
     assert_eq!(stdin["workspace"], json!(ws.display().to_string()));
     assert_eq!(stdin["conv_id"], t.current_json(&id)["conversation_id"]);
     assert_eq!(stdin["tool"], json!({"id": "toolu_1", "name": "shell", "input": {"command": "touch ran"}}));
-    assert_eq!(
-        hook_actions(&k),
-        [("before_tool".into(), "hooks/guard.sh".into(), "deny".into(), Some("no shell today".into()))]
-    );
+    assert_eq!(hook_actions(&k), [("before_tool".into(), "hooks/guard.sh".into(), "deny".into(), Some("no shell today".into()))]);
     assert!(hook_errors(&k).is_empty());
 }
 
@@ -266,7 +263,8 @@ async fn before_finish_injects_at_most_three_times_a_turn() {
     assert_eq!(reqs.len(), 4, "the 4th inject is ignored and the turn ends");
     let last = body(&reqs[3]);
     // The first user message carries the role block before the text.
-    let texts: Vec<Value> = last["messages"].as_array().unwrap().iter().map(|m| m["content"].as_array().unwrap().last().unwrap()["text"].clone()).collect();
+    let texts: Vec<Value> =
+        last["messages"].as_array().unwrap().iter().map(|m| m["content"].as_array().unwrap().last().unwrap()["text"].clone()).collect();
     let want = ["go", "answer 1", "check again", "answer 2", "check again", "answer 3", "check again"];
     assert_eq!(texts, want.map(|s| json!(s)));
     let k = kinds(&ev);
@@ -278,10 +276,11 @@ async fn before_finish_injects_at_most_three_times_a_turn() {
 async fn a_deny_at_after_response_aborts_the_turn_as_blocked() {
     let gw = ScriptedGateway::start().await;
     let t = TestHome::new(&gw.url(), 0);
-    role_with_hooks(&t, "  after_response: [{command: hooks/stop.sh}]\n  after_turn: [{command: hooks/end.sh}]\n", &[
-        ("stop.sh", r#"echo '{"action":"deny","reason":"over budget"}'"#),
-        ("end.sh", "cat > after-turn.json"),
-    ]);
+    role_with_hooks(
+        &t,
+        "  after_response: [{command: hooks/stop.sh}]\n  after_turn: [{command: hooks/end.sh}]\n",
+        &[("stop.sh", r#"echo '{"action":"deny","reason":"over budget"}'"#), ("end.sh", "cat > after-turn.json")],
+    );
     gw.push(Reply::sse(anthropic_tool_use("toolu_1", "shell", r#"{"command":"touch ran"}"#)));
     let id = t.create("hooked", None);
     let mut s = t.open(&id);
@@ -291,7 +290,10 @@ async fn a_deny_at_after_response_aborts_the_turn_as_blocked() {
     assert_eq!(hook_errors(&kinds(&ev)), ["the turn was aborted by hook hooks/stop.sh at after_response: over budget"]);
     assert!(!t.workspace(&id).join("ran").exists());
     let end: Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join("after-turn.json")).unwrap()).unwrap();
-    assert_eq!((&end["hook"], &end["outcome"], &end["usage"]["input_tokens"]), (&json!("after_turn"), &json!("blocked"), &t.reply_json(&id)["input_tokens"]));
+    assert_eq!(
+        (&end["hook"], &end["outcome"], &end["usage"]["input_tokens"]),
+        (&json!("after_turn"), &json!("blocked"), &t.reply_json(&id)["input_tokens"])
+    );
 }
 
 #[tokio::test]

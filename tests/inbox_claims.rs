@@ -137,7 +137,10 @@ async fn a_broken_wake_json_claims_nothing_names_the_file_and_the_message_waits_
     assert_eq!(error["kind"], "wake");
     assert_eq!(
         error["message"].as_str().unwrap(),
-        format!("the wake cannot run (its messages and todos stay pending): {}: EOF while parsing a value at line 1 column 12", wake_json.display())
+        format!(
+            "the wake cannot run (its messages and todos stay pending): {}: EOF while parsing a value at line 1 column 12",
+            wake_json.display()
+        )
     );
     assert_eq!(std::fs::read(&wake_json).unwrap(), b"{\"wakes\": 3,", "the broken file is not overwritten");
 

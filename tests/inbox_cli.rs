@@ -112,10 +112,7 @@ async fn stdin_body_is_written_exactly_with_question_and_thread() {
     let file = fs::read_to_string(mb.inbox_dir().join(&name)).unwrap();
     assert_eq!(
         file,
-        format!(
-            "---\nfrom: human\nsubject: Q\ntimestamp: {}\nquestion: true\nthread: t-7\n---\n\nline one\n\nline two\n",
-            m.timestamp
-        )
+        format!("---\nfrom: human\nsubject: Q\ntimestamp: {}\nquestion: true\nthread: t-7\n---\n\nline one\n\nline two\n", m.timestamp)
     );
     assert_eq!(name.get(..19), Some(m.timestamp.replace(':', "-").as_str()), "the name starts with the timestamp");
     let names: Vec<String> = fs::read_dir(mb.inbox_dir()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();

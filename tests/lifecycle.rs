@@ -44,7 +44,11 @@ async fn two_automatic_compactions_in_one_turn_keep_every_request_valid() {
     let reqs = gw.requests();
     let aux: Vec<usize> = reqs.iter().enumerate().filter(|(_, r)| r.header("x-cicy-aux").is_some()).map(|(i, _)| i).collect();
     assert_eq!(aux, vec![0, 5], "compacted before round 0 and before round 4");
-    assert!(aux_text(&reqs[5]).contains("<transcript>\nSummary of the earlier conversation: S1\nAssistant: Looking 2.\n"), "{}", aux_text(&reqs[5]));
+    assert!(
+        aux_text(&reqs[5]).contains("<transcript>\nSummary of the earlier conversation: S1\nAssistant: Looking 2.\n"),
+        "{}",
+        aux_text(&reqs[5])
+    );
     for (i, r) in reqs.iter().enumerate().filter(|(i, _)| !aux.contains(i)) {
         assert_valid_request(r);
         assert!(wire_messages(r).len() <= 12, "request {i}");
@@ -85,7 +89,10 @@ async fn compact_twice_in_a_row_and_again_after_a_turn() {
     let reqs = gw.requests();
     assert_eq!(
         aux_text(&reqs[2]),
-        format!("{}\n\n<transcript>\nSummary of the earlier conversation: S1\nUser: more\nAssistant: answer\n</transcript>", cicy::compact::summary::WHOLE_INTRO)
+        format!(
+            "{}\n\n<transcript>\nSummary of the earlier conversation: S1\nUser: more\nAssistant: answer\n</transcript>",
+            cicy::compact::summary::WHOLE_INTRO
+        )
     );
     turn::run_turn(&mut s, "last", &em, &cancel).await.unwrap();
     let reqs = gw.requests();
@@ -134,11 +141,18 @@ async fn over_the_hard_cap_without_a_summary_the_oldest_messages_are_set_aside()
         }
         let k = kinds(&ev);
         assert!(k.contains(&EventKind::Compacted { before: 29, after: 9 }), "{k:?}");
-        let system: Vec<String> = k.iter().filter_map(|e| match e {
-            EventKind::System { text } => Some(text.clone()),
-            _ => None,
-        }).collect();
-        assert!(system.iter().any(|t| t.starts_with("the window was over the hard cap (29 messages, ~") && t.ends_with("set 21 earlier messages aside without a summary")), "{system:?}");
+        let system: Vec<String> = k
+            .iter()
+            .filter_map(|e| match e {
+                EventKind::System { text } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            system.iter().any(|t| t.starts_with("the window was over the hard cap (29 messages, ~")
+                && t.ends_with("set 21 earlier messages aside without a summary")),
+            "{system:?}"
+        );
         assert_eq!(system.iter().any(|t| t == &format!("automatic compaction failed: {why}; nothing was changed")), auto);
         let stored = messages(&id, &t);
         assert_eq!(stored.len(), 28 + 1 + 1 + 2 + 1);

@@ -58,7 +58,10 @@ fn tool_block(index: u32, id: &str, input_json: &str) -> Vec<Vec<u8>> {
 
 fn end(stop_reason: &str) -> Vec<Vec<u8>> {
     vec![
-        ev("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 512}})),
+        ev(
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 512}}),
+        ),
         ev("message_stop", json!({"type": "message_stop"})),
     ]
 }
@@ -119,7 +122,10 @@ async fn max_tokens_inside_a_tool_call_keeps_the_text_runs_the_complete_call_and
 }
 
 fn openai_chunk(delta: Value, finish: Option<&str>) -> Vec<u8> {
-    data(&json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string())
+    data(
+        &json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            .to_string(),
+    )
 }
 
 #[tokio::test]
@@ -149,8 +155,13 @@ async fn openai_length_inside_arguments_is_answered_with_an_error_and_the_turn_g
 async fn tool_use_blocks_sharing_an_id_run_once_each_under_unique_ids() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(
-        [anthropic_prelude(), tool_block(0, "toolu_1", r#"{"command":"echo one"}"#), tool_block(1, "toolu_1", r#"{"command":"echo two"}"#), end("tool_use")]
-            .concat(),
+        [
+            anthropic_prelude(),
+            tool_block(0, "toolu_1", r#"{"command":"echo one"}"#),
+            tool_block(1, "toolu_1", r#"{"command":"echo two"}"#),
+            end("tool_use"),
+        ]
+        .concat(),
     ));
     gw.push(Reply::sse(anthropic_text("Both ran.")));
     let (_t, _id, outcome, events) = one_turn(&gw, None, "run both").await;
@@ -196,8 +207,14 @@ async fn tool_input_that_is_not_an_object_is_never_resent_and_gets_an_error_nami
 async fn a_reply_of_only_unsigned_thinking_is_reported_kept_and_never_resent() {
     let gw = ScriptedGateway::start().await;
     let thinking = vec![
-        ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}})),
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "pondering"}})),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        ),
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "pondering"}}),
+        ),
         ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
     ];
     gw.push(Reply::sse([anthropic_prelude(), thinking, end("end_turn")].concat()));
@@ -210,7 +227,10 @@ async fn a_reply_of_only_unsigned_thinking_is_reported_kept_and_never_resent() {
     assert!(kinds(&events).contains(&EventKind::NoAnswerText));
     assert_eq!(
         history(&id, &t)[1].content,
-        cicy::conversation::message::Content::Blocks(vec![ContentBlock::Thinking { thinking: "pondering".into(), signature: String::new() }])
+        cicy::conversation::message::Content::Blocks(vec![ContentBlock::Thinking {
+            thinking: "pondering".into(),
+            signature: String::new()
+        }])
     );
     turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap();
     let second = gw.requests()[1].body_str();
@@ -280,7 +300,8 @@ async fn a_second_block_start_with_the_same_index_stores_what_was_streamed() {
     gw.push(Reply::sse([anthropic_prelude(), first, again, end("end_turn")].concat()));
     let (t, id, outcome, events) = one_turn(&gw, None, "greet").await;
     assert_eq!(outcome, TurnOutcome::Completed);
-    let streamed: String = events.iter().filter_map(|e| if let EventKind::TextDelta { text } = e { Some(text.as_str()) } else { None }).collect();
+    let streamed: String =
+        events.iter().filter_map(|e| if let EventKind::TextDelta { text } = e { Some(text.as_str()) } else { None }).collect();
     assert_eq!(streamed, "Hello, world.");
     assert_eq!(
         history(&id, &t)[1].content,

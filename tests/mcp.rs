@@ -114,7 +114,10 @@ async fn a_turn_lists_the_servers_tools_sorted_and_calls_them() {
     let got = results(&reqs[1]);
     assert_eq!(got[0], ("Echo: hi there".to_string(), false));
     assert_eq!(got[1], ("The sum of 2 and 40 is 42.".to_string(), false));
-    assert_eq!(got[2], ("Here's the image you requested:\n[image: image/png, 4033 bytes]\nThe image above is the MCP logo.".to_string(), false));
+    assert_eq!(
+        got[2],
+        ("Here's the image you requested:\n[image: image/png, 4033 bytes]\nThe image above is the MCP logo.".to_string(), false)
+    );
     // The server's environment: the meta.yaml `env` is there, the gateway key is not.
     assert!(got[3].0.contains("from-meta"), "{}", got[3].0);
     assert!(!got[3].0.contains(KEY) && !got[3].0.contains(KEY_VAR), "the gateway key reached the server: {}", got[3].0);
@@ -365,7 +368,10 @@ async fn servers_start_together_within_their_own_timeouts_and_failed_starts_back
     common::wait::Fifo::new(dir.join("rendezvous"));
     let id = t.create("tester", None);
     let mut s = t.open(&id);
-    let timed_out = ["mcp server cat: its tools are left out of this turn: initialize timed out after 1 s", "mcp server yes: its tools are left out of this turn: initialize timed out after 1 s"];
+    let timed_out = [
+        "mcp server cat: its tools are left out of this turn: initialize timed out after 1 s",
+        "mcp server yes: its tools are left out of this turn: initialize timed out after 1 s",
+    ];
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "one", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
     assert_eq!(system(&ev), timed_out);

@@ -49,17 +49,23 @@ fn recognizer_input(r: &RecordedRequest) -> String {
 }
 
 fn systems(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<String> {
-    kinds(ev).into_iter().filter_map(|k| match k {
-        EventKind::System { text } => Some(text),
-        _ => None,
-    }).collect()
+    kinds(ev)
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::System { text } => Some(text),
+            _ => None,
+        })
+        .collect()
 }
 
 fn memory_errors(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<String> {
-    kinds(ev).into_iter().filter_map(|k| match k {
-        EventKind::Error { kind, message } if kind == "memory" => Some(message),
-        _ => None,
-    }).collect()
+    kinds(ev)
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::Error { kind, message } if kind == "memory" => Some(message),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Every file below `root`, relative to it.
@@ -117,17 +123,11 @@ async fn a_remembered_fact_survives_a_new_conversation_and_rides_last_in_the_req
     let updated = file.lines().find(|l| l.starts_with("updated: ")).expect("updated line").to_string();
     assert_eq!(updated.len(), "updated: 2026-01-01T00:00:00Z".len(), "{updated}");
     insta::assert_snapshot!("teal_memory_file", file.replace(&updated, "updated: <time>"));
-    assert_eq!(
-        std::fs::read_to_string(dir.join("MEMORY.md")).unwrap(),
-        "- [preference★4] The user's favourite colour is teal.\n"
-    );
+    assert_eq!(std::fs::read_to_string(dir.join("MEMORY.md")).unwrap(), "- [preference★4] The user's favourite colour is teal.\n");
     assert!(!dir.join(".pending.jsonl").exists(), "a successful flush empties the buffer");
     assert!(systems(&ev).contains(&"memory: saved 1, updated 0 (from 1 turn)".to_string()), "{:?}", systems(&ev));
     let aux_usage = kinds(&ev).into_iter().find(|k| matches!(k, EventKind::AuxUsage { .. }));
-    assert_eq!(
-        aux_usage,
-        Some(EventKind::AuxUsage { aux: "memory".into(), input: 25, output: 15, cache_creation: 10, cache_read: 100 })
-    );
+    assert_eq!(aux_usage, Some(EventKind::AuxUsage { aux: "memory".into(), input: 25, output: 15, cache_creation: 10, cache_read: 100 }));
     // The aux call is counted in events only: the conversation and its snapshot never see it.
     assert_eq!(t.current_json(&id)["messages"].as_array().unwrap().len(), 2);
     assert_eq!(t.reply_json(&id)["input_tokens"], 25);
@@ -248,7 +248,11 @@ async fn a_failing_recognizer_never_fails_the_turn_and_keeps_the_buffer() {
         "the flush runs after the turn has ended"
     );
     assert_eq!(errors.len(), 1);
-    assert!(errors[0].starts_with("memory flush (explicit) failed: memory recognizer call failed: gateway answered HTTP 400"), "{}", errors[0]);
+    assert!(
+        errors[0].starts_with("memory flush (explicit) failed: memory recognizer call failed: gateway answered HTTP 400"),
+        "{}",
+        errors[0]
+    );
     assert!(
         errors[0].ends_with("the 1 buffered turn(s) are kept for the next flush (automatic flushes pause for 5 min; `cicy-agent memory w-1 flush` tries now)"),
         "{}",
@@ -327,7 +331,12 @@ async fn nothing_the_recognizer_says_can_write_outside_the_memory_folder() {
     for p in after.difference(&before) {
         assert!(p.starts_with(&mem_rel) || p.starts_with(&hist_rel), "written outside the memory folder: {}", p.display());
     }
-    let names: Vec<String> = std::fs::read_dir(memory_dir(&t, &id)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect::<BTreeSet<_>>().into_iter().collect();
+    let names: Vec<String> = std::fs::read_dir(memory_dir(&t, &id))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     assert_eq!(names, [".flush.lock", ".lock", "MEMORY.md", "archive_y.md", "etc_x.md", "tmp_cicy-evil.md", "win.md"]);
     assert!(!Path::new("/tmp/cicy-evil").exists() && !Path::new("/tmp/cicy-evil.md").exists());
     assert!(!t.workspace(&id).join("etc").exists());
@@ -379,7 +388,8 @@ async fn bad_memory_files_never_break_a_turn_and_are_left_alone() {
     for (name, bytes) in bad {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
-    std::fs::write(dir.join("fact_shell.md"), "\u{feff}---\r\ntype: fact\r\ntitle: 007\r\nsalience: yes\r\n---\r\n\r\nUses zsh.\r\n").unwrap();
+    std::fs::write(dir.join("fact_shell.md"), "\u{feff}---\r\ntype: fact\r\ntitle: 007\r\nsalience: yes\r\n---\r\n\r\nUses zsh.\r\n")
+        .unwrap();
     let mut s = t.open(&id);
     let (em, _ev) = collector(&id);
     assert_eq!(turn_then_flush(&mut s, "hi", &em, &CancellationToken::new()).await, TurnOutcome::Completed);

@@ -54,10 +54,7 @@ async fn ls_show_check_rebuild_and_forget() {
 
     let o = cicy(h.path(), gw, &["memory", "w-1", "check"]).await;
     assert_eq!(o.code, 1);
-    assert_eq!(
-        o.stdout,
-        "latin1.md: not UTF-8 (invalid byte at offset 22)\nunclosed.md: the front matter is not closed by a `---` line\n"
-    );
+    assert_eq!(o.stdout, "latin1.md: not UTF-8 (invalid byte at offset 22)\nunclosed.md: the front matter is not closed by a `---` line\n");
     assert_eq!(o.stderr, "2 of 4 memory files cannot be read; they are skipped (never deleted) until fixed\n");
 
     let o = cicy(h.path(), gw, &["memory", "w-1", "rebuild"]).await;
@@ -119,7 +116,8 @@ fn buffer_an_overdue_turn(home: &Path) {
     buffer::append(&memory_dir(home), PendingTurn::new("my editor is helix", "Noted.", &[], ten_min_ago)).unwrap();
 }
 
-const HELIX: &str = r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#;
+const HELIX: &str =
+    r#"{"memories":[{"mem_id":"preference_editor","type":"preference","title":"Editor","content":"Uses helix.","salience":3,"tags":[]}]}"#;
 
 #[tokio::test]
 async fn a_one_shot_chat_answers_first_and_then_flushes_an_overdue_buffer() {

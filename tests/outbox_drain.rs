@@ -41,7 +41,10 @@ async fn a_shell_send_to_a_group_in_a_wake_is_posted_and_wakes_the_other_member(
     let (status, page) = s.get("/api/groups/ops/messages?from=ada").await;
     assert_eq!(status, 200, "{page}");
     let first = &page["messages"][0];
-    assert_eq!((first["sender"].as_str(), first["content"].as_str(), first["metadata"]["hops"].as_u64()), (Some(a.as_str()), Some("hi"), Some(1)));
+    assert_eq!(
+        (first["sender"].as_str(), first["content"].as_str(), first["metadata"]["hops"].as_u64()),
+        (Some(a.as_str()), Some("hi"), Some(1))
+    );
     let conv = groups::page(&t.home, "ada", "ops", None, 1).unwrap().0.id;
     let woke = last_user_text(&reqs[2]);
     assert!(woke.ends_with(&format!("[choruz-incoming] from:@Tess group:ops conv:{} roster:[{{\"id\":\"{a}\",\"name\":\"Tess\",\"type\":\"agent\"}},{{\"id\":\"{b}\",\"name\":\"Tess\",\"type\":\"agent\"}}] | hi", &conv[..13])), "{woke}");
@@ -84,7 +87,11 @@ async fn a_cron_job_set_through_the_outbox_fires_a_choruz_cron_wake() {
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let new = Outbox::of_workspace(&t.workspace(&id)).new_dir();
     std::fs::create_dir_all(&new).unwrap();
-    std::fs::write(new.join("cmd-00000000000000000001-cmd-cccccc.json"), r#"{"type":"set_cron","name":"tick","schedule":"1s","message":"check the queue"}"#).unwrap();
+    std::fs::write(
+        new.join("cmd-00000000000000000001-cmd-cccccc.json"),
+        r#"{"type":"set_cron","name":"tick","schedule":"1s","message":"check the queue"}"#,
+    )
+    .unwrap();
     let reqs = tokio::time::timeout(Duration::from_secs(20), gw.wait_for_requests(1)).await.expect("a cron wake within 20 s");
     let text = last_user_text(&reqs[0]);
     assert!(text.starts_with("[cicy-wake] reason:inbox wake:1 "), "{text}");
@@ -103,7 +110,8 @@ async fn a_shell_send_without_group_answers_the_claimed_conversation_once() {
     Mailbox::of_workspace(&t.workspace(&id)).write(Folder::Inbox, &note("human", "status?")).unwrap();
     events.until("done").await;
     let mb = Mailbox::of_workspace(&t.workspace(&id));
-    let mut names: Vec<String> = mb.outbox_dir().read_dir().unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.ends_with(".md")).collect();
+    let mut names: Vec<String> =
+        mb.outbox_dir().read_dir().unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.ends_with(".md")).collect();
     names.sort();
     let out: Vec<_> = names.iter().map(|n| mb.read(n).unwrap()).collect();
     assert_eq!(out.len(), 1, "the script's send is the reply; the final answer is not sent again: {out:?}");
@@ -120,7 +128,11 @@ async fn a_provisioned_agent_runs_in_serve_at_once() {
     let mut events = s.events(&id, None).await;
     let new = Outbox::of_workspace(&t.workspace(&id)).new_dir();
     std::fs::create_dir_all(&new).unwrap();
-    std::fs::write(new.join("cmd-00000000000000000001-cmd-dddddd.json"), r#"{"type":"provision_agent","name":"Scout","instructions":"Watch the logs."}"#).unwrap();
+    std::fs::write(
+        new.join("cmd-00000000000000000001-cmd-dddddd.json"),
+        r#"{"type":"provision_agent","name":"Scout","instructions":"Watch the logs."}"#,
+    )
+    .unwrap();
     let f = loop {
         let f = events.next().await.unwrap();
         if f.event == "system" {

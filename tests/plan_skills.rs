@@ -36,7 +36,10 @@ async fn write_todos_replaces_the_plan_and_the_model_reads_effect_applied() {
     assert_eq!(results[1]["content"], "error: 2 todos are in_progress (1, 2); at most one may be; the plan was not changed");
     assert_eq!(results[1]["is_error"], true);
     let plan: serde_json::Value = serde_json::from_slice(&std::fs::read(t.workspace(&id).join(".cicy/plan.json")).unwrap()).unwrap();
-    assert_eq!(plan, serde_json::json!({"todos": [{"id": "1", "content": "Look", "status": "in_progress"}, {"id": "2", "content": "Fix", "status": "pending"}]}));
+    assert_eq!(
+        plan,
+        serde_json::json!({"todos": [{"id": "1", "content": "Look", "status": "in_progress"}, {"id": "2", "content": "Fix", "status": "pending"}]})
+    );
     let todos = vec![
         Todo { id: "1".into(), content: "Look".into(), status: Status::InProgress },
         Todo { id: "2".into(), content: "Fix".into(), status: Status::Pending },
@@ -78,7 +81,10 @@ async fn the_skills_list_is_byte_stable_until_a_project_skill_is_added() {
     let block = |r: &RecordedRequest| body(r)["system"][1]["text"].as_str().unwrap().to_string();
     assert_eq!(block(&reqs[1]), "Installed skills (read one with the `skill` tool before you follow it):\n- pdf: Global PDF.\n- zeta: Z.");
     assert_ne!(system_bytes(&reqs[1]), system_bytes(&reqs[2]));
-    assert_eq!(block(&reqs[2]), "Installed skills (read one with the `skill` tool before you follow it):\n- alpha: A.\n- pdf: Project PDF.\n- zeta: Z.");
+    assert_eq!(
+        block(&reqs[2]),
+        "Installed skills (read one with the `skill` tool before you follow it):\n- alpha: A.\n- pdf: Project PDF.\n- zeta: Z."
+    );
     // The role's block before it is untouched.
     assert_eq!(body(&reqs[1])["system"][0], body(&reqs[2])["system"][0]);
 }

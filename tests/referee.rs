@@ -84,13 +84,19 @@ fn anthropic_content_and_text_blocks_are_non_empty() {
     assert_eq!(anthropic(|b| b["messages"][4]["content"] = json!("thanks")), Ok(()));
     refused(anthropic(|b| b["messages"][4]["content"] = json!([])), "messages.4: all messages must have non-empty content");
     refused(anthropic(|b| b["messages"][4]["content"] = json!("")), "messages.4: all messages must have non-empty content");
-    refused(anthropic(|b| b["messages"][3]["content"][1]["text"] = json!(" \n")), "messages.3.content.1: text content blocks must be non-empty");
+    refused(
+        anthropic(|b| b["messages"][3]["content"][1]["text"] = json!(" \n")),
+        "messages.3.content.1: text content blocks must be non-empty",
+    );
     refused(anthropic(|b| b["system"][0]["text"] = json!("")), "system.0: text content blocks must be non-empty");
 }
 
 #[test]
 fn anthropic_cache_control_is_not_set_on_an_empty_text_block() {
-    refused(anthropic(|b| b["messages"][0]["content"][0]["text"] = json!("")), "messages.0.content.0: cache_control cannot be set for empty text blocks");
+    refused(
+        anthropic(|b| b["messages"][0]["content"][0]["text"] = json!("")),
+        "messages.0.content.0: cache_control cannot be set for empty text blocks",
+    );
 }
 
 #[test]
@@ -118,17 +124,26 @@ fn anthropic_tool_use_ids_are_unique_in_the_request() {
     other[0]["content"][0]["id"] = json!("toolu_B");
     other[1]["content"][0]["tool_use_id"] = json!("toolu_B");
     assert_eq!(anthropic(|b| b["messages"].as_array_mut().unwrap().extend(other.as_array().unwrap().clone())), Ok(()));
-    refused(anthropic(|b| b["messages"].as_array_mut().unwrap().extend(again.as_array().unwrap().clone())), "messages.5.content.0: `tool_use` ids must be unique");
+    refused(
+        anthropic(|b| b["messages"].as_array_mut().unwrap().extend(again.as_array().unwrap().clone())),
+        "messages.5.content.0: `tool_use` ids must be unique",
+    );
 }
 
 #[test]
 fn anthropic_tool_use_names_are_non_empty() {
-    refused(anthropic(|b| b["messages"][1]["content"][1]["name"] = json!("")), "messages.1.content.1: tool_use.name: a non-empty string is required");
+    refused(
+        anthropic(|b| b["messages"][1]["content"][1]["name"] = json!("")),
+        "messages.1.content.1: tool_use.name: a non-empty string is required",
+    );
 }
 
 #[test]
 fn anthropic_tool_use_input_is_an_object() {
-    refused(anthropic(|b| b["messages"][1]["content"][2]["input"] = json!([1])), "messages.1.content.2: tool_use.input: Input should be a valid dictionary, got [1]");
+    refused(
+        anthropic(|b| b["messages"][1]["content"][2]["input"] = json!([1])),
+        "messages.1.content.2: tool_use.input: Input should be a valid dictionary, got [1]",
+    );
     refused(anthropic(|b| b["messages"][1]["content"][2]["input"] = json!("{}")), "tool_use.input");
 }
 
@@ -155,16 +170,25 @@ fn anthropic_no_tool_result_without_its_tool_use() {
 #[test]
 fn anthropic_an_error_tool_result_is_not_empty() {
     assert_eq!(anthropic(|b| b["messages"][2]["content"][0]["content"] = json!("")), Ok(()));
-    refused(anthropic(|b| b["messages"][2]["content"][1]["content"] = json!("")), "messages.2.content.1: tool_result: content cannot be empty if `is_error` is true");
+    refused(
+        anthropic(|b| b["messages"][2]["content"][1]["content"] = json!("")),
+        "messages.2.content.1: tool_result: content cannot be empty if `is_error` is true",
+    );
 }
 
 #[test]
 fn anthropic_tool_definitions_have_valid_unique_names_and_object_schemas() {
     let long = "a".repeat(64);
     assert_eq!(anthropic(|b| b["tools"][0]["name"] = json!(long)), Ok(()));
-    refused(anthropic(|b| b["tools"][0]["name"] = json!("a".repeat(65))), "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'");
+    refused(
+        anthropic(|b| b["tools"][0]["name"] = json!("a".repeat(65))),
+        "tools.0.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'",
+    );
     refused(anthropic(|b| b["tools"][0]["name"] = json!("deploy.prod")), "tools.0.name: String should match pattern");
-    refused(anthropic(|b| b["tools"][0]["input_schema"] = json!({})), "tools.0.input_schema: must be a JSON Schema with \"type\": \"object\", got {}");
+    refused(
+        anthropic(|b| b["tools"][0]["input_schema"] = json!({})),
+        "tools.0.input_schema: must be a JSON Schema with \"type\": \"object\", got {}",
+    );
     let twice = |b: &mut Value| {
         let t = b["tools"][0].clone();
         b["tools"].as_array_mut().unwrap().insert(0, t);
@@ -185,12 +209,18 @@ fn anthropic_no_tool_blocks_without_tools() {
         b["messages"] = json!([{"role": "user", "content": "q"}, {"role": "assistant", "content": "[called tool `shell`]"}, {"role": "user", "content": "[tool result] x"}]);
     };
     assert_eq!(anthropic(textified), Ok(()));
-    refused(anthropic(|b| b["tools"] = json!([])), "messages.1.content.1: requests which include `tool_use` or `tool_result` blocks must define tools");
+    refused(
+        anthropic(|b| b["tools"] = json!([])),
+        "messages.1.content.1: requests which include `tool_use` or `tool_result` blocks must define tools",
+    );
 }
 
 #[test]
 fn anthropic_the_last_message_is_from_the_user() {
-    refused(anthropic(|b| drop(b["messages"].as_array_mut().unwrap().pop())), "messages.3: the conversation must end with a user message (no assistant prefill)");
+    refused(
+        anthropic(|b| drop(b["messages"].as_array_mut().unwrap().pop())),
+        "messages.3: the conversation must end with a user message (no assistant prefill)",
+    );
 }
 
 #[test]
@@ -244,20 +274,27 @@ fn openai_every_call_is_answered_before_the_next_message() {
 
 #[test]
 fn openai_no_tool_message_without_its_call() {
-    let stray = |b: &mut Value| b["messages"].as_array_mut().unwrap().insert(6, json!({"role": "tool", "tool_call_id": "call_1", "content": "x"}));
+    let stray =
+        |b: &mut Value| b["messages"].as_array_mut().unwrap().insert(6, json!({"role": "tool", "tool_call_id": "call_1", "content": "x"}));
     refused(openai(stray), "messages[6]: messages with role 'tool' must be a response to a preceding message with 'tool_calls'");
 }
 
 #[test]
 fn openai_arguments_are_a_string_holding_a_json_object() {
-    refused(openai(|b| b["messages"][2]["tool_calls"][1]["function"]["arguments"] = json!({})), "messages[2].tool_calls[1].function.arguments: must be a string holding a JSON object");
+    refused(
+        openai(|b| b["messages"][2]["tool_calls"][1]["function"]["arguments"] = json!({})),
+        "messages[2].tool_calls[1].function.arguments: must be a string holding a JSON object",
+    );
     refused(openai(|b| b["messages"][2]["tool_calls"][1]["function"]["arguments"] = json!("[1]")), "function.arguments");
 }
 
 #[test]
 fn openai_tool_definitions_have_valid_names_and_object_schemas() {
     refused(openai(|b| b["tools"][0]["function"]["name"] = json!("a b")), "tools.0.function.name: String should match pattern");
-    refused(openai(|b| b["tools"][0]["function"]["parameters"] = json!({"properties": {}})), "tools.0.function.parameters: must be a JSON Schema");
+    refused(
+        openai(|b| b["tools"][0]["function"]["parameters"] = json!({"properties": {}})),
+        "tools.0.function.parameters: must be a JSON Schema",
+    );
 }
 
 #[test]

@@ -25,10 +25,7 @@ async fn a_second_serve_of_the_same_home_exits_2_naming_the_first() {
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let out = command(t.root(), &gw.url(), &["serve", "--port", "0"]).output().await.unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        format!("error: serve already running (pid {}, port {})\n", s.pid, s.port)
-    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), format!("error: serve already running (pid {}, port {})\n", s.pid, s.port));
     let info: Value = serde_json::from_slice(&std::fs::read(t.root().join("serve.json")).unwrap()).unwrap();
     assert_eq!(info["pid"], s.pid, "the second serve left the first's serve.json alone");
     let bind = command(t.root(), &gw.url(), &["serve", "--port", "0", "--bind", "0.0.0.0"]).output().await.unwrap();
@@ -206,7 +203,10 @@ async fn agents_are_listed_created_and_their_agents_md_read_and_written() {
                 "pending": 0, "steering": 0, "wake_at": null, "last_seq": 0, "unanswered": 0}])
     );
     let (status, md) = s.get("/api/memory/templates/agent/w-1").await;
-    assert_eq!((status, md["scope"].as_str(), md["filename"].as_str(), md["exists"].as_bool()), (200, Some("agent"), Some("AGENTS.md"), Some(true)));
+    assert_eq!(
+        (status, md["scope"].as_str(), md["filename"].as_str(), md["exists"].as_bool()),
+        (200, Some("agent"), Some("AGENTS.md"), Some(true))
+    );
     assert_eq!(md["content"], "# Role\n\nYou are Ada.\n");
     let r = s
         .request(reqwest::Method::PUT, "/api/memory/templates/agent/w-1")

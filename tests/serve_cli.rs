@@ -179,7 +179,11 @@ async fn an_impostor_on_serves_port_gets_neither_the_token_nor_the_message() {
     let impostor = ScriptedGateway::start().await;
     let health = serde_json::json!({"ok": true, "instance_id": instance, "pid": 1, "agents": 1, "proof": "0".repeat(64)});
     impostor.route(move |r| {
-        (r.path == "/api/health").then(|| Reply::Status { status: 200, headers: vec![("content-type".into(), "application/json".into())], body: health.to_string() })
+        (r.path == "/api/health").then(|| Reply::Status {
+            status: 200,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: health.to_string(),
+        })
     });
     let port: u16 = impostor.url().rsplit(':').next().unwrap().parse().unwrap();
     info["port"] = port.into();

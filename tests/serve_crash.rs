@@ -302,7 +302,9 @@ fn check(w: &World, gw: &ScriptedGateway, ledger: &Ledger, f: &mut Faults, end: 
                 TodoStatus::Done => f.check(due == 1 || by_text.contains_key(retry_text(&r.text).as_str()), || {
                     format!("todo #{} {:?} of {id} is done but no wake ran it and no retry was added", r.id, r.text)
                 }),
-                TodoStatus::Pending if end => f.check(r.at_unix > now, || format!("todo #{} {:?} of {id} is due and never fired", r.id, r.text)),
+                TodoStatus::Pending if end => {
+                    f.check(r.at_unix > now, || format!("todo #{} {:?} of {id} is due and never fired", r.id, r.text))
+                }
                 _ => {}
             }
         }
@@ -323,7 +325,9 @@ fn check(w: &World, gw: &ScriptedGateway, ledger: &Ledger, f: &mut Faults, end: 
         f.check(p.iter().all(|(a, _, _)| *a == c.to), || format!("{} landed at the wrong agent: {p:?}", c.token));
         if end {
             f.check(!p.is_empty(), || format!("{} from {} never ran", c.token, w.ids[c.from]));
-            f.check(p.iter().all(|(_, folder, _)| *folder == "archive"), || format!("{} was never claimed by {}: {p:?}", c.token, w.ids[c.to]));
+            f.check(p.iter().all(|(_, folder, _)| *folder == "archive"), || {
+                format!("{} was never claimed by {}: {p:?}", c.token, w.ids[c.to])
+            });
         }
     }
 
@@ -356,7 +360,9 @@ async fn recovered(w: &World, open: &Open, f: &mut Faults) {
             && open.todos.iter().all(|(a, id)| d.todos[*a].iter().any(|t| t.id == *id && t.status != TodoStatus::Claimed))
     })
     .await;
-    f.check(ok, || format!("obligations {:?} and claimed todos {:?} were still open {RECOVERY:?} after the restart", open.obligations, open.todos));
+    f.check(ok, || {
+        format!("obligations {:?} and claimed todos {:?} were still open {RECOVERY:?} after the restart", open.obligations, open.todos)
+    });
 }
 
 /// Everything queued has been done and serve is idle: the last run may stop.
@@ -405,7 +411,13 @@ async fn run(w: &World, n: usize, plan: Plan) -> Vec<Done> {
                     out.push(Done::Sent(m, Sent { agent: a, body }, true));
                 } else {
                     let body = format!("msg:{m}: renamed into place msg:{m}:end");
-                    let msg = NewMessage { from: from.into(), subject: Some(format!("renamed {m}")), body: body.clone(), question: false, meta: BTreeMap::new() };
+                    let msg = NewMessage {
+                        from: from.into(),
+                        subject: Some(format!("renamed {m}")),
+                        body: body.clone(),
+                        question: false,
+                        meta: BTreeMap::new(),
+                    };
                     w.mailbox(a).write(Folder::Inbox, &msg).unwrap();
                     out.push(Done::Sent(m, Sent { agent: a, body }, false));
                 }
@@ -420,7 +432,8 @@ async fn run(w: &World, n: usize, plan: Plan) -> Vec<Done> {
         }
         Plan::Command(from, to) => {
             let token = format!("out:{n}:");
-            let json = serde_json::json!({"type": "send", "to": w.ids[to], "content": format!("{token} a note from {}", w.ids[from])}).to_string();
+            let json =
+                serde_json::json!({"type": "send", "to": w.ids[to], "content": format!("{token} a note from {}", w.ids[from])}).to_string();
             let mut cmd = command(&root, &w.url, &["outbox-send", &json]);
             cmd.env("CICY_OUTBOX_DIR", w.ws(from).join(".cicy/outbox"));
             let o = cmd.output().await.expect("outbox-send");
@@ -496,7 +509,8 @@ async fn kill_9_of_serve_at_random_moments_loses_nothing_and_does_nothing_twice(
         let kill_at = if early { rng.range(0, 60) } else { rng.range(100, 1400) };
         let mut plans = Vec::new();
         for _ in 0..rng.range(1, 3) {
-            let msgs: Vec<(usize, bool)> = (0..rng.range(1, 5)).map(|_| (rng.range(0, AGENTS as u64) as usize, rng.next().is_multiple_of(2))).collect();
+            let msgs: Vec<(usize, bool)> =
+                (0..rng.range(1, 5)).map(|_| (rng.range(0, AGENTS as u64) as usize, rng.next().is_multiple_of(2))).collect();
             let n = next_msg;
             next_msg += msgs.len();
             plans.push((rng.range(0, kill_at + 1), n, Plan::Burst(msgs)));

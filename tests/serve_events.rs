@@ -86,7 +86,11 @@ async fn kill_9_during_a_tool_round_kills_the_tool_and_the_restart_continues_seq
     let frames = s.chat(&id, "are you there").await.until("done").await;
     assert_eq!(std::fs::read_dir(cicy::tools::reaper::records_dir(&ws)).unwrap().count(), 0, "the stale record was removed");
     let max_before = *seen.iter().max().unwrap();
-    assert!(frames.iter().all(|f| f.id.unwrap() > max_before), "seq {:?} continue above {max_before}", frames.iter().map(|f| f.id).collect::<Vec<_>>());
+    assert!(
+        frames.iter().all(|f| f.id.unwrap() > max_before),
+        "seq {:?} continue above {max_before}",
+        frames.iter().map(|f| f.id).collect::<Vec<_>>()
+    );
     let text: String = frames.iter().filter(|f| f.event == "text_delta").map(|f| f.data["text"].as_str().unwrap()).collect();
     assert_eq!(text, "back again");
     // The request the referee accepted carries the healed tool pair and the new question.
@@ -257,10 +261,8 @@ async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_
     let out = cli.wait_with_output().await.unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     second.extend(waiting.until("done").await);
-    let cli_seqs: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap())
-        .collect();
+    let cli_seqs: Vec<u64> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["seq"].as_u64().unwrap()).collect();
     assert!(!cli_seqs.is_empty());
     // Serve writes its log behind its streams; a clean stop writes what it handed out.
     assert_eq!(s.stop().await, 0);
@@ -294,7 +296,10 @@ async fn a_bad_line_in_the_log_with_hwm_missing_is_set_aside_and_the_agent_answe
     assert_eq!(text, "still here");
     assert_eq!(frames[0].id, Some(4), "numbering goes on above the good lines");
     let replay = s.events(&id, Some(0)).await.until("done").await;
-    assert_eq!(replay[..2].iter().map(|f| (f.id, f.data["text"].clone())).collect::<Vec<_>>(), vec![(Some(1), json!("old")), (Some(3), json!("older still kept"))]);
+    assert_eq!(
+        replay[..2].iter().map(|f| (f.id, f.data["text"].clone())).collect::<Vec<_>>(),
+        vec![(Some(1), json!("old")), (Some(3), json!("older still kept"))]
+    );
     assert_eq!(replay[2..], frames[..]);
     let aside: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

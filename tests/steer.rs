@@ -135,7 +135,13 @@ async fn an_interrupt_kills_the_running_tool_group_skips_the_rest_of_the_batch_a
         r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"error: interrupted by steer","is_error":true},{"type":"tool_result","tool_use_id":"t2","content":"error: interrupted by steer","is_error":true},{"type":"text","text":"stop that, do C","cache_control":{"type":"ephemeral"}}]}"#
     );
     let k = kinds(&ev);
-    let started: Vec<&str> = k.iter().filter_map(|e| match e { EventKind::ToolStarted { id, .. } => Some(id.as_str()), _ => None }).collect();
+    let started: Vec<&str> = k
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::ToolStarted { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(started, ["t1"], "the second call never started");
     let finished = k.iter().find_map(|e| match e {
         EventKind::ToolFinished { id, result, is_error, .. } => Some((id.as_str(), result.as_str(), *is_error)),

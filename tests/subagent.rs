@@ -89,7 +89,11 @@ async fn the_childs_last_text_is_the_parents_tool_result_and_the_child_starts_fr
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 3);
     assert_eq!(tool_names(&reqs[0]), ["ask_user", "shell", "skill", "task", "write_todos"]);
-    assert_eq!(tool_names(&reqs[1]), ["ask_user", "shell", "skill"], "the child is offered no `task` and no `write_todos` (the plan is the parent's)");
+    assert_eq!(
+        tool_names(&reqs[1]),
+        ["ask_user", "shell", "skill"],
+        "the child is offered no `task` and no `write_todos` (the plan is the parent's)"
+    );
     // A fresh conversation: the child's one message is the description, under the same role
     // block the parent's first message has.
     let parent_first = wire_messages(&reqs[0]);
@@ -107,8 +111,16 @@ async fn the_childs_last_text_is_the_parents_tool_result_and_the_child_starts_fr
     assert_eq!(
         tool_and_sub_events(&all),
         vec![
-            EventKind::ToolStarted { id: "toolu_1".into(), name: "task".into(), input: json!({"description": "Count to three.", "subagent_type": "general-purpose"}) },
-            EventKind::SubagentStart { id: subs[0].clone(), description: "Count to three.".into(), subagent_type: "general-purpose".into() },
+            EventKind::ToolStarted {
+                id: "toolu_1".into(),
+                name: "task".into(),
+                input: json!({"description": "Count to three.", "subagent_type": "general-purpose"})
+            },
+            EventKind::SubagentStart {
+                id: subs[0].clone(),
+                description: "Count to three.".into(),
+                subagent_type: "general-purpose".into()
+            },
             EventKind::SubagentEnd { id: subs[0].clone(), outcome: SubagentOutcome::Completed, result: "one two three".into() },
         ]
     );
@@ -154,12 +166,19 @@ async fn a_child_cannot_start_a_child_and_a_role_slug_gives_it_that_role() {
     assert_eq!(tool_names(&reqs[1]), ["shell", "skill"], "the helper role's own tools");
     assert_eq!(body(&reqs[1])["system"][0]["text"], "You are a helper.");
     let child_first = wire_messages(&reqs[1]);
-    assert_eq!(child_first[0].plain_text(), "<role>\n# Role\n\nYou help Tess.\n</role>\nTry to nest.", "the role block is the helper role.md as `create` seeds it");
+    assert_eq!(
+        child_first[0].plain_text(),
+        "<role>\n# Role\n\nYou help Tess.\n</role>\nTry to nest.",
+        "the role block is the helper role.md as `create` seeds it"
+    );
     assert_eq!(last_result(&reqs[2]), ("error: tool `task` is not available to this agent (available: shell, skill)".to_string(), true));
     assert_eq!(last_result(&reqs[3]), ("I could not nest.".to_string(), false));
     let (content, is_error) = last_result(&reqs[4]);
     assert!(is_error);
-    assert!(content.starts_with("error: subagent_type `no-such-role` is neither `general-purpose` nor a usable role template: "), "{content}");
+    assert!(
+        content.starts_with("error: subagent_type `no-such-role` is neither `general-purpose` nor a usable role template: "),
+        "{content}"
+    );
     let starts = kinds(&ev).iter().filter(|k| matches!(k, EventKind::SubagentStart { .. })).count();
     assert_eq!(starts, 1, "neither the nested call nor the unknown role started a sub-agent");
 }

@@ -11,7 +11,8 @@ use common::cli::{command, Out};
 
 const NO_GATEWAY: &str = "http://127.0.0.1:9";
 
-const FORMS: &str = r#"use "+N <unit>" (unit minute|min|hour|hr|day|week, optional s), "YYYY-MM-DDTHH:MM[:SS]", "YYYY-MM-DD HH:MM[:SS]" or "YYYY-MM-DD""#;
+const FORMS: &str =
+    r#"use "+N <unit>" (unit minute|min|hour|hr|day|week, optional s), "YYYY-MM-DDTHH:MM[:SS]", "YYYY-MM-DD HH:MM[:SS]" or "YYYY-MM-DD""#;
 
 async fn cicy(home: &Path, args: &[&str]) -> Out {
     let out = command(home, NO_GATEWAY, args).env("TZ", "UTC").output().await.unwrap();
@@ -67,7 +68,10 @@ async fn an_at_with_seconds_is_due_at_that_second() {
     let unix = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().timestamp();
     assert_eq!(
         rows,
-        [(1, "2026-12-01T14:03:27".to_string(), unix("2026-12-01T14:03:27Z")), (2, "2026-12-01T14:03".to_string(), unix("2026-12-01T14:03:00Z"))]
+        [
+            (1, "2026-12-01T14:03:27".to_string(), unix("2026-12-01T14:03:27Z")),
+            (2, "2026-12-01T14:03".to_string(), unix("2026-12-01T14:03:00Z"))
+        ]
     );
     assert_eq!(run(home, &["time", "2026-12-01T14:03:27"]).await, ok("2026-12-01T14:03:27\n"));
 }

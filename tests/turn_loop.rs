@@ -44,21 +44,37 @@ async fn a_tool_round_trip_runs_shell_and_sends_its_result_back() {
     let second = body(&reqs[1]);
     let msgs = second["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 3);
-    assert_eq!(msgs[1]["content"][1], json!({"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {"command": "echo hello-from-tool"}}));
-    assert_eq!(msgs[2]["content"][0], json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello-from-tool\nexit code: 0", "cache_control": {"type": "ephemeral"}}));
+    assert_eq!(
+        msgs[1]["content"][1],
+        json!({"type": "tool_use", "id": "toolu_1", "name": "shell", "input": {"command": "echo hello-from-tool"}})
+    );
+    assert_eq!(
+        msgs[2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello-from-tool\nexit code: 0", "cache_control": {"type": "ephemeral"}})
+    );
 
     let hist = messages(&id, &t);
     assert_eq!(hist.len(), 4);
     assert_eq!(invariants::check(&hist), Ok(()));
     assert_eq!(hist[3].plain_text(), "It printed hello-from-tool.");
     let k = kinds(&ev);
-    assert!(k.contains(&EventKind::ToolStarted { id: "toolu_1".into(), name: "shell".into(), input: json!({"command": "echo hello-from-tool"}) }));
+    assert!(k.contains(&EventKind::ToolStarted {
+        id: "toolu_1".into(),
+        name: "shell".into(),
+        input: json!({"command": "echo hello-from-tool"})
+    }));
     let finished = k.iter().find_map(|e| match e {
         EventKind::ToolFinished { result, is_error, .. } => Some((result.clone(), *is_error)),
         _ => None,
     });
     assert_eq!(finished, Some(("hello-from-tool\nexit code: 0".to_string(), false)));
-    let text: String = k.iter().filter_map(|e| match e { EventKind::TextDelta { text } => Some(text.as_str()), _ => None }).collect();
+    let text: String = k
+        .iter()
+        .filter_map(|e| match e {
+            EventKind::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(text, "Let me look.It printed hello-from-tool.");
     assert_eq!(k.last(), Some(&EventKind::TurnEnded { outcome: TurnOutcome::Completed }));
     let reply = t.reply_json(&id);
@@ -487,7 +503,10 @@ async fn a_crash_after_the_first_of_two_tool_calls_keeps_its_real_result() {
     let (em, _ev) = collector(&id);
     turn::run_turn(&mut s, "what happened?", &em, &CancellationToken::new()).await.unwrap();
     let sent = body(&gw.requests()[1]);
-    assert_eq!(sent["messages"][2]["content"][0], json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"}));
+    assert_eq!(
+        sent["messages"][2]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "t1", "content": "first-done\nexit code: 0"})
+    );
     assert_eq!(
         sent["messages"][2]["content"][1],
         json!({"type": "tool_result", "tool_use_id": "t2", "content": invariants::SYNTHETIC_RESULT, "is_error": true})
@@ -504,10 +523,16 @@ async fn a_custom_tool_the_api_would_refuse_is_a_config_error_before_any_request
     let id = t.create("tester", None);
     let lite = t.home.lite_config_path();
     for (name, schema, expected) in [
-        ("deploy.prod", r#"{"type":"object"}"#, "customTools: `deploy.prod` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`"),
+        (
+            "deploy.prod",
+            r#"{"type":"object"}"#,
+            "customTools: `deploy.prod` is not a valid tool name: the APIs accept 1 to 64 letters, digits, `_` and `-`",
+        ),
         ("deploy", "{}", "customTools: `deploy`: input_schema must be a JSON Schema object (`\"type\": \"object\"`), got {}"),
     ] {
-        let config = format!(r#"{{"toolGroups":{{"core":["shell","skill","{name}"]}},"customTools":{{"{name}":{{"description":"d","command":"true","input_schema":{schema}}}}}}}"#);
+        let config = format!(
+            r#"{{"toolGroups":{{"core":["shell","skill","{name}"]}},"customTools":{{"{name}":{{"description":"d","command":"true","input_schema":{schema}}}}}}}"#
+        );
         std::fs::write(&lite, config).unwrap();
         let err = match cicy::agent::Session::open(&t.home, &id) {
             Ok(mut s) => {
@@ -543,7 +568,10 @@ async fn a_blank_message_is_refused_before_anything_is_written_or_sent() {
 async fn cancel_after_the_first_delta(gw: &ScriptedGateway, t: &TestHome, id: &str) -> cicy::agent::Session {
     let mut chunks = anthropic_prelude();
     chunks.push(event("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#));
-    chunks.push(event("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"word0 word1 word2 word3"}}"#));
+    chunks.push(event(
+        "content_block_delta",
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"word0 word1 word2 word3"}}"#,
+    ));
     gw.push(Reply::SseThenHang { chunks });
     let mut s = t.open(id);
     let cancel = CancellationToken::new();

@@ -89,7 +89,8 @@ async fn a_plain_write_a_file_left_while_down_and_a_recreated_inbox_each_wake_it
     let inbox_dir = mailbox(&t, &id).inbox_dir();
     std::fs::create_dir_all(&inbox_dir).unwrap();
     // Dropped while serve is down: found by the start scan.
-    std::fs::write(inbox_dir.join("2026-01-01T00-00-00_down_1.md"), "---\nfrom: human\nsubject: down\n---\n\nwhile you were away\n").unwrap();
+    std::fs::write(inbox_dir.join("2026-01-01T00-00-00_down_1.md"), "---\nfrom: human\nsubject: down\n---\n\nwhile you were away\n")
+        .unwrap();
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut events = s.events(&id, Some(0)).await;
     let first = events.until("done").await;
@@ -142,7 +143,8 @@ async fn a_claim_committed_before_a_kill_is_archived_answered_with_the_notice_an
     let claimed = mb.write(inbox::Folder::Inbox, &note("human", "do the thing")).unwrap();
     let mut db = WakeDb::open(&t.home).unwrap();
     let stamp = FileStamp::of(&std::fs::metadata(mb.inbox_dir().join(&claimed.name)).unwrap());
-    db.obligation_commit(&id, "direct:human", &[ClaimedFile { name: claimed.name.clone(), archived: claimed.name.clone(), stamp }]).unwrap();
+    db.obligation_commit(&id, "direct:human", &[ClaimedFile { name: claimed.name.clone(), archived: claimed.name.clone(), stamp }])
+        .unwrap();
     drop(db);
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut events = s.events(&id, Some(0)).await;
@@ -233,7 +235,8 @@ async fn a_silent_model_gets_the_exact_fallbacks_and_a_crashed_one_quotes_its_er
     // A todo wake whose model says nothing to anyone.
     gw.push(Reply::sse(anthropic_text("done quietly")));
     let now = chrono::Local::now().timestamp();
-    let (status, _) = s.post(&format!("/api/agents/{id}/todos"), serde_json::json!({"text": "tidy", "at": at_of_unix(now - 60).local})).await;
+    let (status, _) =
+        s.post(&format!("/api/agents/{id}/todos"), serde_json::json!({"text": "tidy", "at": at_of_unix(now - 60).local})).await;
     assert_eq!(status, 201);
     events.until("done").await;
     let out = outbox(&t, &id);
@@ -316,7 +319,10 @@ async fn the_wake_tools_refuse_to_sleep_over_unread_mail_and_reply_answers_the_c
         .filter(|f| f.event == "tool_finished")
         .map(|f| (f.data["result"].as_str().unwrap().to_string(), f.data["is_error"].as_bool().unwrap()))
         .collect();
-    assert_eq!(results[0], ("error: refused: the conversation from human is not answered yet. Call reply first, then sleep_until again.".to_string(), true));
+    assert_eq!(
+        results[0],
+        ("error: refused: the conversation from human is not answered yet. Call reply first, then sleep_until again.".to_string(), true)
+    );
     assert!(results[1].0.starts_with("Replied to human ("), "{results:?}");
     assert!(results[2].0.starts_with("Sleeping until "), "{results:?}");
     // The turn ended after the batch: no third request.
@@ -363,7 +369,10 @@ async fn serves_fallback_to_an_agent_sender_is_a_record_and_wakes_nobody() {
     events.until("done").await;
     let out = outbox(&t, &b);
     assert_eq!(out.len(), 1, "{out:#?}");
-    assert_eq!((out[0].body.as_str(), out[0].meta.get("to").map(String::as_str)), ("(cicy: agent hibernated before replying)", Some(a.as_str())));
+    assert_eq!(
+        (out[0].body.as_str(), out[0].meta.get("to").map(String::as_str)),
+        ("(cicy: agent hibernated before replying)", Some(a.as_str()))
+    );
     assert!(mailbox(&t, &a).pending().unwrap().0.is_empty(), "the sender agent is not woken by serve's notice");
     assert_eq!(gw.requests().len(), 1);
     assert_eq!(s.stop().await, 0);

@@ -19,7 +19,13 @@ fn results(frames: &[Frame]) -> Vec<(String, String, bool)> {
     frames
         .iter()
         .filter(|f| f.event == "tool_finished")
-        .map(|f| (f.data["name"].as_str().unwrap().to_string(), f.data["result"].as_str().unwrap().to_string(), f.data["is_error"].as_bool().unwrap()))
+        .map(|f| {
+            (
+                f.data["name"].as_str().unwrap().to_string(),
+                f.data["result"].as_str().unwrap().to_string(),
+                f.data["is_error"].as_bool().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -39,7 +45,10 @@ async fn sleep_until_waits_for_unread_mail_and_due_todos_and_receive_claims_the_
     gw.push(calls(&[("t1", "reply", r#"{"text": "answer one"}"#), ("t2", "sleep_until", r#"{"at": "+1 hour"}"#)]));
     gw.push(calls(&[("t3", "inbox", r#"{"action": "receive"}"#)]));
     gw.push(calls(&[("t4", "reply", r#"{"text": "answer two"}"#), ("t5", "sleep_until", r#"{"complete": true}"#)]));
-    gw.push(calls(&[("t6", "todo", r#"{"action": "done", "id": 1}"#), ("t7", "sleep_until", r#"{"complete": true, "summary": "all done"}"#)]));
+    gw.push(calls(&[
+        ("t6", "todo", r#"{"action": "done", "id": 1}"#),
+        ("t7", "sleep_until", r#"{"complete": true, "summary": "all done"}"#),
+    ]));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let frames = s.events(&id, Some(0)).await.until("done").await;
     let wake = &frames.iter().find(|f| f.event == "wake").unwrap().data;
@@ -57,7 +66,11 @@ async fn sleep_until_waits_for_unread_mail_and_due_todos_and_receive_claims_the_
         )
     );
     assert_eq!(r[2].0, "inbox");
-    assert!(r[2].1.starts_with("[choruz-incoming] from:@ada direct-chat conv:") && r[2].1.ends_with("roster:[] | question two"), "{}", r[2].1);
+    assert!(
+        r[2].1.starts_with("[choruz-incoming] from:@ada direct-chat conv:") && r[2].1.ends_with("roster:[] | question two"),
+        "{}",
+        r[2].1
+    );
     let todo = WakeDb::open(&t.home).unwrap().todo_list(&id, true).unwrap().remove(0);
     assert_eq!(
         r[4].1,
@@ -128,10 +141,14 @@ async fn a_wake_past_its_cap_is_cancelled_and_ends_as_a_crash_with_its_todo_retr
     let error = frames.iter().find(|f| f.event == "error" && f.data["kind"] == "wake").unwrap();
     assert_eq!(error.data["message"], "the wake turn was cancelled after 1 s (the longest a wake may run)");
     let out = Mailbox::of_workspace(&t.workspace(&id));
-    let sent: Vec<String> = std::fs::read_dir(out.outbox_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let sent: Vec<String> =
+        std::fs::read_dir(out.outbox_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(sent.len(), 1);
     let msg = out.read(&sent[0]).unwrap();
-    assert_eq!(msg.body, "(cicy: agent crashed before sending)\n\n````\nthe wake turn was cancelled after 1 s (the longest a wake may run)\n````");
+    assert_eq!(
+        msg.body,
+        "(cicy: agent crashed before sending)\n\n````\nthe wake turn was cancelled after 1 s (the longest a wake may run)\n````"
+    );
     let todos = WakeDb::open(&t.home).unwrap().todo_list(&id, false).unwrap();
     assert_eq!(todos.iter().map(|t| t.text.as_str()).collect::<Vec<_>>(), ["long job (attempt 1)"]);
     // The status row and the CLI say when it wakes next.
@@ -167,7 +184,8 @@ async fn a_wake_turn_that_failed_before_sending_runs_again_after_the_backoff_and
     let outcomes: Vec<&str> = frames.iter().filter(|f| f.event == "turn_ended").map(|f| f.data["outcome"].as_str().unwrap()).collect();
     assert_eq!(outcomes, ["failed", "completed"]);
     assert_eq!(gw.requests().len(), 2);
-    let sent: Vec<String> = std::fs::read_dir(mb.outbox_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let sent: Vec<String> =
+        std::fs::read_dir(mb.outbox_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(sent.len(), 1, "one reply, no fallback");
     assert_eq!(mb.read(&sent[0]).unwrap().body, "recovered answer");
     assert_eq!(s.stop().await, 0);

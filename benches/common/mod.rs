@@ -9,17 +9,27 @@ use cicy::gateway::ToolSpec;
 pub fn history() -> Vec<Message> {
     let mut h = Vec::with_capacity(600);
     for i in 0..150 {
-        h.push(Message::user_text(format!("Request {i}: please check the build log and tell me what failed. {}", "Context line. ".repeat(20))));
+        h.push(Message::user_text(format!(
+            "Request {i}: please check the build log and tell me what failed. {}",
+            "Context line. ".repeat(20)
+        )));
         h.push(Message::assistant(vec![
             ContentBlock::text(format!("Looking at step {i}.")),
-            ContentBlock::ToolUse { id: format!("toolu_{i:04}"), name: "shell".into(), input: json!({"command": format!("grep -n error build-{i}.log | tail -50"), "timeout": 60}) },
+            ContentBlock::ToolUse {
+                id: format!("toolu_{i:04}"),
+                name: "shell".into(),
+                input: json!({"command": format!("grep -n error build-{i}.log | tail -50"), "timeout": 60}),
+            },
         ]));
         h.push(Message::user_blocks(vec![ContentBlock::ToolResult {
             tool_use_id: format!("toolu_{i:04}"),
             content: format!("{i}: error[E0308]: mismatched types in src/lib.rs\n").repeat(30),
             is_error: false,
         }]));
-        h.push(Message::assistant(vec![ContentBlock::text(format!("Step {i}: the type mismatch comes from the new signature. {}", "Explanation. ".repeat(25)))]));
+        h.push(Message::assistant(vec![ContentBlock::text(format!(
+            "Step {i}: the type mismatch comes from the new signature. {}",
+            "Explanation. ".repeat(25)
+        ))]));
     }
     h
 }
@@ -27,7 +37,15 @@ pub fn history() -> Vec<Message> {
 /// The built-in tools, as an `assistant` agent offers them.
 pub fn tools() -> Vec<ToolSpec> {
     vec![
-        ToolSpec { name: "shell".into(), description: cicy::tools::shell::description().into(), input_schema: cicy::tools::shell::input_schema() },
-        ToolSpec { name: "skill".into(), description: cicy::tools::skill::description().into(), input_schema: cicy::tools::skill::input_schema() },
+        ToolSpec {
+            name: "shell".into(),
+            description: cicy::tools::shell::description().into(),
+            input_schema: cicy::tools::shell::input_schema(),
+        },
+        ToolSpec {
+            name: "skill".into(),
+            description: cicy::tools::skill::description().into(),
+            input_schema: cicy::tools::skill::input_schema(),
+        },
     ]
 }

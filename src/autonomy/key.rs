@@ -64,7 +64,8 @@ impl GuardKey {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let mut bytes = Vec::new();
                 std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(io)?;
-                let key: [u8; KEY_BYTES] = bytes.as_slice().try_into().map_err(|_| KeyError::Length { path: path.clone(), len: bytes.len() })?;
+                let key: [u8; KEY_BYTES] =
+                    bytes.as_slice().try_into().map_err(|_| KeyError::Length { path: path.clone(), len: bytes.len() })?;
                 Ok(Self(key))
             }
             Err(e) => Err(io(e)),

@@ -68,20 +68,16 @@ impl WakeDb {
     /// Errors: [`WakeDbError::Sql`].
     pub fn lease_of(&self, agent_id: &str) -> Result<Option<Lease>, WakeDbError> {
         self.conn
-            .query_row(
-                "SELECT agent_id, job, pid, pgid, priority, started_at FROM lease WHERE agent_id = ?1",
-                [agent_id],
-                |r| {
-                    Ok(Lease {
-                        agent_id: r.get(0)?,
-                        job: r.get(1)?,
-                        pid: r.get(2)?,
-                        pgid: r.get(3)?,
-                        priority: r.get(4)?,
-                        started_at: r.get(5)?,
-                    })
-                },
-            )
+            .query_row("SELECT agent_id, job, pid, pgid, priority, started_at FROM lease WHERE agent_id = ?1", [agent_id], |r| {
+                Ok(Lease {
+                    agent_id: r.get(0)?,
+                    job: r.get(1)?,
+                    pid: r.get(2)?,
+                    pgid: r.get(3)?,
+                    priority: r.get(4)?,
+                    started_at: r.get(5)?,
+                })
+            })
             .optional()
             .map_err(|e| self.sql_err(e))
     }

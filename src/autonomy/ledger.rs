@@ -367,8 +367,15 @@ mod tests {
 
     #[test]
     fn an_id_that_could_name_another_folder_is_skipped() {
-        let bad = |id: &str| format!(r#"{{"id":{},"at":"2026-12-01T10:00:00Z","by":"self","what":"x","priority":5,"status":"pending"}}"#, serde_json::to_string(id).unwrap());
-        let text = [bad("../../evil"), bad("/tmp/abs"), bad("a\nb"), bad(".hidden"), bad(""), line("i1", "pending"), bad("ok-1.2_x")].join("\n") + "\n";
+        let bad = |id: &str| {
+            format!(
+                r#"{{"id":{},"at":"2026-12-01T10:00:00Z","by":"self","what":"x","priority":5,"status":"pending"}}"#,
+                serde_json::to_string(id).unwrap()
+            )
+        };
+        let text = [bad("../../evil"), bad("/tmp/abs"), bad("a\nb"), bad(".hidden"), bad(""), line("i1", "pending"), bad("ok-1.2_x")]
+            .join("\n")
+            + "\n";
         let f = Folded::parse(&text);
         let ids: Vec<&str> = f.intents.iter().map(|i| i.id.as_str()).collect();
         assert_eq!(ids, vec!["i1", "ok-1.2_x"]);

@@ -57,7 +57,9 @@ impl Pick {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Autonomy is off; `why` says which switch.
-    Off { why: String },
+    Off {
+        why: String,
+    },
     Run(Pick),
     /// Nothing wanted and runnable.
     Rest,

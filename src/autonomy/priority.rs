@@ -117,7 +117,8 @@ impl Priorities {
             let Some(class) = Class::ALL.into_iter().find(|c| c.as_str() == key) else {
                 return Err(format!("unknown class \"{key}\""));
             };
-            let n = value.as_u64().filter(|n| (1..=255).contains(n)).ok_or_else(|| format!("\"{key}\": {value} is not an integer 1–255"))?;
+            let n =
+                value.as_u64().filter(|n| (1..=255).contains(n)).ok_or_else(|| format!("\"{key}\": {value} is not an integer 1–255"))?;
             table.values[class as usize] = n as u8;
         }
         Ok(table)

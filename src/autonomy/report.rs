@@ -116,7 +116,13 @@ impl Report {
         let mine = own
             .iter()
             .take(MINE_SHOWN)
-            .map(|i| Mine { id: i.id.clone(), priority: i.priority, what: i.what.clone(), status: i.status.as_str(), needs: i.needs.as_str() })
+            .map(|i| Mine {
+                id: i.id.clone(),
+                priority: i.priority,
+                what: i.what.clone(),
+                status: i.status.as_str(),
+                needs: i.needs.as_str(),
+            })
             .collect();
         let waiting = unfinished.iter().filter(|i| plan::waits_for_approval(i)).map(|i| waiting(i)).collect();
         let mut squeezed: Vec<Squeezed> = unfinished
@@ -133,7 +139,9 @@ impl Report {
                 })
             })
             .collect();
-        squeezed.sort_by(|a, b| b.preempted_count.cmp(&a.preempted_count).then_with(|| b.hours.unwrap_or(0.0).total_cmp(&a.hours.unwrap_or(0.0))));
+        squeezed.sort_by(|a, b| {
+            b.preempted_count.cmp(&a.preempted_count).then_with(|| b.hours.unwrap_or(0.0).total_cmp(&a.hours.unwrap_or(0.0)))
+        });
         let decision = decide(folded, priorities, config, switch_on, routines, now);
         let (enabled, off_reason) = match &decision {
             Decision::Off { why } => (false, Some(why.clone())),
@@ -196,7 +204,14 @@ impl Report {
 }
 
 /// [`plan::decide`], off with the reason when the table or the switch cannot be read.
-fn decide(folded: &Folded, priorities: Result<&Priorities, String>, config: &AutonomyConfig, switch_on: Result<bool, String>, routines: &RoutineRuns, now: i64) -> Decision {
+fn decide(
+    folded: &Folded,
+    priorities: Result<&Priorities, String>,
+    config: &AutonomyConfig,
+    switch_on: Result<bool, String>,
+    routines: &RoutineRuns,
+    now: i64,
+) -> Decision {
     match (priorities, switch_on) {
         (Err(why), _) | (_, Err(why)) => Decision::Off { why },
         (Ok(priorities), Ok(switch_on)) => plan::decide(&Inputs { folded, priorities, config, switch_on, routines, now }),
@@ -266,7 +281,15 @@ pub fn load(workspace: &Path, config: &AutonomyConfig, lease: Option<Lease>, now
     let priorities = Priorities::load(workspace).map_err(|e| e.to_string());
     let switch_on = settings::switch_on(workspace).map_err(|e| e.to_string());
     let routines = RoutineRuns::load(workspace);
-    let report = Report::build(Sources { folded: &folded, priorities: priorities.as_ref().map_err(Clone::clone), config, switch_on, routines: &routines, lease, now });
+    let report = Report::build(Sources {
+        folded: &folded,
+        priorities: priorities.as_ref().map_err(Clone::clone),
+        config,
+        switch_on,
+        routines: &routines,
+        lease,
+        now,
+    });
     Ok((report, folded))
 }
 
@@ -340,11 +363,35 @@ mod tests {
         };
         let text = [
             line("i1", NOW - 3600, "self", "tidy the notes folder", "pending", 5, r#","run":"ls notes""#),
-            line("i2", NOW - 95_400, "self", "sum up the week's decisions in notes/week.md", "interrupted", 4, r#","preempted_count":3,"preempted_by":"human""#),
-            line("i3", NOW - 600, "human", "prune logs older than a month", "pending", 5, r#","needs":"human","run":"find logs -mtime +30 -delete""#),
+            line(
+                "i2",
+                NOW - 95_400,
+                "self",
+                "sum up the week's decisions in notes/week.md",
+                "interrupted",
+                4,
+                r#","preempted_count":3,"preempted_by":"human""#,
+            ),
+            line(
+                "i3",
+                NOW - 600,
+                "human",
+                "prune logs older than a month",
+                "pending",
+                5,
+                r#","needs":"human","run":"find logs -mtime +30 -delete""#,
+            ),
             "{not json".to_string(),
             line("i4", NOW - 500, "self", "done already", "done", 5, r#","done_at":"x""#),
-            line("i5", NOW - 400, "self", "a very long wish that goes on and on about reorganising every folder of the workspace by topic", "pending", 7, ""),
+            line(
+                "i5",
+                NOW - 400,
+                "self",
+                "a very long wish that goes on and on about reorganising every folder of the workspace by topic",
+                "pending",
+                7,
+                "",
+            ),
             line("i6", NOW - 300, "self", "a fourth own wish", "pending", 6, r#","needs":"external""#),
             line("i7", NOW - 200, "human", "dropped by a person", "dropped", 5, ""),
         ]
@@ -387,14 +434,20 @@ mod tests {
         assert_eq!(r.mine.iter().map(|m| m.id.clone()).collect::<Vec<_>>(), ids(vec!["i2", "i1", "i6"]));
         assert_eq!(r.mine_total, 4);
         assert_eq!(r.now, "run intent i2 (priority 4): sum up the week's decisions in notes/week.md — a model turn");
-        assert_eq!(r.waiting.iter().map(|w| (w.id.as_str(), w.label)).collect::<Vec<_>>(), vec![("i3", "needs your approval"), ("i6", "needs an external condition")]);
-        assert_eq!(r.squeezed, vec![Squeezed {
-            id: "i2".into(),
-            what: "sum up the week's decisions in notes/week.md".into(),
-            preempted_count: 3,
-            preempted_by: Some("human".into()),
-            hours: Some(26.5),
-        }]);
+        assert_eq!(
+            r.waiting.iter().map(|w| (w.id.as_str(), w.label)).collect::<Vec<_>>(),
+            vec![("i3", "needs your approval"), ("i6", "needs an external condition")]
+        );
+        assert_eq!(
+            r.squeezed,
+            vec![Squeezed {
+                id: "i2".into(),
+                what: "sum up the week's decisions in notes/week.md".into(),
+                preempted_count: 3,
+                preempted_by: Some("human".into()),
+                hours: Some(26.5),
+            }]
+        );
         assert_eq!(r.skipped.len(), 1);
         assert_eq!(r.skipped[0].line, 4);
     }

@@ -103,7 +103,12 @@ pub fn tick(home: &Home, record: &AgentRecord) -> TickOut {
 
 /// [`tick`] in either [`Mode`].
 pub fn tick_in(home: &Home, record: &AgentRecord, mode: Mode) -> TickOut {
-    let mut out = TickOut { tick: Tick::Rest, every: Duration::from_secs(settings::DEFAULT_TICK_SECS), priorities: Priorities::default(), promoted: vec![] };
+    let mut out = TickOut {
+        tick: Tick::Rest,
+        every: Duration::from_secs(settings::DEFAULT_TICK_SECS),
+        priorities: Priorities::default(),
+        promoted: vec![],
+    };
     let config = match crate::role::load_meta(home, &record.role_template) {
         Ok(meta) => meta.autonomy,
         Err(e) => {
@@ -259,7 +264,9 @@ pub fn recover(ws: &Path) -> Recovered {
     let mut notes: Vec<String> = crate::tools::reaper::reap(&running_dir(ws))
         .into_iter()
         .map(|r| match r {
-            Reaped::Killed { pgid, label } => format!("killed the process group {pgid} of an intent a stopped serve left running ({label})"),
+            Reaped::Killed { pgid, label } => {
+                format!("killed the process group {pgid} of an intent a stopped serve left running ({label})")
+            }
             failed @ Reaped::Failed { .. } => failed.to_string(),
         })
         .collect();

@@ -90,7 +90,13 @@ fn mark_checked(key: &GuardKey, intent: &mut Intent) {
 /// it starts the intent.
 ///
 /// Errors: the guardrails' [`Refusal`] (append [`refused`] of it; the intent must not run).
-pub async fn check_at_pickup(key: &GuardKey, intent: &Intent, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, Refusal> {
+pub async fn check_at_pickup(
+    key: &GuardKey,
+    intent: &Intent,
+    ctx: &GuardCtx<'_>,
+    judge: &Judge<'_>,
+    cancel: &CancellationToken,
+) -> Result<Intent, Refusal> {
     guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), ctx, judge, cancel).await?;
     let mut checked = intent.clone();
     mark_checked(key, &mut checked);
@@ -116,8 +122,16 @@ pub fn refused(intent: &Intent, refusal: &Refusal, now: &str) -> Intent {
 /// Errors: a field ([`WishError::BlankWhat`], [`WishError::TooLong`],
 /// [`WishError::Priority`], [`WishError::BlankRun`]) or an unreadable priority table, before
 /// anything is asked or written; [`WishError::Cancelled`]; the ledger cannot be written.
-pub async fn wish(workspace: &Path, home: &Path, by: By, input: WishInput, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<Intent, WishError> {
-    let (mut intent, key) = crate::fsutil::blocking(|| -> Result<_, WishError> { Ok((validate(workspace, by, input)?, GuardKey::load_or_create(home)?)) })?;
+pub async fn wish(
+    workspace: &Path,
+    home: &Path,
+    by: By,
+    input: WishInput,
+    judge: &Judge<'_>,
+    cancel: &CancellationToken,
+) -> Result<Intent, WishError> {
+    let (mut intent, key) =
+        crate::fsutil::blocking(|| -> Result<_, WishError> { Ok((validate(workspace, by, input)?, GuardKey::load_or_create(home)?)) })?;
     let ctx = GuardCtx { workspace, home };
     let verdict = guard::check(&intent.what, intent.why.as_deref(), intent.run.as_deref(), &ctx, judge, cancel).await;
     if cancel.is_cancelled() {
@@ -195,7 +209,9 @@ pub fn approve(workspace: &Path, home: &Path, iid: &str) -> Result<Intent, WishE
 /// Errors: [`WishError::Unknown`], [`WishError::Finished`] (naming its status), the ledger
 /// cannot be read or written.
 pub fn drop(workspace: &Path, iid: &str) -> Result<Intent, WishError> {
-    change(workspace, iid, "dropped", |i| Some(Intent { status: Status::Dropped, done_at: Some(crate::fsutil::now_rfc3339()), ..i.clone() }))
+    change(workspace, iid, "dropped", |i| {
+        Some(Intent { status: Status::Dropped, done_at: Some(crate::fsutil::now_rfc3339()), ..i.clone() })
+    })
 }
 
 /// Appends `edit`'s line for the unfinished intent `iid` (none when it returns `None`).
@@ -233,8 +249,14 @@ mod tests {
         assert_eq!(err(input("  \n")), "what: is blank; say what the intent is");
         assert_eq!(err(input(&"x".repeat(2001))), "what: 2001 characters; at most 2000");
         assert_eq!(err(WishInput { why: Some("é".repeat(2001)), ..input("x") }), "why: 2001 characters; at most 2000");
-        assert_eq!(err(WishInput { priority: Some(3), ..input("x") }), "priority: 3 is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)");
-        assert_eq!(err(WishInput { run: Some(" ".into()), ..input("x") }), "run: is blank; give a command, or leave run out for a model turn");
+        assert_eq!(
+            err(WishInput { priority: Some(3), ..input("x") }),
+            "priority: 3 is outside 4–7 (a wish ranks between `task` 3 and `selfcheck` 8; smaller runs first)"
+        );
+        assert_eq!(
+            err(WishInput { run: Some(" ".into()), ..input("x") }),
+            "run: is blank; give a command, or leave run out for a model turn"
+        );
         let ok = validate(ws, By::Agent, WishInput { why: Some("  ".into()), ..input(" tidy ") }).unwrap();
         assert_eq!((ok.what.as_str(), ok.why, ok.priority, ok.status), ("tidy", None, 5, Status::Pending));
         assert_eq!(validate(ws, By::Agent, input(&"é".repeat(2000))).unwrap().what.chars().count(), 2000);
@@ -260,7 +282,9 @@ mod tests {
     fn checked_follows_the_fields_so_a_hand_edit_is_checked_again() {
         let home = tempfile::tempdir().unwrap();
         let key = GuardKey::load_or_create(home.path()).unwrap();
-        let mut i = validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), run: Some("ls".into()), ..input("list") }).unwrap();
+        let mut i =
+            validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), run: Some("ls".into()), ..input("list") })
+                .unwrap();
         i.id = "i1".into();
         assert!(!is_checked(&key, &i));
         mark_checked(&key, &mut i);
@@ -276,7 +300,10 @@ mod tests {
         let edited = Intent { run: Some("rm -rf notes".into()), ..back };
         assert!(!is_checked(&key, &edited));
         let r = refused(&edited, &Refusal { class: "delete memory".into(), reason: "no".into() }, "2026-12-02T08:00:00Z");
-        assert_eq!((r.status, r.refused_reason.as_deref(), r.done_at.as_deref()), (Status::Refused, Some("delete memory: no"), Some("2026-12-02T08:00:00Z")));
+        assert_eq!(
+            (r.status, r.refused_reason.as_deref(), r.done_at.as_deref()),
+            (Status::Refused, Some("delete memory: no"), Some("2026-12-02T08:00:00Z"))
+        );
         assert!(!r.extra.contains_key(CHECKED_KEY));
         let e = validate(Path::new("/nonexistent"), By::Agent, WishInput { priority: Some(5), ..input("two\nlines") }).unwrap_err();
         assert!(matches!(e, WishError::ControlInWhat), "{e}");

@@ -39,7 +39,9 @@ fn save_and_gc(workspace: &Path, steering: usize, events: &Emitter) -> Result<()
     let meta = save(workspace, &SaveOptions { label: Some(LABEL.to_string()), pending: 0, steering })?;
     events.emit(EventKind::System { text: format!("checkpoint {} saved ({LABEL}, every {EVERY_N_TURNS} turns)", meta.checkpoint_id) });
     for id in gc(workspace, fsutil::unix_now(), &meta.checkpoint_id)? {
-        events.emit(EventKind::System { text: format!("checkpoint {id} deleted (over {} checkpoints or older than 30 days)", super::MAX_CHECKPOINTS) });
+        events.emit(EventKind::System {
+            text: format!("checkpoint {id} deleted (over {} checkpoints or older than 30 days)", super::MAX_CHECKPOINTS),
+        });
     }
     Ok(())
 }
@@ -83,6 +85,9 @@ mod tests {
         after_turn(ws.path(), 10, 0, &events);
         let kinds: Vec<EventKind> = seen.lock().unwrap().iter().map(|e| e.kind.clone()).collect();
         let path = ws.path().join(".cicy/checkpoints");
-        assert_eq!(kinds, [EventKind::System { text: format!("automatic checkpoint failed: {}: Not a directory (os error 20)", path.display()) }]);
+        assert_eq!(
+            kinds,
+            [EventKind::System { text: format!("automatic checkpoint failed: {}: Not a directory (os error 20)", path.display()) }]
+        );
     }
 }

@@ -112,10 +112,16 @@ impl Snapshot {
         let current: Option<CurrentFile> = parse_optional(&current_path)?;
         match &current {
             None if meta.message_count > 0 => {
-                return Err(unloadable(&current_path, format!("missing, but meta.json says the conversation had {} messages", meta.message_count)))
+                return Err(unloadable(
+                    &current_path,
+                    format!("missing, but meta.json says the conversation had {} messages", meta.message_count),
+                ))
             }
             Some(c) if c.messages.len() != meta.message_count => {
-                return Err(unloadable(&current_path, format!("holds {} messages, but meta.json says {}", c.messages.len(), meta.message_count)))
+                return Err(unloadable(
+                    &current_path,
+                    format!("holds {} messages, but meta.json says {}", c.messages.len(), meta.message_count),
+                ))
             }
             Some(c) if meta.conv_id.as_ref().is_some_and(|id| *id != c.conversation_id) => {
                 let said = meta.conv_id.as_deref().unwrap_or_default();
@@ -150,7 +156,9 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
 
 fn parse_optional<T: for<'de> serde::Deserialize<'de>>(path: &Path) -> Result<Option<T>, CheckpointError> {
     match read_file(path)? {
-        Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), message: e.to_string() }),
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), message: e.to_string() }),
         None => Ok(None),
     }
 }

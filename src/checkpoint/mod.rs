@@ -265,7 +265,8 @@ fn parse_id(id: &str) -> Option<u64> {
 
 fn read_meta(path: &Path) -> Result<Meta, CheckpointError> {
     let bytes = fs::read(path).map_err(io(path))?;
-    let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), message: e.to_string() })?;
+    let meta: Meta =
+        serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt { path: path.to_path_buf(), message: e.to_string() })?;
     if meta.schema_version != SCHEMA_VERSION {
         return Err(CheckpointError::Schema { path: path.to_path_buf(), found: meta.schema_version });
     }

@@ -10,7 +10,10 @@ fn workspace() -> (tempfile::TempDir, CurrentFile) {
     let store = HistoryStore::new(ws.path());
     let mut cur = CurrentFile::new("w-1", "m");
     cur.push(Message::user_text("hi"));
-    cur.push(Message::assistant(vec![ContentBlock::text("héllo"), ContentBlock::ToolUse { id: "t1".into(), name: "shell".into(), input: json!({"command": "ls"}) }]));
+    cur.push(Message::assistant(vec![
+        ContentBlock::text("héllo"),
+        ContentBlock::ToolUse { id: "t1".into(), name: "shell".into(), input: json!({"command": "ls"}) },
+    ]));
     cur.push(Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: "t1".into(), content: "a\nb".into(), is_error: false }]));
     cur.prompts = 1;
     store.start(&cur).unwrap();
@@ -146,7 +149,10 @@ fn a_checkpoint_with_an_unknown_schema_is_not_loaded() {
     let text = read(&meta_path).replace("\"schema_version\": 1", "\"schema_version\": 2");
     fs::write(&meta_path, text).unwrap();
     let err = load(ws.path(), "w-1", &m.checkpoint_id).unwrap_err();
-    assert_eq!(err.to_string(), format!("{}: schema_version 2 is not supported (this version reads 1); nothing was changed", meta_path.display()));
+    assert_eq!(
+        err.to_string(),
+        format!("{}: schema_version 2 is not supported (this version reads 1); nothing was changed", meta_path.display())
+    );
     assert_eq!(list(ws.path()).unwrap().len(), 1);
 }
 
@@ -159,27 +165,49 @@ fn live_state(ws: &Path) -> (Option<String>, String) {
 fn a_corrupt_or_incomplete_checkpoint_is_refused_before_anything_changes() {
     type Break = fn(&Path);
     let cases: [(&str, Break, &str); 6] = [
-        ("memory", |cp| {
-            fs::remove_dir_all(cp.join("memory")).unwrap();
-            fs::write(cp.join("memory"), "x").unwrap();
-        }, "not a folder; the checkpoint was not loaded and nothing was changed"),
-        ("current.json", |cp| fs::remove_file(cp.join("current.json")).unwrap(),
-         "missing, but meta.json says the conversation had 3 messages; the checkpoint was not loaded and nothing was changed"),
-        ("current.json", |cp| {
-            let mut c: serde_json::Value = serde_json::from_slice(&fs::read(cp.join("current.json")).unwrap()).unwrap();
-            c["messages"].as_array_mut().unwrap().pop();
-            fs::write(cp.join("current.json"), serde_json::to_vec(&c).unwrap()).unwrap();
-        }, "holds 2 messages, but meta.json says 3; the checkpoint was not loaded and nothing was changed"),
-        ("reply.json", |cp| fs::write(cp.join("reply.json"), "{").unwrap(),
-         "could not be parsed (EOF while parsing an object at line 1 column 1); nothing was changed"),
-        ("AGENTS.md", |cp| {
-            fs::remove_file(cp.join("AGENTS.md")).unwrap();
-            fs::create_dir(cp.join("AGENTS.md")).unwrap();
-        }, "not a regular file; the checkpoint was not loaded and nothing was changed"),
-        ("memory/fact_a.md", |cp| {
-            fs::remove_file(cp.join("memory/fact_a.md")).unwrap();
-            std::os::unix::fs::symlink("/etc/passwd", cp.join("memory/fact_a.md")).unwrap();
-        }, "not a regular file; the checkpoint was not loaded and nothing was changed"),
+        (
+            "memory",
+            |cp| {
+                fs::remove_dir_all(cp.join("memory")).unwrap();
+                fs::write(cp.join("memory"), "x").unwrap();
+            },
+            "not a folder; the checkpoint was not loaded and nothing was changed",
+        ),
+        (
+            "current.json",
+            |cp| fs::remove_file(cp.join("current.json")).unwrap(),
+            "missing, but meta.json says the conversation had 3 messages; the checkpoint was not loaded and nothing was changed",
+        ),
+        (
+            "current.json",
+            |cp| {
+                let mut c: serde_json::Value = serde_json::from_slice(&fs::read(cp.join("current.json")).unwrap()).unwrap();
+                c["messages"].as_array_mut().unwrap().pop();
+                fs::write(cp.join("current.json"), serde_json::to_vec(&c).unwrap()).unwrap();
+            },
+            "holds 2 messages, but meta.json says 3; the checkpoint was not loaded and nothing was changed",
+        ),
+        (
+            "reply.json",
+            |cp| fs::write(cp.join("reply.json"), "{").unwrap(),
+            "could not be parsed (EOF while parsing an object at line 1 column 1); nothing was changed",
+        ),
+        (
+            "AGENTS.md",
+            |cp| {
+                fs::remove_file(cp.join("AGENTS.md")).unwrap();
+                fs::create_dir(cp.join("AGENTS.md")).unwrap();
+            },
+            "not a regular file; the checkpoint was not loaded and nothing was changed",
+        ),
+        (
+            "memory/fact_a.md",
+            |cp| {
+                fs::remove_file(cp.join("memory/fact_a.md")).unwrap();
+                std::os::unix::fs::symlink("/etc/passwd", cp.join("memory/fact_a.md")).unwrap();
+            },
+            "not a regular file; the checkpoint was not loaded and nothing was changed",
+        ),
     ];
     for (file, break_it, problem) in cases {
         let (ws, _) = workspace();
@@ -247,7 +275,10 @@ fn a_label_with_a_control_character_is_refused_before_anything_is_written() {
     let (ws, _) = workspace();
     for label in ["a\tb\nc", "", "  "] {
         let err = save(ws.path(), &SaveOptions { label: Some(label.into()), ..SaveOptions::default() }).unwrap_err();
-        assert_eq!(err.to_string(), format!("bad label {label:?}: it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`"));
+        assert_eq!(
+            err.to_string(),
+            format!("bad label {label:?}: it must not be empty or contain control characters (tab, newline), which break `checkpoint ls`")
+        );
     }
     assert!(!dir(ws.path()).exists());
 }

@@ -194,9 +194,8 @@ fn read_message_file(path: &Path) -> Result<String> {
     } else {
         (std::fs::read(path).with_context(|| format!("reading the message from {}", path.display()))?, path.display().to_string())
     };
-    let text = String::from_utf8(bytes).map_err(|e| {
-        anyhow::anyhow!("{name} is not valid UTF-8 (at byte {}); nothing was sent", e.utf8_error().valid_up_to())
-    })?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("{name} is not valid UTF-8 (at byte {}); nothing was sent", e.utf8_error().valid_up_to()))?;
     if text.trim().is_empty() {
         anyhow::bail!("{name} is empty; nothing was sent");
     }

@@ -48,17 +48,16 @@ impl RunEvents {
     /// be opened (a read-only home) numbers this run's events 1, 2, 3, … instead: the command
     /// then reports its own error, and a run that cannot write its log still prints.
     pub fn open(home: &Home, id: &str, json: bool) -> Self {
-        let log = Registry::open_read_only(&home.db_path())
-            .ok()
-            .and_then(|r| r.get(id).ok())
-            .and_then(|record| match AgentEvents::open(&record.workspace, id, None) {
+        let log = Registry::open_read_only(&home.db_path()).ok().and_then(|r| r.get(id).ok()).and_then(|record| {
+            match AgentEvents::open(&record.workspace, id, None) {
                 Ok(log) => Some(log),
                 Err(e) => {
                     // info, not warn: the command then fails with its own error (a read-only home).
                     tracing::info!(agent = id, error = %e, "cannot open the event log; numbering this run's events from 1");
                     None
                 }
-            });
+            }
+        });
         let print = printer(json);
         let emitter = match &log {
             Some(log) => Emitter::from_sink(Arc::new(Printed { log: log.clone(), agent_id: id.to_string(), print })),

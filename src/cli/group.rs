@@ -64,7 +64,10 @@ pub enum GroupAction {
 pub fn run(home: &Home, action: GroupAction, out: &mut impl Write) -> Result<ExitCode> {
     // A person runs these: `--from` names a person, never an agent.
     let from = match &action {
-        GroupAction::Create { from, .. } | GroupAction::Post { from, .. } | GroupAction::Messages { from, .. } | GroupAction::Tasks { from, .. } => from,
+        GroupAction::Create { from, .. }
+        | GroupAction::Post { from, .. }
+        | GroupAction::Messages { from, .. }
+        | GroupAction::Tasks { from, .. } => from,
     };
     groups::person(from)?;
     match action {

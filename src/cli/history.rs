@@ -78,7 +78,8 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
         if ws == 0 {
             writeln!(out, "conversation {conv} ({} messages)", msgs.len())?;
         } else {
-            writeln!(out, 
+            writeln!(
+                out,
                 "conversation {conv} ({} messages; showing the {} from the last compaction on — history --all shows all)",
                 msgs.len(),
                 msgs.len() - ws
@@ -97,10 +98,7 @@ pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode>
 fn note_set_aside(dir: &std::path::Path, conv: &str) {
     let mut aside: Vec<String> = std::fs::read_dir(dir)
         .map(|rd| {
-            rd.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("current.json.corrupt-"))
-                .collect()
+            rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("current.json.corrupt-")).collect()
         })
         .unwrap_or_default();
     aside.sort();

@@ -117,10 +117,8 @@ pub fn show(home: &Home, id: &str, dialog: DialogArgs, json: bool) -> Result<Exi
     }
     let mut out = std::io::stdout().lock();
     if json {
-        let dialog: Vec<DialogEntry> = inbox::dialog_messages(&mb, &filter)?
-            .into_iter()
-            .map(|(folder, message)| DialogEntry { folder, message })
-            .collect();
+        let dialog: Vec<DialogEntry> =
+            inbox::dialog_messages(&mb, &filter)?.into_iter().map(|(folder, message)| DialogEntry { folder, message }).collect();
         let doc = serde_json::json!({"pending": pending, "dialog": dialog});
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {

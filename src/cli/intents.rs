@@ -188,7 +188,10 @@ pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Resul
                 false => writeln!(out, "autonomy off for {id} (its other scheduling goes on)")?,
             }
             if on && !report::role_config(home, &record)?.enabled() {
-                eprintln!("note: role {} has `autonomy: {{enabled: false}}` in its meta.yaml; nothing runs until that is true", record.role_template);
+                eprintln!(
+                    "note: role {} has `autonomy: {{enabled: false}}` in its meta.yaml; nothing runs until that is true",
+                    record.role_template
+                );
             }
         }
         Action::Rm => match Ledger::of_workspace(ws).remove()? {
@@ -197,7 +200,9 @@ pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Resul
         },
         Action::Tick { dry_run: false } => {
             let every = report::role_config(home, &record).map_or(settings::DEFAULT_TICK_SECS, |c| c.tick().as_secs());
-            anyhow::bail!("tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every {every} s while the agent is idle)")
+            anyhow::bail!(
+                "tick: only `tick --dry-run` runs here; `cicy-agent serve` runs the ticks (every {every} s while the agent is idle)"
+            )
         }
         Action::Tick { dry_run: true } => {
             let tick = cicy::autonomy::tick::tick_in(home, &record, cicy::autonomy::tick::Mode::DryRun);

@@ -55,7 +55,9 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
             // writable folder) must not hide the listing.
             match buffer::load(dir).map(|b| b.turns.len()) {
                 Ok(0) => {}
-                Ok(pending) => eprintln!("· {pending} turn(s) buffered, not yet recognized (`cicy-agent memory {id} flush` sends them now)"),
+                Ok(pending) => {
+                    eprintln!("· {pending} turn(s) buffered, not yet recognized (`cicy-agent memory {id} flush` sends them now)")
+                }
                 Err(e) => eprintln!("· cannot count the buffered turns: {e}"),
             }
             note_bad(id, scan.bad.len());
@@ -83,7 +85,11 @@ pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             } else {
                 out.flush()?;
-                eprintln!("{} of {} memory files cannot be read; they are skipped (never deleted) until fixed", scan.bad.len(), scan.bad.len() + scan.memories.len());
+                eprintln!(
+                    "{} of {} memory files cannot be read; they are skipped (never deleted) until fixed",
+                    scan.bad.len(),
+                    scan.bad.len() + scan.memories.len()
+                );
                 Ok(ExitCode::from(1))
             }
         }

@@ -16,8 +16,8 @@ mod memory;
 mod outbox;
 mod print;
 mod remote;
-mod todo;
 mod status;
+mod todo;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -320,10 +320,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let home = Home::from_env()?;
     match cli.command {
         Command::Create { title, role_template, role, model, master, workspace, api_style } => {
-            let created = agent::create(
-                &home,
-                CreateOptions { title, role_template, role, model, master, workspace, api_style },
-            )?;
+            let created = agent::create(&home, CreateOptions { title, role_template, role, model, master, workspace, api_style })?;
             if let Some(w) = &created.role_warning {
                 eprintln!("warning: {w}");
             }
@@ -352,12 +349,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Roles => {
             let tools = ToolConfig::load(&home)?;
             for name in role::invalid_template_dirs(&home) {
-                eprintln!("warning: roles/{name} is skipped: `{name}` is not a valid role template name (use letters, digits, `-` and `_`)");
+                eprintln!(
+                    "warning: roles/{name} is skipped: `{name}` is not a valid role template name (use letters, digits, `-` and `_`)"
+                );
             }
             let mut out = std::io::stdout().lock();
             for slug in role::list_templates(&home) {
                 match role::load_template(&home, &slug, &tools) {
-                    Ok(t) => writeln!(out, 
+                    Ok(t) => writeln!(
+                        out,
                         "{slug}\t{}\ttools: [{}]\t{}",
                         t.meta.name,
                         t.tools.join(", "),
@@ -372,7 +372,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Show { id } => {
             let a = open_registry(&home)?.get(&id)?;
             let mut out = std::io::stdout().lock();
-            writeln!(out, "id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}", a.id, a.title, a.agent_type, a.role, a.role_template)?;
+            writeln!(
+                out,
+                "id: {}\ntitle: {}\nagent_type: {}\nrole: {}\nrole_template: {}",
+                a.id, a.title, a.agent_type, a.role, a.role_template
+            )?;
             writeln!(out, "default_model: {}", a.default_model.as_deref().unwrap_or("(config)"))?;
             writeln!(out, "master_id: {}", a.master_id.as_deref().unwrap_or("-"))?;
             writeln!(out, "workspace: {}\nconfig: {}", a.workspace.display(), serde_json::to_string(&a.config)?)?;
@@ -415,7 +419,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status { id, json } => status::run(&home, &id, json, &mut std::io::stdout().lock()),
         Command::Memory { id, action } => memory::run(&home, &id, action),
         Command::Checkpoint { id, action } => checkpoint::run(&home, &id, action, &mut std::io::stdout().lock()),
-        Command::Serve { port, bind, session_idle_secs, max_wake_secs, wake_retries, warm_limit, poll_inboxes, max_inbox_watches, write_grace_ms } => {
+        Command::Serve {
+            port,
+            bind,
+            session_idle_secs,
+            max_wake_secs,
+            wake_retries,
+            warm_limit,
+            poll_inboxes,
+            max_inbox_watches,
+            write_grace_ms,
+        } => {
             cicy::fsutil::set_write_grace(std::time::Duration::from_millis(write_grace_ms));
             let wake = cicy::serve::WakeLimits {
                 max_wake: std::time::Duration::from_secs(max_wake_secs),
@@ -451,8 +465,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Send(args) => inbox::send(&home, args),
         Command::Msg(args) => coordinate::msg(&home, args, &mut std::io::stdout().lock()),
         Command::Msgs(args) => coordinate::msgs(&home, args, &mut std::io::stdout().lock()),
-        Command::Broadcast { master, text, timeout } => coordinate::broadcast(&home, &master, &text, timeout, &mut std::io::stdout().lock()),
-        Command::Fork { src, title, master } => coordinate::fork(&home, &src, title.as_deref(), master.as_deref(), &mut std::io::stdout().lock()),
+        Command::Broadcast { master, text, timeout } => {
+            coordinate::broadcast(&home, &master, &text, timeout, &mut std::io::stdout().lock())
+        }
+        Command::Fork { src, title, master } => {
+            coordinate::fork(&home, &src, title.as_deref(), master.as_deref(), &mut std::io::stdout().lock())
+        }
         Command::Group { action } => group::run(&home, action, &mut std::io::stdout().lock()),
         Command::Inbox { id, dialog, json } => inbox::show(&home, &id, dialog, json),
         Command::OutboxSend { json } => Ok(outbox::send(&json)),

@@ -66,14 +66,12 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
             let tag = if *is_error { "error" } else { "ok" };
             writeln!(err, "← {name} {tag} ({duration_ms} ms): {}", result.trim_end())
         }
-        EventKind::Usage { input, output, cache_creation, cache_read, .. } => writeln!(
-            err,
-            "· usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}"
-        ),
-        EventKind::AuxUsage { aux, input, output, cache_creation, cache_read } => writeln!(
-            err,
-            "· {aux} usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}"
-        ),
+        EventKind::Usage { input, output, cache_creation, cache_read, .. } => {
+            writeln!(err, "· usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}")
+        }
+        EventKind::AuxUsage { aux, input, output, cache_creation, cache_read } => {
+            writeln!(err, "· {aux} usage: input {input}, output {output}, cache write {cache_creation}, cache read {cache_read}")
+        }
         EventKind::Retry { attempt, delay_ms, reason } => {
             writeln!(err, "· retry {attempt} in {delay_ms} ms: {reason}")
         }
@@ -181,10 +179,8 @@ mod tests {
 
     #[test]
     fn a_turn_cut_short_mid_answer_ends_the_text_line() {
-        let (out, err) = run(vec![
-            EventKind::TextDelta { text: "half an ans".into() },
-            EventKind::TurnEnded { outcome: TurnOutcome::Cancelled },
-        ]);
+        let (out, err) =
+            run(vec![EventKind::TextDelta { text: "half an ans".into() }, EventKind::TurnEnded { outcome: TurnOutcome::Cancelled }]);
         assert_eq!(out, "half an ans\n");
         assert_eq!(err, "· turn ended: cancelled\n");
         let (out, _) = run(vec![
@@ -198,7 +194,11 @@ mod tests {
     #[test]
     fn questions_and_sub_agents_print_on_stderr() {
         let (out, err) = run(vec![
-            EventKind::SubagentStart { id: "s1".into(), description: "count the files\nin src".into(), subagent_type: "general-purpose".into() },
+            EventKind::SubagentStart {
+                id: "s1".into(),
+                description: "count the files\nin src".into(),
+                subagent_type: "general-purpose".into(),
+            },
             EventKind::SubagentEnd { id: "s1".into(), outcome: cicy::event::SubagentOutcome::TimedOut, result: "error: late".into() },
             EventKind::AskUser {
                 reference: "r1".into(),
@@ -231,10 +231,7 @@ mod tests {
             EventKind::TextEnd,
         ]);
         assert_eq!(out, "half an ans\nwhole\n");
-        assert_eq!(
-            err,
-            "· [retrying] the answer above was cut off and is discarded; the round is sent again\n· retry 1 in 500 ms: cut\n"
-        );
+        assert_eq!(err, "· [retrying] the answer above was cut off and is discarded; the round is sent again\n· retry 1 in 500 ms: cut\n");
     }
 
     #[test]

@@ -34,10 +34,10 @@ use tokio::sync::mpsc;
 use cicy::event::{Event, EventKind};
 use cicy::gateway::sse::{self, SseEvent};
 use cicy::home::Home;
-use cicy::serve::instance::pid_alive;
 use cicy::lock::LockError;
 use cicy::registry::Registry;
 use cicy::role::{self, ToolConfig};
+use cicy::serve::instance::pid_alive;
 
 use super::answer;
 use super::chat::{self, Input};

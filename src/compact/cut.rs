@@ -43,9 +43,7 @@ pub fn block_tokens(b: &ContentBlock) -> u64 {
     BLOCK_OVERHEAD_TOKENS
         + match b {
             ContentBlock::Text { text } => estimate_tokens(text),
-            ContentBlock::ToolUse { id, name, input } => {
-                estimate_tokens(id) + estimate_tokens(name) + estimate_tokens(&input.to_string())
-            }
+            ContentBlock::ToolUse { id, name, input } => estimate_tokens(id) + estimate_tokens(name) + estimate_tokens(&input.to_string()),
             ContentBlock::ToolResult { tool_use_id, content, .. } => estimate_tokens(tool_use_id) + estimate_tokens(content),
             ContentBlock::Thinking { thinking, signature } => estimate_tokens(thinking) + estimate_tokens(signature),
         }
@@ -94,8 +92,7 @@ pub fn choose(messages: &[Message], window_start: usize, keep: usize, max_tail_t
         tail_tokens[i] = tail_tokens[i + 1] + message_tokens(&messages[i]);
     }
     let cut = (first..=len).find(|&c| {
-        let boundary = c == len
-            || (messages[c].role == Role::Assistant && messages[c - 1].tool_uses().next().is_none());
+        let boundary = c == len || (messages[c].role == Role::Assistant && messages[c - 1].tool_uses().next().is_none());
         boundary && tail_tokens[c] <= max_tail_tokens
     })?;
     messages[window_start..cut].iter().any(|m| !m.is_summary()).then_some(cut)

@@ -288,7 +288,11 @@ pub async fn before_round(
         let why = if forced {
             format!("the gateway refused the request as over the context window of {} tokens", settings.context_window)
         } else {
-            format!("the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)", c.max_messages, settings.trigger_tokens())
+            format!(
+                "the window has {count} messages and ~{tokens} tokens (limits {} messages, {} tokens)",
+                c.max_messages,
+                settings.trigger_tokens()
+            )
         };
         events.emit(EventKind::System { text: format!("compacting: {why}") });
         match summarize_and_apply(session, &m.model, &settings, cut, carried.as_deref(), events, cancel).await {
@@ -315,7 +319,8 @@ pub async fn before_round(
             // Only the running turn's own message is over: a notice would set nothing aside.
             return Ok(());
         }
-        let notice = format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
+        let notice =
+            format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
         let done = apply(&session.store, &mut session.current, cut, &with_carried(&notice, carried.as_deref()), c.keep_snapshots)?;
         let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };
         events.emit(EventKind::System {
@@ -333,7 +338,10 @@ pub fn due(session: &Session, m: &TurnMaterials, tools: &[ToolSpec], state: &Aut
     let settings = settings(session, m);
     let msgs = &session.current.messages;
     let count = msgs.len() - window_start(msgs);
-    let over = || count > settings.config.max_messages || window_tokens(&m.template.system_md, tools, &msgs[window_start(msgs)..]) > settings.trigger_tokens();
+    let over = || {
+        count > settings.config.max_messages
+            || window_tokens(&m.template.system_md, tools, &msgs[window_start(msgs)..]) > settings.trigger_tokens()
+    };
     (state.forced || over()).then_some(count)
 }
 

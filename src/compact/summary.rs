@@ -48,7 +48,8 @@ Use exactly these eight sections, in this order, each under its heading:
 Write \"none\" under a section with nothing to report.";
 
 /// Opens the request when the whole transcript fits one.
-pub const WHOLE_INTRO: &str = "Summarize the conversation in this transcript (oldest first; one line per message block; long tool inputs and results are cut).";
+pub const WHOLE_INTRO: &str =
+    "Summarize the conversation in this transcript (oldest first; one line per message block; long tool inputs and results are cut).";
 
 /// Opens a request that merges the summaries of parts.
 pub const MERGE_INTRO: &str = "These are summaries of consecutive parts of one conversation, oldest first. Merge them into one summary of all of it; where they disagree, the later part wins.";
@@ -246,8 +247,7 @@ async fn summarize_in_chunks(
     }
     for _ in 0..MAX_MERGE_LEVELS {
         let n = texts.len();
-        let entries: Vec<String> =
-            texts.iter().enumerate().map(|(i, t)| format!("[Summary of part {} of {n}]\n{t}", i + 1)).collect();
+        let entries: Vec<String> = texts.iter().enumerate().map(|(i, t)| format!("[Summary of part {} of {n}]\n{t}", i + 1)).collect();
         let groups = chunks(&entries, call.chunk_tokens);
         if groups.len() == 1 {
             progress(format!("merging {n} partial summaries"));
@@ -296,9 +296,7 @@ async fn request(
         timeout: Some(TIMEOUT),
     };
     let mut on_event = |ev: GatewayEvent| match ev {
-        GatewayEvent::Retry { attempt, delay_ms, reason } => {
-            progress(format!("summary call: retry {attempt} in {delay_ms} ms: {reason}"))
-        }
+        GatewayEvent::Retry { attempt, delay_ms, reason } => progress(format!("summary call: retry {attempt} in {delay_ms} ms: {reason}")),
         GatewayEvent::TextDelta(_) | GatewayEvent::ThinkingDelta(_) => {}
     };
     let resp = call.client.send(&request_prompt(intro, tag, body), &opts, &mut on_event, cancel).await?;
@@ -327,7 +325,11 @@ mod tests {
                 ContentBlock::text("Checking."),
                 ContentBlock::ToolUse { id: "t1".into(), name: "shell".into(), input: json!({"command": long_cmd}) },
             ]),
-            Message::user_blocks(vec![ContentBlock::ToolResult { tool_use_id: "t1".into(), content: format!("line1\n{}", "y".repeat(500)), is_error: true }]),
+            Message::user_blocks(vec![ContentBlock::ToolResult {
+                tool_use_id: "t1".into(),
+                content: format!("line1\n{}", "y".repeat(500)),
+                is_error: true,
+            }]),
             Message::assistant(vec![ContentBlock::text(crate::conversation::outcome::Outcome::Cancelled.marker())]),
         ];
         let t = transcript(&h);

@@ -252,12 +252,7 @@ impl HistoryStore {
         let reply = read_json::<ReplyFile>(&dir.join("reply.json"))?;
         let mut healed = Vec::new();
         if let Some(r) = reply.as_ref().filter(|r| !r.status.is_terminal() && r.conversation_id == conv_id) {
-            let missing: Vec<Message> = r
-                .items
-                .iter()
-                .filter(|m| m.id.is_some_and(|id| id > current.max_history_id))
-                .cloned()
-                .collect();
+            let missing: Vec<Message> = r.items.iter().filter(|m| m.id.is_some_and(|id| id > current.max_history_id)).cloned().collect();
             if !missing.is_empty() {
                 healed.push(format!("restored {} message(s) of an interrupted turn from reply.json", missing.len()));
             }
@@ -273,9 +268,7 @@ impl HistoryStore {
         if interrupted {
             healed.push("the previous turn was interrupted; marked it cancelled".to_string());
             if current.messages.last().is_some_and(|m| m.role == super::message::Role::User) {
-                current.push(Message::assistant(vec![super::message::ContentBlock::text(
-                    Outcome::Cancelled.marker(),
-                )]));
+                current.push(Message::assistant(vec![super::message::ContentBlock::text(Outcome::Cancelled.marker())]));
             }
             current.status = CurrentStatus::Idle;
             if let Some(r) = reply.as_mut() {
@@ -530,8 +523,7 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, His
     match serde_json::from_slice(&bytes) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
-            let moved_to = fsutil::move_aside(path)
-                .map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })?;
+            let moved_to = fsutil::move_aside(path).map_err(|source| HistoryError::Io { path: path.to_path_buf(), source })?;
             Err(HistoryError::Corrupt { path: path.to_path_buf(), message: e.to_string(), moved_to })
         }
     }

@@ -252,11 +252,7 @@ fn pair_tool_calls(messages: &mut Vec<Message>) -> (usize, usize) {
             let missing: Vec<ContentBlock> = expected
                 .iter()
                 .filter(|id| !present.contains(*id))
-                .map(|id| ContentBlock::ToolResult {
-                    tool_use_id: id.clone(),
-                    content: SYNTHETIC_RESULT.to_string(),
-                    is_error: true,
-                })
+                .map(|id| ContentBlock::ToolResult { tool_use_id: id.clone(), content: SYNTHETIC_RESULT.to_string(), is_error: true })
                 .collect();
             if !missing.is_empty() {
                 synthetic += missing.len();

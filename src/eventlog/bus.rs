@@ -40,8 +40,12 @@ enum Msg {
     Flush(Reply),
     /// Reserve the next range ahead of the one ending at this seq (half of it is used); only
     /// sent under the lease, which the writer lets go only after handling it.
-    Reserve { end: u64 },
-    Close { reply: Reply },
+    Reserve {
+        end: u64,
+    },
+    Close {
+        reply: Reply,
+    },
 }
 
 struct State {
@@ -95,11 +99,7 @@ impl AgentEvents {
     /// task (the lease and a range are taken at the first `emit`), so it must be called inside a tokio runtime (blocking
     /// file I/O: call it through `crate::fsutil::blocking`). Every event is also sent on
     /// `global` when given (a server-wide stream).
-    pub fn open(
-        workspace: &Path,
-        agent_id: &str,
-        global: Option<Arc<GlobalFeed>>,
-    ) -> Result<AgentEvents, EventLogError> {
+    pub fn open(workspace: &Path, agent_id: &str, global: Option<Arc<GlobalFeed>>) -> Result<AgentEvents, EventLogError> {
         Self::open_with(workspace, agent_id, global, ROTATE_BYTES)
     }
 

@@ -265,7 +265,11 @@ pub(super) fn max_logged_setting_aside(dir: &Path) -> Result<u64, EventLogError>
         if bad.is_empty() {
             continue;
         }
-        let aside = path.with_file_name(format!("{}.corrupt-{}", path.file_name().unwrap_or_default().to_string_lossy(), crate::fsutil::unix_now()));
+        let aside = path.with_file_name(format!(
+            "{}.corrupt-{}",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            crate::fsutil::unix_now()
+        ));
         fs::copy(&path, &aside).map_err(io)?;
         crate::fsutil::write_atomic(&path, &kept).map_err(io)?;
         tracing::warn!("{}: {} not an event, left out; the file as it was is kept as {}", path.display(), bad.join(", "), aside.display());

@@ -37,12 +37,10 @@ pub(super) fn read(file: &File) -> io::Result<Marker> {
     let text = String::from_utf8_lossy(&buf[..n]);
     let fields: Vec<&str> = text.lines().next().unwrap_or_default().split(' ').collect();
     Ok(match fields[..] {
-        ["free", boot, pid, last] if !boot_id().is_empty() && boot == boot_id() => {
-            match (pid.parse(), last.parse()) {
-                (Ok(pid), Ok(last)) => Marker::Free { pid, last },
-                _ => Marker::Unknown,
-            }
-        }
+        ["free", boot, pid, last] if !boot_id().is_empty() && boot == boot_id() => match (pid.parse(), last.parse()) {
+            (Ok(pid), Ok(last)) => Marker::Free { pid, last },
+            _ => Marker::Unknown,
+        },
         _ => Marker::Unknown,
     })
 }

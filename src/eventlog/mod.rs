@@ -121,8 +121,18 @@ impl EventLog {
                 .map_err(|source| EventLogError::Io { path, source })
         };
         let (lock, writer) = (open("lock")?, open("writer")?);
-        let mut log =
-            EventLog { dir, rotate_bytes: rotate_bytes.max(1), lock, held: None, writer, out: None, dirty: false, appended_to: 0, reserved_to: 0, last_logged: 0 };
+        let mut log = EventLog {
+            dir,
+            rotate_bytes: rotate_bytes.max(1),
+            lock,
+            held: None,
+            writer,
+            out: None,
+            dirty: false,
+            appended_to: 0,
+            reserved_to: 0,
+            last_logged: 0,
+        };
         let held = log.flock()?;
         let current = log_file(&log.dir, 0);
         let cut = cut_torn_tail(&current)?;
@@ -149,12 +159,14 @@ impl EventLog {
         let io = |source| EventLogError::Io { path: writer_path.clone(), source };
         let held = Flock::take(&self.writer, libc::LOCK_EX).map_err(io)?;
         let range = match (lease::read(&self.writer).map_err(io)?, mine) {
-            (lease::Marker::Free { pid, last }, Some((my_last, end))) if my_last == last && pid == std::process::id() => {
-                last + 1..=end
-            }
+            (lease::Marker::Free { pid, last }, Some((my_last, end))) if my_last == last && pid == std::process::id() => last + 1..=end,
             (lease::Marker::Free { last, .. }, _) => {
                 let hwm = self.recover_hwm()?;
-                if last < hwm { last + 1..=hwm } else { self.reserve(last)? }
+                if last < hwm {
+                    last + 1..=hwm
+                } else {
+                    self.reserve(last)?
+                }
             }
             (lease::Marker::Unknown, _) => {
                 let hwm = self.recover_hwm()?;
@@ -205,8 +217,7 @@ impl EventLog {
         let current = log_file(&self.dir, 0);
         let mut lines = Vec::with_capacity(events.len());
         for ev in events {
-            let mut line = serde_json::to_vec(ev)
-                .map_err(|source| EventLogError::Encode { path: current.clone(), seq: ev.seq, source })?;
+            let mut line = serde_json::to_vec(ev).map_err(|source| EventLogError::Encode { path: current.clone(), seq: ev.seq, source })?;
             line.push(b'\n');
             lines.push(line);
         }
@@ -319,7 +330,11 @@ impl EventLog {
             Ok(n) => n,
             Err(EventLogError::BadHwm { text, .. }) => {
                 let aside = crate::fsutil::move_aside(&path).map_err(|source| EventLogError::Io { path: path.clone(), source })?;
-                tracing::warn!("{}: not a sequence number ({text:?}); moved to {} and rebuilt from the logged events", path.display(), aside.display());
+                tracing::warn!(
+                    "{}: not a sequence number ({text:?}); moved to {} and rebuilt from the logged events",
+                    path.display(),
+                    aside.display()
+                );
                 None
             }
             Err(e) => return Err(e),
@@ -337,8 +352,7 @@ impl EventLog {
 
     fn write_hwm(&mut self, n: u64) -> Result<(), EventLogError> {
         let path = self.hwm_path();
-        crate::fsutil::write_atomic(&path, n.to_string().as_bytes())
-            .map_err(|source| EventLogError::Io { path, source })?;
+        crate::fsutil::write_atomic(&path, n.to_string().as_bytes()).map_err(|source| EventLogError::Io { path, source })?;
         self.reserved_to = n;
         Ok(())
     }

@@ -101,7 +101,8 @@ fn a_bad_line_with_hwm_missing_is_set_aside_and_numbering_goes_on_above_the_good
     let ws = dir.path();
     let d = events_dir(ws);
     fs::create_dir_all(&d).unwrap();
-    let original = format!("{}{{\"seq\":2,\"agent_id\":\"w-1\",\"type\":\"nonsense\"}}\nnot json\n{}", line(&ev(1, "a")), line(&ev(3, "c")));
+    let original =
+        format!("{}{{\"seq\":2,\"agent_id\":\"w-1\",\"type\":\"nonsense\"}}\nnot json\n{}", line(&ev(1, "a")), line(&ev(3, "c")));
     fs::write(d.join("events.jsonl"), &original).unwrap();
 
     // A reader skips the bad lines and keeps the good ones.

@@ -13,9 +13,12 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::sse::SseEvent;
 use super::response::{Draft, Part, StopReason, StreamAccumulator};
-use super::{json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
+use super::sse::SseEvent;
+use super::{
+    json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError, GatewayEvent,
+    Prompt,
+};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// The cache breakpoint object put as the last key of a cached element.
@@ -172,7 +175,10 @@ impl Writer {
 #[derive(Debug)]
 enum Block {
     Text(String),
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
     ToolUse {
         id: String,
         name: String,

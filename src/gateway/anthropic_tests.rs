@@ -29,10 +29,7 @@ pub(crate) fn sample_prompt() -> Prompt {
             PromptMessage {
                 role: Role::Assistant,
                 blocks: vec![
-                    PromptBlock {
-                        block: ContentBlock::Thinking { thinking: "hmm".into(), signature: "sig".into() },
-                        cache: false,
-                    },
+                    PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: "sig".into() }, cache: false },
                     PromptBlock { block: ContentBlock::text("Sure."), cache: false },
                     PromptBlock {
                         block: ContentBlock::ToolUse {
@@ -121,7 +118,8 @@ fn no_tools_no_breakpoint_empty_system() {
         ..Prompt::default()
     };
     let enc = encode(&p, "m", 10);
-    let body = r#"{"model":"m","max_tokens":10,"stream":true,"system":[],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#;
+    let body =
+        r#"{"model":"m","max_tokens":10,"stream":true,"system":[],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}"#;
     assert_eq!(String::from_utf8(enc.body.clone()).expect("utf8"), body);
     assert_eq!(enc.prefix_sha256, sha256_hex(body.as_bytes()));
 }
@@ -145,7 +143,10 @@ fn run(events: &[SseEvent]) -> (Result<Response, GatewayError>, Vec<GatewayEvent
 
 fn full_stream() -> Vec<SseEvent> {
     vec![
-        sse("message_start", r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":100,"cache_read_input_tokens":0}}}"#),
+        sse(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":12,"output_tokens":1,"cache_creation_input_tokens":100,"cache_read_input_tokens":0}}}"#,
+        ),
         sse("ping", r#"{"type": "ping"}"#),
         sse("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#),
         sse("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"let me"}}"#),
@@ -156,14 +157,23 @@ fn full_stream() -> Vec<SseEvent> {
         sse("message", ""),
         sse("content_block_delta", r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"lo 中"}}"#),
         sse("content_block_stop", r#"{"type":"content_block_stop","index":1}"#),
-        sse("content_block_start", r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_9","name":"shell","input":{}}}"#),
+        sse(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_9","name":"shell","input":{}}}"#,
+        ),
         sse("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":""}}"#),
-        sse("content_block_delta", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\": \"l"}}"#),
+        sse(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"cmd\": \"l"}}"#,
+        ),
         // No `event:` line: the type comes from the JSON.
         sse("message", r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"s\", \"a\": 1}"}}"#),
         sse("content_block_stop", r#"{"type":"content_block_stop","index":2}"#),
         sse("future_event", r#"{"type":"future_event","x":1}"#),
-        sse("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":42}}"#),
+        sse(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":42}}"#,
+        ),
         sse("message", "[DONE]"),
         sse("message_stop", r#"{"type":"message_stop"}"#),
     ]
@@ -175,11 +185,7 @@ fn full_stream_gives_exact_response_and_deltas() {
     let resp = resp.expect("complete");
     assert_eq!(
         seen,
-        vec![
-            GatewayEvent::ThinkingDelta("let me".into()),
-            GatewayEvent::TextDelta("Hel".into()),
-            GatewayEvent::TextDelta("lo 中".into()),
-        ]
+        vec![GatewayEvent::ThinkingDelta("let me".into()), GatewayEvent::TextDelta("Hel".into()), GatewayEvent::TextDelta("lo 中".into()),]
     );
     assert_eq!(
         resp.content,
@@ -201,7 +207,10 @@ fn full_stream_gives_exact_response_and_deltas() {
 fn usage_from_message_delta_when_start_has_zeros() {
     let (resp, _) = run(&[
         sse("message_start", r#"{"type":"message_start","message":{"usage":{"input_tokens":0,"output_tokens":0}}}"#),
-        sse("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":7,"output_tokens":3,"cache_read_input_tokens":5,"cache_creation_input_tokens":null}}"#),
+        sse(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":7,"output_tokens":3,"cache_read_input_tokens":5,"cache_creation_input_tokens":null}}"#,
+        ),
         sse("message_stop", r#"{"type":"message_stop"}"#),
     ]);
     let resp = resp.expect("ok");
@@ -212,7 +221,10 @@ fn usage_from_message_delta_when_start_has_zeros() {
 #[test]
 fn tool_input_from_start_when_fragments_empty() {
     let (resp, _) = run(&[
-        sse("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"n","input":{"k":"v"}}}"#),
+        sse(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"n","input":{"k":"v"}}}"#,
+        ),
         sse("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":""}}"#),
         sse("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
         sse("content_block_start", r#"{"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t2","name":"n"}}"#),
@@ -231,8 +243,14 @@ fn tool_input_from_start_when_fragments_empty() {
 #[test]
 fn bad_tool_json_is_a_rejected_call_not_a_run_with_empty_input() {
     let (resp, _) = run(&[
-        sse("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"n","input":{}}}"#),
-        sse("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#),
+        sse(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t1","name":"n","input":{}}}"#,
+        ),
+        sse(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"a\": "}}"#,
+        ),
         sse("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
         sse("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"}}"#),
         sse("message_stop", r#"{"type":"message_stop"}"#),
@@ -318,7 +336,9 @@ fn replay_events(events: &[(&str, &str)]) -> (Response, Vec<GatewayEvent>) {
 }
 
 fn tool_start(index: u32, id: &str) -> String {
-    format!(r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"{id}","name":"shell","input":{{}}}}}}"#)
+    format!(
+        r#"{{"type":"content_block_start","index":{index},"content_block":{{"type":"tool_use","id":"{id}","name":"shell","input":{{}}}}}}"#
+    )
 }
 
 fn input_delta(index: u32, partial: &str) -> String {
@@ -403,8 +423,12 @@ fn tool_use_blocks_sharing_an_id_get_unique_ids_in_order() {
 #[test]
 fn tool_input_that_is_an_array_is_stored_as_empty_object_and_rejected() {
     let (t0, d0, end) = (tool_start(0, "toolu_1"), input_delta(0, r#"["ls", "-l"]"#), stop_with("tool_use"));
-    let (resp, _) =
-        replay_events(&[("content_block_start", &t0), ("content_block_delta", &d0), ("message_delta", &end), ("message_stop", MESSAGE_STOP)]);
+    let (resp, _) = replay_events(&[
+        ("content_block_start", &t0),
+        ("content_block_delta", &d0),
+        ("message_delta", &end),
+        ("message_stop", MESSAGE_STOP),
+    ]);
     assert_eq!(resp.content, vec![ContentBlock::ToolUse { id: "toolu_1".into(), name: "shell".into(), input: json!({}) }]);
     assert_eq!(
         resp.rejected[0].result_text(2048),
@@ -439,7 +463,8 @@ fn a_second_start_with_the_same_index_keeps_what_was_already_streamed() {
 #[test]
 fn encode_drops_unsigned_thinking_and_thinking_only_messages() {
     let user = |t: &str| PromptMessage { role: Role::User, blocks: vec![PromptBlock { block: ContentBlock::text(t), cache: false }] };
-    let thinking = |sig: &str| PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: sig.into() }, cache: false };
+    let thinking =
+        |sig: &str| PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: sig.into() }, cache: false };
     let text = |t: &str| PromptBlock { block: ContentBlock::text(t), cache: false };
     let p = Prompt {
         messages: vec![

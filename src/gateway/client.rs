@@ -11,14 +11,12 @@
 
 use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use futures_util::StreamExt;
-use reqwest::header::{
-    HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE,
-};
 use super::retry::{self, RetryPolicy};
 use super::sse::{self, SseError};
 use super::{anthropic, openai, truncate, ApiStyle, AuxKind, GatewayError, GatewayEvent, Response, StreamAccumulator};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE};
 
 /// How long the client keeps reading after a response became complete without being done
 /// (OpenAI: after `finish_reason`, for the usage chunk and `[DONE]`), so a server that holds
@@ -149,10 +147,8 @@ impl GatewayClient {
             ApiStyle::Openai => "/v1/chat/completions",
         };
         let url = format!("{}{path}", settings.base_url.trim_end_matches('/'));
-        let mut parsed = reqwest::Url::parse(&url).map_err(|e| GatewayError::Connect {
-            url: settings.base_url.clone(),
-            message: format!("not a valid URL: {e}"),
-        })?;
+        let mut parsed = reqwest::Url::parse(&url)
+            .map_err(|e| GatewayError::Connect { url: settings.base_url.clone(), message: format!("not a valid URL: {e}") })?;
         // Best effort: URLs that cannot carry user info simply have none to strip.
         let _ = parsed.set_password(None);
         let _ = parsed.set_username("");

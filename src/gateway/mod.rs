@@ -130,7 +130,11 @@ pub enum GatewayEvent {
     /// The attempt failed and the round will be sent again after `delay_ms` (`attempt` is the
     /// 1-based retry number within the round). When deltas of the failed attempt were already
     /// reported, they are void: the round starts over from nothing (a re-run after content).
-    Retry { attempt: u32, delay_ms: u64, reason: String },
+    Retry {
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
 }
 
 /// Why a gateway call failed.

@@ -11,9 +11,12 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::sse::SseEvent;
 use super::response::{Draft, Part, StopReason, StreamAccumulator};
-use super::{anthropic, json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError, GatewayEvent, Prompt};
+use super::sse::SseEvent;
+use super::{
+    anthropic, json_u64, merge_usage, truncate, wire_messages, wire_tool_id, wire_tool_name, write_json, EncodedRequest, GatewayError,
+    GatewayEvent, Prompt,
+};
 use crate::conversation::message::{ContentBlock, Role, Usage};
 
 /// Encodes `prompt` as an OpenAI chat-completions streaming body.
@@ -44,9 +47,7 @@ pub fn encode(prompt: &Prompt, model: &str, max_tokens: u32) -> EncodedRequest {
         let tools = prompt
             .tools
             .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}})
-            })
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
@@ -167,9 +168,7 @@ impl Accumulator {
         }
         let json: Value = match serde_json::from_str(data) {
             Ok(v) => v,
-            Err(_) if ev.event == "error" => {
-                return Err(GatewayError::StreamError { kind: "error".into(), message: truncate(data, 500) })
-            }
+            Err(_) if ev.event == "error" => return Err(GatewayError::StreamError { kind: "error".into(), message: truncate(data, 500) }),
             Err(e) => return Err(GatewayError::Decode(format!("chunk is not JSON ({e}): {}", truncate(data, 200)))),
         };
         if json.get("error").is_some_and(|e| !e.is_null()) || ev.event == "error" {

@@ -30,10 +30,7 @@ fn tool_only_assistant_has_null_content_and_no_system_when_empty() {
     let p = Prompt {
         messages: vec![PromptMessage {
             role: Role::Assistant,
-            blocks: vec![PromptBlock {
-                block: ContentBlock::ToolUse { id: "c1".into(), name: "f".into(), input: json!({}) },
-                cache: true,
-            }],
+            blocks: vec![PromptBlock { block: ContentBlock::ToolUse { id: "c1".into(), name: "f".into(), input: json!({}) }, cache: true }],
         }],
         ..Prompt::default()
     };
@@ -66,13 +63,19 @@ fn tool_stream() -> Vec<SseEvent> {
         chunk(r#"{"id":"c","choices":[{"index":0,"delta":{"content":"look 中"},"finish_reason":null}]}"#),
         // Second call's fragment arrives first, without id/name (they come later).
         chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"{\"b\""}}]}}]}"#),
-        chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_A","type":"function","function":{"name":"shell","arguments":""}}]}}]}"#),
+        chunk(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_A","type":"function","function":{"name":"shell","arguments":""}}]}}]}"#,
+        ),
         chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"cmd\":"}}]}}]}"#),
-        chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_B","function":{"name":"read","arguments":":2}"}}]}}]}"#),
+        chunk(
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_B","function":{"name":"read","arguments":":2}"}}]}}]}"#,
+        ),
         chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"ls\"}"}}]}}]}"#),
         chunk(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"call_C","function":{"name":"noargs"}}]}}]}"#),
         chunk(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#),
-        chunk(r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":64}}}"#),
+        chunk(
+            r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":64}}}"#,
+        ),
         chunk("[DONE]"),
     ]
 }
@@ -149,7 +152,9 @@ fn error_chunk_is_stream_error() {
 fn reasoning_is_emitted_usage_in_last_choice_chunk_and_done_alone_completes() {
     let (resp, seen) = run(&[
         chunk(r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think"}}]}"#),
-        chunk(r#"{"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#),
+        chunk(
+            r#"{"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+        ),
     ]);
     let resp = resp.expect("ok");
     assert_eq!(seen, vec![GatewayEvent::ThinkingDelta("think".into()), GatewayEvent::TextDelta("ok".into())]);
@@ -207,20 +212,27 @@ fn done_once_usage_follows_finish_reason_but_not_before() {
     assert_eq!(resp.usage, Usage { input_tokens: 3, output_tokens: 2, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 });
     // Usage in the finish chunk itself is final too.
     let mut acc = Accumulator::new();
-    feed(&mut acc, r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#);
+    feed(
+        &mut acc,
+        r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+    );
     assert!(acc.is_done());
 }
 
 #[test]
 fn encode_sends_no_thinking_and_no_message_left_empty() {
     let user = |t: &str| PromptMessage { role: Role::User, blocks: vec![PromptBlock { block: ContentBlock::text(t), cache: false }] };
-    let thinking = |sig: &str| PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: sig.into() }, cache: false };
+    let thinking =
+        |sig: &str| PromptBlock { block: ContentBlock::Thinking { thinking: "hmm".into(), signature: sig.into() }, cache: false };
     let p = Prompt {
         messages: vec![
             user("a"),
             PromptMessage { role: Role::Assistant, blocks: vec![thinking("")] },
             user("b"),
-            PromptMessage { role: Role::Assistant, blocks: vec![thinking("s"), PromptBlock { block: ContentBlock::text("ok"), cache: false }] },
+            PromptMessage {
+                role: Role::Assistant,
+                blocks: vec![thinking("s"), PromptBlock { block: ContentBlock::text("ok"), cache: false }],
+            },
             user("c"),
         ],
         ..Prompt::default()

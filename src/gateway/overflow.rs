@@ -85,7 +85,8 @@ mod tests {
 
     #[test]
     fn anthropic_states_both_numbers() {
-        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#;
+        let body =
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#;
         assert_eq!(detect(&status(body)), Some(Overflow { window: Some(200_000), prompt_tokens: Some(215_000) }));
     }
 
@@ -110,7 +111,12 @@ mod tests {
     #[test]
     fn other_errors_are_not_overflows() {
         assert_eq!(detect(&status(r#"{"error":{"type":"invalid_request_error","message":"max_tokens: must be positive"}}"#)), None);
-        assert_eq!(detect(&status(r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#)), None);
+        assert_eq!(
+            detect(&status(
+                r#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#
+            )),
+            None
+        );
         assert_eq!(detect(&GatewayError::Timeout(300)), None);
         // A stated window of 0 is no window.
         assert_eq!(from_text("prompt is too long: 10 tokens > 0 maximum"), Some(Overflow { window: None, prompt_tokens: Some(10) }));

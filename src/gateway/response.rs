@@ -329,10 +329,14 @@ mod tests {
     #[test]
     fn duplicate_and_empty_ids_become_unique_and_the_first_keeps_its_id() {
         let r = draft(vec![call("t1", "{}"), call("t1", "{}"), call("t1_2", "{}"), call("", "{}")], StopReason::ToolUse);
-        let ids: Vec<&str> = r.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
-            _ => None,
-        }).collect();
+        let ids: Vec<&str> = r
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolUse { id, .. } => Some(id.as_str()),
+                _ => None,
+            })
+            .collect();
         assert_eq!(ids, vec!["t1", "t1_2", "t1_2_2", "call_3"]);
         assert!(r.rejected.is_empty());
     }
@@ -350,10 +354,14 @@ mod tests {
     #[test]
     fn input_that_is_not_an_object_is_rejected_with_its_raw_text() {
         let r = draft(vec![call("a", "[1, 2]"), call("b", "\"ls\""), call("c", "{\"x\":"), call("d", " ")], StopReason::ToolUse);
-        let inputs: Vec<&Value> = r.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { input, .. } => Some(input),
-            _ => None,
-        }).collect();
+        let inputs: Vec<&Value> = r
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::ToolUse { input, .. } => Some(input),
+                _ => None,
+            })
+            .collect();
         assert_eq!(inputs, vec![&json!({}); 4]);
         let texts: Vec<String> = r.rejected.iter().map(|x| format!("{}: {}", x.id, x.result_text(100))).collect();
         assert_eq!(

@@ -397,7 +397,8 @@ mod tests {
         let (d, _) = run(RetryPolicy::default(), &[(s500("a"), false), (s500("b"), false), (status(503, None), false), (s500("b"), false)]);
         assert!(d.iter().all(|d| matches!(d, Decision::Retry { .. })), "{d:?}");
         // "Busy" answers repeat while they last.
-        for e in [status(503, None), status(529, None), GatewayError::StreamError { kind: "overloaded_error".into(), message: "m".into() }] {
+        for e in [status(503, None), status(529, None), GatewayError::StreamError { kind: "overloaded_error".into(), message: "m".into() }]
+        {
             let (d, _) = run(RetryPolicy::default(), &[(e.clone(), false), (e.clone(), false), (e, false)]);
             assert!(d.iter().all(|d| matches!(d, Decision::Retry { .. })), "{d:?}");
         }
@@ -417,7 +418,17 @@ mod tests {
         let errs: Vec<_> = (0..7).map(|_| (refused.clone(), false)).collect();
         let (d, b) = run(RetryPolicy::default(), &errs[..6]);
         // 0.5 + 1 + 2 + 4 s, then the last wait is cut to the 2.5 s left of the 10 s.
-        assert_eq!(d, vec![retry(500, false), retry(1000, false), retry(2000, false), retry(4000, false), retry(2500, false), Decision::Stop(StopReason::ConnectBudgetSpent)]);
+        assert_eq!(
+            d,
+            vec![
+                retry(500, false),
+                retry(1000, false),
+                retry(2000, false),
+                retry(4000, false),
+                retry(2500, false),
+                Decision::Stop(StopReason::ConnectBudgetSpent)
+            ]
+        );
         assert_eq!(b.attempts(), 6);
         // Without a budget (a resident server) they outlast the attempt budget, at the backoff ceiling.
         let p = RetryPolicy { max_retries: 2, connect_retry_budget: None, ..RetryPolicy::default() };

@@ -133,15 +133,12 @@ where
     E: Send,
 {
     let mut prepare = Prepare::default();
-    let prepared = bytes
-        .map(Some)
-        .chain(stream::once(async { None }))
-        .map(move |item| match item {
-            Some(Ok(chunk)) => prepare.push(chunk.as_ref()),
-            Some(Err(e)) => Err(SseError::Transport(e)),
-            // EOF: an empty read is skipped by the parser; only a cut-off character is an error.
-            None => prepare.finish().map(|()| Vec::new()),
-        });
+    let prepared = bytes.map(Some).chain(stream::once(async { None })).map(move |item| match item {
+        Some(Ok(chunk)) => prepare.push(chunk.as_ref()),
+        Some(Err(e)) => Err(SseError::Transport(e)),
+        // EOF: an empty read is skipped by the parser; only a cut-off character is an error.
+        None => prepare.finish().map(|()| Vec::new()),
+    });
     EventStream::new(prepared).map(|item| match item {
         Ok(ev) => Ok(SseEvent { event: ev.event, data: ev.data }),
         Err(EventStreamError::Transport(e)) => Err(e),
@@ -159,8 +156,7 @@ where
     I: IntoIterator,
     I::Item: AsRef<[u8]>,
 {
-    let chunks: Vec<Result<Vec<u8>, Infallible>> =
-        chunks.into_iter().map(|c| Ok(c.as_ref().to_vec())).collect();
+    let chunks: Vec<Result<Vec<u8>, Infallible>> = chunks.into_iter().map(|c| Ok(c.as_ref().to_vec())).collect();
     let events = decode(stream::iter(chunks));
     let collected = async move {
         let mut events = std::pin::pin!(events);

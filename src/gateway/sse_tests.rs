@@ -32,9 +32,7 @@ fn split_at(bytes: &[u8], mut cuts: Vec<usize>) -> Vec<Vec<u8>> {
 /// The crate without our byte stage, for the findings tests.
 fn raw_decode(chunks: Vec<Vec<u8>>) -> Vec<SseEvent> {
     let items: Vec<Result<Vec<u8>, Infallible>> = chunks.into_iter().map(Ok).collect();
-    let fut = EventStream::new(stream::iter(items))
-        .map(|e| e.map(|e| SseEvent { event: e.event, data: e.data }))
-        .collect::<Vec<_>>();
+    let fut = EventStream::new(stream::iter(items)).map(|e| e.map(|e| SseEvent { event: e.event, data: e.data })).collect::<Vec<_>>();
     match fut.now_or_never() {
         Some(v) => v.into_iter().filter_map(Result::ok).collect(),
         None => panic!("raw decoder did not finish"),
@@ -44,11 +42,7 @@ fn raw_decode(chunks: Vec<Vec<u8>>) -> Vec<SseEvent> {
 const TRICKY: &str = "event: message_start\r\ndata: {\"a\":\"中文🎉\"}\r\n\r\n: ping comment\r\revent: content_block_delta\rdata: é\rdata: 二行\r\rdata: no name\n\n";
 
 fn tricky_expected() -> Vec<SseEvent> {
-    vec![
-        ev("message_start", "{\"a\":\"中文🎉\"}"),
-        ev("content_block_delta", "é\n二行"),
-        ev("message", "no name"),
-    ]
+    vec![ev("message_start", "{\"a\":\"中文🎉\"}"), ev("content_block_delta", "é\n二行"), ev("message", "no name")]
 }
 
 #[test]

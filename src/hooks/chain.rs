@@ -74,7 +74,8 @@ pub fn parse(name: HookName, stdout: &[u8]) -> Result<Action, String> {
     if text.trim().is_empty() {
         return Ok(Action::Allow);
     }
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| format!("stdout is not one JSON object ({e}): {}", crate::event::preview(text.trim(), 200)))?;
+    let value: Value = serde_json::from_str(text.trim())
+        .map_err(|e| format!("stdout is not one JSON object ({e}): {}", crate::event::preview(text.trim(), 200)))?;
     let Some(obj) = value.as_object() else {
         return Err(format!("stdout is not a JSON object: {}", crate::event::preview(text.trim(), 200)));
     };
@@ -233,12 +234,13 @@ async fn run_one(cx: &Context, name: HookName, spec: &HookSpec, payload: &Map<St
             }
         }
         Ran::Exited { signal, .. } => format!("killed by signal {}", signal.unwrap_or(0)),
-        Ran::StdoutOverLimit => format!("its stdout went over the limit of {} MiB (a hook answers with one JSON object)", runner::STDOUT_LIMIT >> 20),
+        Ran::StdoutOverLimit => {
+            format!("its stdout went over the limit of {} MiB (a hook answers with one JSON object)", runner::STDOUT_LIMIT >> 20)
+        }
         Ran::TimedOut => format!("timed out after {} s", spec.timeout.as_secs()),
-        Ran::NotFound(e) if spec.command.contains(char::is_whitespace) => format!(
-            "{e}; commands run without a shell and take no arguments: put `{}` in a script",
-            spec.command.trim()
-        ),
+        Ran::NotFound(e) if spec.command.contains(char::is_whitespace) => {
+            format!("{e}; commands run without a shell and take no arguments: put `{}` in a script", spec.command.trim())
+        }
         Ran::NotFound(e) | Ran::NotStarted(e) => e,
     };
     cx.events.emit(EventKind::Error { kind: "hook".to_string(), message: format!("hook {} ({}): {failure}", spec.command, name.as_str()) });
@@ -264,8 +266,14 @@ mod tests {
         assert_eq!(parse(t, br#"{"action":"modify","input":{"command":"ls"}}"#), Ok(Action::Modify(json!({"command": "ls"}))));
         assert_eq!(parse(HookName::BeforeRequest, br#"{"action":"switch_model","model":"m2"}"#), Ok(Action::SwitchModel("m2".into())));
         assert_eq!(parse(HookName::BeforeFinish, br#"{"action":"inject","text":"again"}"#), Ok(Action::Inject("again".into())));
-        assert_eq!(parse(t, br#"{"action":"switch_model","model":"m2"}"#), Err("action `switch_model` is not allowed at before_tool".into()));
-        assert_eq!(parse(t, br#"{"action":"modify","input":"ls"}"#), Err(r#"`modify` at before_tool: `input` has the wrong type: "ls""#.into()));
+        assert_eq!(
+            parse(t, br#"{"action":"switch_model","model":"m2"}"#),
+            Err("action `switch_model` is not allowed at before_tool".into())
+        );
+        assert_eq!(
+            parse(t, br#"{"action":"modify","input":"ls"}"#),
+            Err(r#"`modify` at before_tool: `input` has the wrong type: "ls""#.into())
+        );
         assert_eq!(parse(HookName::AfterTurn, br#"{"action":"deny"}"#), Err("action `deny` is not allowed at after_turn".into()));
         assert_eq!(parse(t, br#"{"action":"fly"}"#), Err("unknown action `fly`".into()));
         assert!(parse(t, b"xyz").unwrap_err().starts_with("stdout is not one JSON object"));

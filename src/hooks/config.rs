@@ -248,7 +248,10 @@ mod tests {
         let order: Vec<(&str, u32)> = c.get(HookName::BeforeTool).iter().map(|s| (s.command.as_str(), s.priority)).collect();
         assert_eq!(order, [("c.sh", 5), ("a.sh", 100), ("d.sh", 100), ("b.sh", 200)]);
         let a = &c.get(HookName::BeforeTool)[1];
-        assert_eq!((a.timeout, a.on_error, a.matcher.as_ref().map(|m| m.0.as_str())), (Duration::from_secs(3), OnError::Allow, Some("^shell$")));
+        assert_eq!(
+            (a.timeout, a.on_error, a.matcher.as_ref().map(|m| m.0.as_str())),
+            (Duration::from_secs(3), OnError::Allow, Some("^shell$"))
+        );
         let d = &c.get(HookName::BeforeTool)[2];
         assert_eq!((d.timeout, d.on_error), (DEFAULT_TIMEOUT, OnError::Deny));
         assert_eq!(c.get(HookName::AfterTurn)[0].on_error, OnError::Allow);

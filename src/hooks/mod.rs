@@ -26,8 +26,8 @@ use serde_json::{json, Map, Value};
 pub use chain::{Decision, Denied};
 pub use config::{HookName, HookSpec, HooksConfig, OnError};
 
-use crate::conversation::message::ContentBlock;
 use crate::conversation::history::ReplyFile;
+use crate::conversation::message::ContentBlock;
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::tools::{ToolContext, ToolOutput};
 
@@ -281,9 +281,8 @@ impl Hooks {
         let mut state = self.state();
         if state.finish_injects >= MAX_FINISH_INJECTS {
             if let Some(cx) = &self.cx {
-                cx.events.emit(EventKind::System {
-                    text: format!("a before_finish inject was ignored: at most {MAX_FINISH_INJECTS} per turn"),
-                });
+                cx.events
+                    .emit(EventKind::System { text: format!("a before_finish inject was ignored: at most {MAX_FINISH_INJECTS} per turn") });
             }
             return None;
         }
@@ -332,7 +331,12 @@ impl Hooks {
 /// clear reports nothing of it; the next turn does).
 pub async fn session_end(session: &crate::agent::Session, events: &Emitter, cancel: &tokio_util::sync::CancellationToken) {
     let Ok(m) = session.materials() else { return };
-    let ids = TurnIds { agent_id: &session.record.id, conv_id: &session.current.conversation_id, turn_id: "", workspace: &session.record.workspace };
+    let ids = TurnIds {
+        agent_id: &session.record.id,
+        conv_id: &session.current.conversation_id,
+        turn_id: "",
+        workspace: &session.record.workspace,
+    };
     let role_dir = session.home.roles_dir().join(&m.template.slug);
     let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || crate::turn::tool_context(session, &m, cancel, events), events, ids);
     let extra = json!({"reason": "clear", "message_count": session.current.messages.len()});

@@ -243,7 +243,9 @@ mod tests {
         // Exactly the limit is an answer (here not JSON, which `super::chain` reports).
         let p = script(d.path(), "h2.sh", &format!("head -c {STDOUT_LIMIT} /dev/zero; head -c 100000 /dev/zero >&2"));
         match run(&p, b"{}", Duration::from_secs(20), &ctx, "hook: test").await {
-            Ran::Exited { code, stdout, stderr, .. } => assert_eq!((code, stdout.len(), stderr.len()), (Some(0), STDOUT_LIMIT, STDERR_LIMIT)),
+            Ran::Exited { code, stdout, stderr, .. } => {
+                assert_eq!((code, stdout.len(), stderr.len()), (Some(0), STDOUT_LIMIT, STDERR_LIMIT))
+            }
             other => panic!("{other:?}"),
         }
     }

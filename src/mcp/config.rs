@@ -100,9 +100,11 @@ mod tests {
     fn yaml_defaults_and_unknown_keys() {
         let c: McpServerConfig = serde_yaml::from_str("command: node\n").unwrap();
         assert_eq!(c, server("node", 60));
-        let c: McpServerConfig =
-            serde_yaml::from_str("command: node\nargs: [a, b]\nenv: {K: v}\ntimeout_secs: 5\n").unwrap();
-        assert_eq!((c.args, c.env, c.timeout_secs), (vec!["a".to_string(), "b".to_string()], BTreeMap::from([("K".to_string(), "v".to_string())]), 5));
+        let c: McpServerConfig = serde_yaml::from_str("command: node\nargs: [a, b]\nenv: {K: v}\ntimeout_secs: 5\n").unwrap();
+        assert_eq!(
+            (c.args, c.env, c.timeout_secs),
+            (vec!["a".to_string(), "b".to_string()], BTreeMap::from([("K".to_string(), "v".to_string())]), 5)
+        );
         assert!(serde_yaml::from_str::<McpServerConfig>("command: node\ncwd: /\n").is_err());
     }
 

@@ -111,7 +111,12 @@ impl Pool {
     /// earlier tool already has (servers in name order, then each server's order) are left out
     /// of the turn with a `system` event saying why. Cancelling `cancel` stops the listing;
     /// the servers listed by then are returned.
-    pub async fn tools(&self, servers: &BTreeMap<String, McpServerConfig>, events: &Emitter, cancel: &CancellationToken) -> Vec<Arc<dyn Tool>> {
+    pub async fn tools(
+        &self,
+        servers: &BTreeMap<String, McpServerConfig>,
+        events: &Emitter,
+        cancel: &CancellationToken,
+    ) -> Vec<Arc<dyn Tool>> {
         let slots = self.sync(servers);
         // All servers at once: a turn waits about the longest start or listing, not their sum.
         let listings = join_all(slots.iter().map(|slot| async move {
@@ -142,7 +147,10 @@ impl Pool {
                 let name = full_name(&slot.name, &tool);
                 tracing::info!(tool = %name, "mcp tool left out: not a valid tool name");
                 events.emit(EventKind::System {
-                    text: format!("mcp server {}: tool `{tool}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)", slot.name),
+                    text: format!(
+                        "mcp server {}: tool `{tool}` left out: `{name}` is not a valid tool name (letters, digits, `_`, `-`; at most 64)",
+                        slot.name
+                    ),
                 });
             }
             for tool in offered {
@@ -270,8 +278,8 @@ impl Pool {
     /// so the next need starts the server again.
     async fn failed(&self, slot: &Slot, started: u64, e: ServiceError) -> McpError {
         let mut state = slot.state.lock().await;
-        let dead = matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_))
-            || state.conn.as_ref().is_some_and(|c| !c.alive());
+        let dead =
+            matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_)) || state.conn.as_ref().is_some_and(|c| !c.alive());
         if dead {
             tracing::warn!(server = %slot.name, error = %e, "mcp server exited during a request");
             // A request on an older start: its failure was counted and a newer start runs.
@@ -346,7 +354,8 @@ mod tests {
 
     #[test]
     fn a_tool_whose_full_name_is_not_valid_is_left_out() {
-        let schema = std::sync::Arc::new(serde_json::json!({"type": "object", "properties": {"z": {}, "a": {}}}).as_object().unwrap().clone());
+        let schema =
+            std::sync::Arc::new(serde_json::json!({"type": "object", "properties": {"z": {}, "a": {}}}).as_object().unwrap().clone());
         let listed = vec![
             rmcp::model::Tool::new("read", "Reads.", schema.clone()),
             rmcp::model::Tool::new("fs.write", "Writes.", schema.clone()),
@@ -357,6 +366,9 @@ mod tests {
         let names: Vec<&str> = offered.iter().map(|t| t.name()).collect();
         assert_eq!(names, ["mcp__fs__read".to_string(), format!("mcp__fs__{}", "x".repeat(55))]);
         assert_eq!(left_out, ["fs.write".to_string(), "x".repeat(56)]);
-        assert_eq!((offered[0].description(), offered[0].input_schema().to_string()), ("Reads.", r#"{"type":"object","properties":{"z":{},"a":{}}}"#.to_string()));
+        assert_eq!(
+            (offered[0].description(), offered[0].input_schema().to_string()),
+            ("Reads.", r#"{"type":"object","properties":{"z":{},"a":{}}}"#.to_string())
+        );
     }
 }

@@ -128,10 +128,7 @@ mod tests {
         assert_eq!(load(d).unwrap(), None);
         let b = record_failure(d, t0, "HTTP 500").unwrap();
         assert_eq!(b, Backoff { failures: 1, next_try_ms: 1_000_300_000, last_error: "HTTP 500".into() });
-        assert_eq!(
-            std::fs::read_to_string(d.join(FILE)).unwrap(),
-            r#"{"failures":1,"next_try_ms":1000300000,"last_error":"HTTP 500"}"#
-        );
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), r#"{"failures":1,"next_try_ms":1000300000,"last_error":"HTTP 500"}"#);
         let b = record_failure(d, t0 + Duration::from_secs(300), "timeout").unwrap();
         assert_eq!((b.failures, b.next_try()), (2, t0 + Duration::from_secs(300 + 600)));
         assert_eq!(load(d).unwrap(), Some(b));

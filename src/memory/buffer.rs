@@ -297,7 +297,15 @@ mod tests {
 
     #[test]
     fn keywords_match_in_any_case_and_both_languages() {
-        for yes in ["Remember that I use vim", "please DON'T FORGET the port", "don’t forget", "记住我的生日", "别忘了带伞", "帮我记下来", "记一下"] {
+        for yes in [
+            "Remember that I use vim",
+            "please DON'T FORGET the port",
+            "don’t forget",
+            "记住我的生日",
+            "别忘了带伞",
+            "帮我记下来",
+            "记一下",
+        ] {
             assert!(is_explicit(yes), "{yes}");
         }
         for no in ["what is my favourite colour?", "forget it", "记得吗"] {
@@ -371,7 +379,8 @@ mod tests {
 
     const ONE: &str = r#"{"id":"a1","at_ms":1000,"user":"my editor is helix","answer":"Noted.","tools":[],"explicit":false}"#;
     /// Written by an older version, which marked failed flushes per turn: the field is dropped.
-    const TWO: &str = r#"{"id":"b2","at_ms":2000,"user":"remember: tabs","answer":"OK.","tools":["shell"],"explicit":true,"failed_at_ms":1500}"#;
+    const TWO: &str =
+        r#"{"id":"b2","at_ms":2000,"user":"remember: tabs","answer":"OK.","tools":["shell"],"explicit":true,"failed_at_ms":1500}"#;
     const TWO_NOW: &str = r#"{"id":"b2","at_ms":2000,"user":"remember: tabs","answer":"OK.","tools":["shell"],"explicit":true}"#;
 
     fn aside_files(d: &Path) -> Vec<PathBuf> {
@@ -420,8 +429,11 @@ mod tests {
         bytes.extend_from_slice(format!("{TWO}\n").as_bytes());
         std::fs::write(d.join(FILE), &bytes).unwrap();
         assert_eq!(load(d).unwrap().unparsed_lines, 2);
-        let a = append(d, PendingTurn { id: "d4".into(), at_ms: 4000, user: "hi".into(), answer: "hello".into(), tools: vec![], explicit: false })
-            .unwrap();
+        let a = append(
+            d,
+            PendingTurn { id: "d4".into(), at_ms: 4000, user: "hi".into(), answer: "hello".into(), tools: vec![], explicit: false },
+        )
+        .unwrap();
         assert_eq!(a.turns.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), ["a1", "b2", "d4"]);
         assert_eq!(std::fs::read(a.moved_aside.expect("set aside")).unwrap(), b"{not json\ncaf\xe9\n");
         let d4 = r#"{"id":"d4","at_ms":4000,"user":"hi","answer":"hello","tools":[],"explicit":false}"#;

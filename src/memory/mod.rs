@@ -262,13 +262,7 @@ impl Memory {
     /// failure an `error {kind: memory}` saying the turns are kept and how long automatic
     /// flushes pause. Returns whether the flush succeeded. Never fails: a memory problem must
     /// not fail anyone's turn.
-    pub async fn flush_and_report(
-        &self,
-        aux: &AuxTarget<'_>,
-        reason: FlushReason,
-        events: &Emitter,
-        cancel: &CancellationToken,
-    ) -> bool {
+    pub async fn flush_and_report(&self, aux: &AuxTarget<'_>, reason: FlushReason, events: &Emitter, cancel: &CancellationToken) -> bool {
         let started = |pending: usize| {
             let turns = if pending == 1 { "1 buffered turn".to_string() } else { format!("{pending} buffered turns") };
             events.emit(EventKind::System { text: format!("memory: sending {turns} to the recognizer…") });
@@ -300,11 +294,18 @@ impl Memory {
                     let pause = match backoff::load(&self.dir) {
                         Ok(Some(b)) => {
                             let wait = b.next_try().duration_since(SystemTime::now()).unwrap_or(Duration::ZERO);
-                            format!(" (automatic flushes pause for {} min; `cicy-agent memory {} flush` tries now)", wait.as_secs().div_ceil(60), aux.agent_id)
+                            format!(
+                                " (automatic flushes pause for {} min; `cicy-agent memory {} flush` tries now)",
+                                wait.as_secs().div_ceil(60),
+                                aux.agent_id
+                            )
                         }
                         Ok(None) | Err(_) => String::new(),
                     };
-                    format!("memory flush ({}) failed: {e}; the {kept} buffered turn(s) are kept for the next flush{pause}", reason.as_str())
+                    format!(
+                        "memory flush ({}) failed: {e}; the {kept} buffered turn(s) are kept for the next flush{pause}",
+                        reason.as_str()
+                    )
                 };
                 events.emit(EventKind::Error { kind: "memory".to_string(), message });
                 false
@@ -384,7 +385,10 @@ fn answer_and_tools(items: &[Message]) -> (String, Vec<String>) {
             match b {
                 ContentBlock::Text { text } if !text.trim().is_empty() => texts.push(text),
                 ContentBlock::ToolUse { name, .. } if !tools.contains(&name) => tools.push(name),
-                ContentBlock::Text { .. } | ContentBlock::ToolUse { .. } | ContentBlock::ToolResult { .. } | ContentBlock::Thinking { .. } => {}
+                ContentBlock::Text { .. }
+                | ContentBlock::ToolUse { .. }
+                | ContentBlock::ToolResult { .. }
+                | ContentBlock::Thinking { .. } => {}
             }
         }
     }

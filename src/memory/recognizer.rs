@@ -107,10 +107,7 @@ pub fn prompt(input: &str) -> Prompt {
         system: vec![SystemBlock { text: SYSTEM_PROMPT.to_string(), cache: false }],
         tools: Vec::new(),
         tools_cache: false,
-        messages: vec![PromptMessage {
-            role: Role::User,
-            blocks: vec![PromptBlock { block: ContentBlock::text(input), cache: false }],
-        }],
+        messages: vec![PromptMessage { role: Role::User, blocks: vec![PromptBlock { block: ContentBlock::text(input), cache: false }] }],
     }
 }
 

@@ -242,8 +242,7 @@ pub fn read(path: &Path) -> Result<Stored, BadFile> {
             Ok((b, meta.modified()?))
         })
         .map_err(|e| bad(format!("cannot read: {e}")))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| bad(format!("not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
+    let text = String::from_utf8(bytes).map_err(|e| bad(format!("not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
     let record = parse(stem, &text).map_err(bad)?;
     Ok(Stored { record, path: path.to_path_buf(), modified })
 }
@@ -269,8 +268,7 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
     if parsed.matter.trim().is_empty() {
         return Err("the front matter is empty (it needs at least `type:`)".into());
     }
-    let fm: FrontMatterIn =
-        serde_yaml::from_str(&parsed.matter).map_err(|e| format!("front matter is not valid YAML: {e}"))?;
+    let fm: FrontMatterIn = serde_yaml::from_str(&parsed.matter).map_err(|e| format!("front matter is not valid YAML: {e}"))?;
     let kind_text = fm.kind.unwrap_or_default();
     let kind = MemoryType::parse(&kind_text).ok_or_else(|| {
         let names: Vec<&str> = MemoryType::ALL.iter().map(|t| t.as_str()).collect();
@@ -297,11 +295,7 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
 /// share, so a block indented as a whole reads like one that is not.
 fn expand_front_matter_tabs(text: &str, close: usize) -> std::borrow::Cow<'_, str> {
     let inside = |i: usize| (1..=close).contains(&i);
-    let needs = text
-        .split('\n')
-        .enumerate()
-        .filter(|(i, l)| inside(*i) && !l.trim().is_empty())
-        .any(|(_, l)| l.starts_with(['\t', ' ']));
+    let needs = text.split('\n').enumerate().filter(|(i, l)| inside(*i) && !l.trim().is_empty()).any(|(_, l)| l.starts_with(['\t', ' ']));
     if !needs {
         return text.into();
     }
@@ -426,9 +420,7 @@ pub fn weakest_over_limit(memories: &[Stored]) -> Vec<&Stored> {
         return Vec::new();
     }
     let mut order: Vec<&Stored> = memories.iter().collect();
-    order.sort_by(|a, b| {
-        (a.record.salience, a.modified, &a.record.mem_id).cmp(&(b.record.salience, b.modified, &b.record.mem_id))
-    });
+    order.sort_by(|a, b| (a.record.salience, a.modified, &a.record.mem_id).cmp(&(b.record.salience, b.modified, &b.record.mem_id)));
     order.truncate(memories.len() - KEEP_FILES);
     order
 }

@@ -71,14 +71,35 @@ fn write_refuses_an_id_that_is_not_a_slug() {
 #[test]
 fn hand_edits_are_read_tolerantly() {
     let ok = [
-        ("bom_crlf", "\u{feff}---\r\ntype: fact\r\ntitle: Shell\r\nsalience: 4\r\n---\r\n\r\nUses zsh.\r\n", "Shell", 4, vec![], "Uses zsh."),
+        (
+            "bom_crlf",
+            "\u{feff}---\r\ntype: fact\r\ntitle: Shell\r\nsalience: 4\r\n---\r\n\r\nUses zsh.\r\n",
+            "Shell",
+            4,
+            vec![],
+            "Uses zsh.",
+        ),
         ("old_mac", "---\rtype: fact\r---\rUses zsh.\r", "", 3, vec![], "Uses zsh."),
         ("tabs", "---\ntype:\tpreference\ntags:\n\t- a\n\t- b\n---\nTabs.\n", "", 3, vec!["a", "b"], "Tabs."),
         ("indented_block", "---\n\ttype: fact\n\ttitle: tabs\n\tsalience: 007\n---\n\nTabbed.\n", "tabs", 3, vec![], "Tabbed."),
         ("spaced_block", "---\n  type: fact\n  salience: 4\n  tags:\n    - x\n---\nSpaced.\n", "", 4, vec!["x"], "Spaced."),
-        ("yes_007_date", "---\ntype: fact\ntitle: 007\ntags: yes\nupdated: 2024-01-01\nsalience: '5'\n---\nCode name.\n", "007", 5, vec!["yes"], "Code name."),
+        (
+            "yes_007_date",
+            "---\ntype: fact\ntitle: 007\ntags: yes\nupdated: 2024-01-01\nsalience: '5'\n---\nCode name.\n",
+            "007",
+            5,
+            vec!["yes"],
+            "Code name.",
+        ),
         ("yes_title", "---\ntype: FACT\ntitle: yes\nsalience: 9\ntags: a, b\n---\nYes.\n", "yes", 3, vec!["a", "b"], "Yes."),
-        ("extra_keys", "---\ntype: lesson\nmem_id: something_else\nsource: me\nsalience: 2.0\n---\n# Heading\n\n---\nbody with a rule\n", "", 2, vec![], "# Heading\n\n---\nbody with a rule"),
+        (
+            "extra_keys",
+            "---\ntype: lesson\nmem_id: something_else\nsource: me\nsalience: 2.0\n---\n# Heading\n\n---\nbody with a rule\n",
+            "",
+            2,
+            vec![],
+            "# Heading\n\n---\nbody with a rule",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (id, text, title, salience, tags, content) in ok {
@@ -104,7 +125,11 @@ fn bad_files_are_reported_with_a_reason_and_left_alone() {
         ("latin1.md", b"---\ntype: fact\n---\ncaf\xe9\n", "not UTF-8 (invalid byte at offset 22)"),
         ("plain.md", b"just a note\n", "no front matter: the file must start with a `---` line"),
         ("empty_fm.md", b"---\n---\ncontent\n", "the front matter is empty (it needs at least `type:`)"),
-        ("bad_type.md", b"---\ntype: opinion\n---\nx\n", "unknown type `opinion` (one of: preference, fact, person, knowledge, procedure, constraint, lesson)"),
+        (
+            "bad_type.md",
+            b"---\ntype: opinion\n---\nx\n",
+            "unknown type `opinion` (one of: preference, fact, person, knowledge, procedure, constraint, lesson)",
+        ),
         ("no_content.md", b"---\ntype: fact\n---\n\n  \n", "no content after the front matter"),
         ("Bad Name.md", b"---\ntype: fact\n---\nx\n", "the file name is not a memory id; rename it to `bad_name.md`"),
         ("bad_yaml.md", b"---\ntype: fact\ntitle: [unclosed\n---\nx\n", "front matter is not valid YAML"),

@@ -84,10 +84,12 @@ fn run(w: &WakeTurn, outbox: &Outbox, c: &Claimed, fx: &mut Effects) -> Option<S
             task(w, outbox, c);
             None
         }
-        OutboxCommand::CreateGroup { name, description, members } => create_group(&w.home, &w.agent_id, name, description.as_deref(), members)
-            .or_else(|e| retried_group(&w.home, &w.agent_id, name, c).ok_or(e))
-            .err()
-            .map(|e| format!("Failed to create group '{name}': {e}")),
+        OutboxCommand::CreateGroup { name, description, members } => {
+            create_group(&w.home, &w.agent_id, name, description.as_deref(), members)
+                .or_else(|e| retried_group(&w.home, &w.agent_id, name, c).ok_or(e))
+                .err()
+                .map(|e| format!("Failed to create group '{name}': {e}"))
+        }
         OutboxCommand::SetCron { name, schedule, message } => match set_cron(w, name, schedule, message) {
             Ok(()) => {
                 fx.cron_changed = true;
@@ -161,7 +163,14 @@ fn claim_hops(w: &WakeTurn) -> u32 {
 
 /// `send` with a group (Choruz B7): posted in the group as the agent, one hop more than what
 /// the turn answers; every failure is `Failed to send to group '<g>': <reason>`.
-fn group_send(w: &WakeTurn, group: &str, content: &str, thread: Option<&str>, broadcast: bool, mut metadata: Map<String, Value>) -> Option<String> {
+fn group_send(
+    w: &WakeTurn,
+    group: &str,
+    content: &str,
+    thread: Option<&str>,
+    broadcast: bool,
+    mut metadata: Map<String, Value>,
+) -> Option<String> {
     if let Some(t) = thread {
         metadata.insert("reply_to_id".into(), Value::from(t));
         metadata.insert("thread".into(), Value::Bool(true));
@@ -170,7 +179,15 @@ fn group_send(w: &WakeTurn, group: &str, content: &str, thread: Option<&str>, br
     let posted = (|| -> Result<route::Posted, RouteError> {
         let mut store = MessageStore::open(&w.home)?;
         let conv = store.resolve_group(&w.agent_id, group)?;
-        let post = Post { conv_id: &conv.id, sender: &w.agent_id, content, thread, hops: claim_hops(w).saturating_add(1), wake_agents: true, metadata };
+        let post = Post {
+            conv_id: &conv.id,
+            sender: &w.agent_id,
+            content,
+            thread,
+            hops: claim_hops(w).saturating_add(1),
+            wake_agents: true,
+            metadata,
+        };
         route::post(&w.home, &mut store, &post)
     })();
     match posted {
@@ -197,7 +214,12 @@ fn direct_send(w: &WakeTurn, content: &str, to: Option<&str>, cmd: &Claimed) -> 
             match deliver(&w.home, &w.workspace, &w.agent_id, &msg) {
                 Ok(file) => {
                     w.state().sent += 1;
-                    w.note(WakeNote::MessageOut { from: w.agent_id.clone(), to: to.to_string(), text: content.to_string(), file: file.name });
+                    w.note(WakeNote::MessageOut {
+                        from: w.agent_id.clone(),
+                        to: to.to_string(),
+                        text: content.to_string(),
+                        file: file.name,
+                    });
                     None
                 }
                 Err(e) => Some(format!("Failed to send to '{to}': {e}")),
@@ -242,7 +264,15 @@ fn share_file(w: &WakeTurn, rel: &str, group: Option<&str>, c: &Claimed) -> Opti
         let mut metadata = once(Map::new(), c);
         metadata.insert("filename".into(), Value::from(name.as_str()));
         metadata.insert("size_bytes".into(), Value::from(size));
-        let post = Post { conv_id: &conv, sender: &w.agent_id, content: &text, thread: None, hops: claim_hops(w).saturating_add(1), wake_agents: true, metadata };
+        let post = Post {
+            conv_id: &conv,
+            sender: &w.agent_id,
+            content: &text,
+            thread: None,
+            hops: claim_hops(w).saturating_add(1),
+            wake_agents: true,
+            metadata,
+        };
         let posted = route::post(&w.home, &mut store, &post)?;
         let agents = store.members(&conv)?.into_iter().filter(|m| m.active && is_agent_id(&m.principal) && m.principal != w.agent_id);
         Ok(Some((posted.message.id, agents.map(|m| m.principal).collect())))
@@ -279,13 +309,17 @@ fn copy_to_recipients(home: &Home, real: &Path, name: &str, msg_id: &str, agents
 fn task(w: &WakeTurn, outbox: &Outbox, c: &Claimed) {
     let command = &c.command;
     let (kind, task_ref, idempotency_key) = match command {
-        OutboxCommand::TaskCreate { task_key, idempotency_key, .. } => ("task_create", TaskRef { task_id: None, task_key: task_key.clone() }, idempotency_key.clone()),
+        OutboxCommand::TaskCreate { task_key, idempotency_key, .. } => {
+            ("task_create", TaskRef { task_id: None, task_key: task_key.clone() }, idempotency_key.clone())
+        }
         OutboxCommand::TaskUpdate { task, .. } => ("task_update", task.clone(), None),
         OutboxCommand::TaskTransfer { task, .. } => ("task_transfer", task.clone(), None),
         _ => return,
     };
     let envelope = match run_task(w, command) {
-        Ok(t) => ResultEnvelope::ok(kind, Some(t.task_key), Some(t.id), Some(t.idempotency_key).filter(|k| !k.is_empty()).or(idempotency_key)),
+        Ok(t) => {
+            ResultEnvelope::ok(kind, Some(t.task_key), Some(t.id), Some(t.idempotency_key).filter(|k| !k.is_empty()).or(idempotency_key))
+        }
         Err(e) => {
             let mut envelope = ResultEnvelope::ok(kind, task_ref.task_key, task_ref.task_id, idempotency_key);
             envelope.fail(result_code(e.code), &e.message);
@@ -300,7 +334,9 @@ fn task(w: &WakeTurn, outbox: &Outbox, c: &Claimed) {
 fn run_task(w: &WakeTurn, command: &OutboxCommand) -> Result<store::Task, TaskError> {
     let mut store = MessageStore::open(&w.home).map_err(TaskError::from)?;
     let target = match command {
-        OutboxCommand::TaskCreate { target, .. } | OutboxCommand::TaskUpdate { target, .. } | OutboxCommand::TaskTransfer { target, .. } => target,
+        OutboxCommand::TaskCreate { target, .. }
+        | OutboxCommand::TaskUpdate { target, .. }
+        | OutboxCommand::TaskTransfer { target, .. } => target,
         _ => return Err(TaskError::new(TaskErrorCode::UnsupportedCommand, "not a task command")),
     };
     let conv = match target {
@@ -335,7 +371,14 @@ fn run_task(w: &WakeTurn, command: &OutboxCommand) -> Result<store::Task, TaskEr
     }
 }
 
-fn update<'a>(conv: &'a str, requester: &'a str, task: &'a TaskRef, status: Option<TaskStatus>, blocked: &'a Option<String>, label: &'a Option<String>) -> TaskUpdate<'a> {
+fn update<'a>(
+    conv: &'a str,
+    requester: &'a str,
+    task: &'a TaskRef,
+    status: Option<TaskStatus>,
+    blocked: &'a Option<String>,
+    label: &'a Option<String>,
+) -> TaskUpdate<'a> {
     TaskUpdate {
         conv_id: conv,
         requester,
@@ -418,12 +461,22 @@ fn set_cron(w: &WakeTurn, name: &str, schedule: &str, message: &str) -> Result<(
 /// the requester's role template titled `name`, `instructions` appended to its AGENTS.md.
 fn provision(home: &Home, requester: &str, name: &str, instructions: &str, model: Option<String>) -> Result<AgentRecord, CommandError> {
     let template = Registry::open(&home.db_path())?.get(requester)?.role_template;
-    let opts = CreateOptions { title: name.to_string(), role_template: template, role: "worker".into(), model, master: None, workspace: None, api_style: None };
+    let opts = CreateOptions {
+        title: name.to_string(),
+        role_template: template,
+        role: "worker".into(),
+        model,
+        master: None,
+        workspace: None,
+        api_style: None,
+    };
     let created = agent::create(home, opts).map_err(Box::new)?;
     if !instructions.trim().is_empty() {
         let path = created.record.workspace.join("AGENTS.md");
         let io = |source| CommandError::Io { path: path.clone(), source };
-        let mut text = std::fs::read_to_string(&path).or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(String::new()) } else { Err(e) }).map_err(io)?;
+        let mut text = std::fs::read_to_string(&path)
+            .or_else(|e| if e.kind() == std::io::ErrorKind::NotFound { Ok(String::new()) } else { Err(e) })
+            .map_err(io)?;
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }

@@ -10,7 +10,15 @@ fn home_with(n: usize) -> (tempfile::TempDir, Home, Vec<String>) {
     let home = Home::at(dir.path());
     let ids = (1..=n)
         .map(|i| {
-            let opts = CreateOptions { title: format!("A{i}"), role_template: "assistant".into(), role: "worker".into(), model: None, master: None, workspace: None, api_style: None };
+            let opts = CreateOptions {
+                title: format!("A{i}"),
+                role_template: "assistant".into(),
+                role: "worker".into(),
+                model: None,
+                master: None,
+                workspace: None,
+                api_style: None,
+            };
             agent::create(&home, opts).unwrap().record.id
         })
         .collect();
@@ -63,7 +71,10 @@ fn group_sends_post_in_the_group_and_every_failure_has_the_choruz_text() {
     assert_eq!(w.state().sent, 1);
     let (conv, page) = crate::messages::groups::page(&home, "ada", "ops", None, 10).unwrap();
     let m = &page.messages[0];
-    assert_eq!((page.messages.len(), m.sender.as_str(), m.content.as_str(), m.metadata["hops"].as_u64(), m.metadata["broadcast"].as_bool()), (1, ids[0].as_str(), "hi", Some(1), Some(true)));
+    assert_eq!(
+        (page.messages.len(), m.sender.as_str(), m.content.as_str(), m.metadata["hops"].as_u64(), m.metadata["broadcast"].as_bool()),
+        (1, ids[0].as_str(), "hi", Some(1), Some(true))
+    );
     let ws2 = Registry::open(&home.db_path()).unwrap().get(&ids[1]).unwrap().workspace;
     let (pending, _) = Mailbox::of_workspace(&ws2).pending().unwrap();
     assert_eq!((pending.len(), pending[0].meta.get("conv")), (1, Some(&conv.id)));
@@ -105,7 +116,10 @@ fn task_commands_write_exact_receipts_and_a_repeated_key_gives_the_same_ids() {
     let d = drain_these(&w, &[create]);
     assert_eq!(d.stats.reply, "");
     let first = results(&w);
-    assert_eq!(mask(&first[0]), r#"{"command_type":"task_create","ok":true,"task_key":"T-1","task_id":"ID","idempotency_key":"k1","emitted_at":"AT"}"#);
+    assert_eq!(
+        mask(&first[0]),
+        r#"{"command_type":"task_create","ok":true,"task_key":"T-1","task_id":"ID","idempotency_key":"k1","emitted_at":"AT"}"#
+    );
     // Result files are named by fresh ulids: wait a millisecond so the next sorts after.
     std::thread::sleep(Duration::from_millis(2));
     drain_these(&w, &[create]);
@@ -122,7 +136,10 @@ fn task_commands_write_exact_receipts_and_a_repeated_key_gives_the_same_ids() {
     assert_eq!(id(&all[1]), id(&first[0]), "the same key and title: the same ids");
     let conflict: Value = serde_json::from_str(&all[2]).unwrap();
     assert_eq!((conflict["ok"].as_bool(), conflict["error_code"].as_str()), (Some(false), Some("idempotency_conflict")));
-    assert_eq!(mask(&all[3]), r#"{"command_type":"task_update","ok":true,"task_key":"T-1","task_id":"ID","idempotency_key":"k1","emitted_at":"AT"}"#);
+    assert_eq!(
+        mask(&all[3]),
+        r#"{"command_type":"task_update","ok":true,"task_key":"T-1","task_id":"ID","idempotency_key":"k1","emitted_at":"AT"}"#
+    );
     let bad: Value = serde_json::from_str(&all[4]).unwrap();
     assert_eq!((bad["error_code"].as_str(), bad["task_key"].as_str()), (Some("invalid_assignee"), Some("T-1")));
 }
@@ -148,8 +165,17 @@ fn create_group_is_silent_and_the_group_takes_sends() {
 fn set_cron_stores_a_job_and_a_bad_schedule_is_the_reply() {
     let (_dir, home, ids) = home_with(1);
     let w = turn(&home, &ids[0]);
-    let d = drain_these(&w, &[r#"{"type":"set_cron","name":"tick","schedule":"30s","message":"ping"}"#, r#"{"type":"set_cron","schedule":"1 2 3","message":"m"}"#]);
-    assert_eq!(d.stats.reply, "Failed to set cron 'unnamed': schedule '1 2 3' has 3 fields; a cron expression has 5 (minute hour day month weekday)");
+    let d = drain_these(
+        &w,
+        &[
+            r#"{"type":"set_cron","name":"tick","schedule":"30s","message":"ping"}"#,
+            r#"{"type":"set_cron","schedule":"1 2 3","message":"m"}"#,
+        ],
+    );
+    assert_eq!(
+        d.stats.reply,
+        "Failed to set cron 'unnamed': schedule '1 2 3' has 3 fields; a cron expression has 5 (minute hour day month weekday)"
+    );
     assert!(d.cron_changed);
     let due = MessageStore::open(&home).unwrap().cron_due(i64::MAX).unwrap();
     assert_eq!((due.len(), due[0].name.as_str(), due[0].schedule.as_str(), due[0].message.as_str()), (1, "tick", "30s", "ping"));
@@ -200,7 +226,13 @@ fn a_binary_share_is_posted_and_copied_to_the_other_agents() {
 fn provision_agent_creates_a_worker_with_the_instructions() {
     let (_dir, home, ids) = home_with(1);
     let w = turn(&home, &ids[0]);
-    let d = drain_these(&w, &[r#"{"type":"provision_agent","name":"Scout","instructions":"Watch the logs."}"#, r#"{"type":"provision_agent","name":"bad\u0001name"}"#]);
+    let d = drain_these(
+        &w,
+        &[
+            r#"{"type":"provision_agent","name":"Scout","instructions":"Watch the logs."}"#,
+            r#"{"type":"provision_agent","name":"bad\u0001name"}"#,
+        ],
+    );
     let reply = d.stats.reply;
     assert!(reply.starts_with("Agent 'Scout' created successfully.\n\nFailed to create agent 'bad\u{1}name': "), "{reply}");
     let rec = Registry::open(&home.db_path()).unwrap().list().unwrap().into_iter().find(|a| a.title == "Scout").unwrap();
@@ -267,7 +299,8 @@ fn a_command_retried_after_a_kill_between_its_effect_and_the_claims_deletion_run
     assert_eq!(pending.len(), 3);
     mb2.archive(&pending.iter().map(|m| (m.name.clone(), m.name.clone())).collect::<Vec<_>>()).unwrap();
     let results = Outbox::of_workspace(&ws1).results_dir();
-    let before = (messages_in(&mb2.inbox_dir()), messages_in(&Mailbox::of_workspace(&ws1).outbox_dir()), fs::read_dir(&results).unwrap().count());
+    let before =
+        (messages_in(&mb2.inbox_dir()), messages_in(&Mailbox::of_workspace(&ws1).outbox_dir()), fs::read_dir(&results).unwrap().count());
 
     // A restarted serve: the claims are not stale yet, then they are (stale_after 0).
     let fresh = drain(&w, PROCESSING_STALE_AFTER);

@@ -170,7 +170,14 @@ pub fn workers(home: &Home, master: &str) -> Result<Vec<AgentRecord>, CoordError
 /// time (their calls ask for no callback). `No workers.` when it has none.
 ///
 /// Errors: the registry's, the store's, the files'.
-pub async fn broadcast(home: &Home, master: &str, text: &str, timeout: Duration, cancel: &CancellationToken, hops: u32) -> Result<String, CoordError> {
+pub async fn broadcast(
+    home: &Home,
+    master: &str,
+    text: &str,
+    timeout: Duration,
+    cancel: &CancellationToken,
+    hops: u32,
+) -> Result<String, CoordError> {
     let workers = fsutil::blocking(|| workers(home, master))?;
     if workers.is_empty() {
         return Ok("No workers.".to_string());

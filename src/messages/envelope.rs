@@ -195,12 +195,7 @@ fn roster_json(roster: Option<&[RosterEntry]>) -> String {
     };
     let mut clean: Vec<RosterEntry> = roster
         .iter()
-        .map(|r| RosterEntry {
-            id: r.id.clone(),
-            name: clean_name(&r.name),
-            kind: r.kind.clone(),
-            host: r.host.as_deref().map(clean_name),
-        })
+        .map(|r| RosterEntry { id: r.id.clone(), name: clean_name(&r.name), kind: r.kind.clone(), host: r.host.as_deref().map(clean_name) })
         .collect();
     sort_roster(&mut clean);
     serde_json::to_string(&clean).unwrap_or_else(|_| "[]".to_string())

@@ -14,17 +14,7 @@ fn task(key: &str, title: &str, status: TaskStatus) -> TaskSummary {
 }
 
 fn incoming<'a>(sender: &'a str, place: Place<'a>, roster: Option<&'a [RosterEntry]>, body: &'a str) -> Incoming<'a> {
-    Incoming {
-        sender,
-        place,
-        conv_id: CONV,
-        thread: None,
-        roster,
-        your_tasks: &[],
-        body,
-        attachments: &[],
-        earlier: &[],
-    }
+    Incoming { sender, place, conv_id: CONV, thread: None, roster, your_tasks: &[], body, attachments: &[], earlier: &[] }
 }
 
 #[test]
@@ -134,7 +124,10 @@ fn three_pending_messages_make_a_batch_oldest_first_and_one_is_its_envelope() {
 
 #[test]
 fn a_cron_firing_names_job_and_schedule() {
-    assert_eq!(cron("daily|report", "0 9 * * 1-5", "post the report | now"), "[choruz-cron] job:dailyreport schedule:0 9 * * 1-5 | post the report | now");
+    assert_eq!(
+        cron("daily|report", "0 9 * * 1-5", "post the report | now"),
+        "[choruz-cron] job:dailyreport schedule:0 9 * * 1-5 | post the report | now"
+    );
     assert_eq!(cron("unnamed", "30m", "ping"), "[choruz-cron] job:unnamed schedule:30m | ping");
 }
 

@@ -73,7 +73,8 @@ pub fn post(home: &Home, from: &str, group: &str, text: &str, thread: Option<&st
     let from = principal(from)?;
     let mut store = MessageStore::open(home)?;
     let conv = member_group(&store, &from, group.trim())?;
-    let post = Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true, metadata: serde_json::Map::new() };
+    let post =
+        Post { conv_id: &conv.id, sender: &from, content: text, thread, hops: 0, wake_agents: true, metadata: serde_json::Map::new() };
     route::post(home, &mut store, &post)
 }
 

@@ -126,7 +126,9 @@ pub fn post(home: &Home, store: &mut MessageStore, p: &Post<'_>) -> Result<Poste
         match hand_out(&reg, store, &conv, &message, &d.agent_id) {
             Ok(Some(name)) => files.push((d.agent_id, name)),
             Ok(None) => {}
-            Err(e) => tracing::error!(agent = %d.agent_id, message = %message.id, error = %e, "cannot write the inbox file; serve writes it later"),
+            Err(e) => {
+                tracing::error!(agent = %d.agent_id, message = %message.id, error = %e, "cannot write the inbox file; serve writes it later")
+            }
         }
     }
     Ok(Posted { message, files })
@@ -147,7 +149,9 @@ pub fn redeliver(home: &Home) -> Result<usize, RouteError> {
         match redeliver_one(&reg, &mut store, &d.message_id, &d.agent_id) {
             Ok(true) => written += 1,
             Ok(false) => {}
-            Err(e) => tracing::error!(agent = %d.agent_id, message = %d.message_id, error = %e, "cannot write the inbox file of a posted message"),
+            Err(e) => {
+                tracing::error!(agent = %d.agent_id, message = %d.message_id, error = %e, "cannot write the inbox file of a posted message")
+            }
         }
     }
     Ok(written)
@@ -260,10 +264,8 @@ pub fn prompt_for(home: &Home, agent: &str, files: &[MessageFile]) -> String {
             p
         })
         .collect();
-    let earlier: Vec<Vec<ThreadItem<'_>>> = parts
-        .iter()
-        .map(|p| p.earlier.iter().map(|(sender, body)| ThreadItem { sender, body }).collect())
-        .collect();
+    let earlier: Vec<Vec<ThreadItem<'_>>> =
+        parts.iter().map(|p| p.earlier.iter().map(|(sender, body)| ThreadItem { sender, body }).collect()).collect();
     let incoming: Vec<Incoming<'_>> = parts
         .iter()
         .zip(&earlier)
@@ -425,7 +427,9 @@ mod tests {
         assert_eq!(prompt_for(&home, "w-1", std::slice::from_ref(&direct)), one);
         let batch = prompt_for(&home, "w-1", &[direct.clone(), file("human", "again", &[])]);
         assert!(batch.starts_with("[choruz-batch] You have 2 pending messages waiting for you. "), "{batch}");
-        assert!(batch.ends_with(&format!("\n\n[1/2] {one}\n\n[2/2] [choruz-incoming] from:@human direct-chat conv:{conv} roster:[] | again")));
+        assert!(
+            batch.ends_with(&format!("\n\n[1/2] {one}\n\n[2/2] [choruz-incoming] from:@human direct-chat conv:{conv} roster:[] | again"))
+        );
     }
 
     #[test]

@@ -122,10 +122,9 @@ async fn msg(w: &WakeTurn, input: &Value, ctx: &ToolContext) -> Ran {
     }
     Ok(match coordinate::wait(&w.home, id, timeout, &ctx.cancel).await? {
         Waited::Answered(answer) => ToolOutput::ok(format!("[{to}] {answer}")),
-        Waited::TimedOut if callback => ToolOutput::ok(format!(
-            "msg {id} queued: no answer within {} s; the answer will come as a 🔔 message",
-            timeout.as_secs()
-        )),
+        Waited::TimedOut if callback => {
+            ToolOutput::ok(format!("msg {id} queued: no answer within {} s; the answer will come as a 🔔 message", timeout.as_secs()))
+        }
         Waited::TimedOut => ToolOutput::ok(format!("msg {id} queued: no answer within {} s", timeout.as_secs())),
         Waited::Cancelled => ToolOutput::error("error: cancelled by user"),
     })

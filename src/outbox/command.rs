@@ -19,15 +19,37 @@ pub enum OutboxCommand {
     /// `send`: `content` to `group` (its thread `thread` when set; `broadcast` defaults to
     /// true and is only read with a group), or to agent `to` (cicy [chosen]), else the reply
     /// of the turn. `metadata` is a JSON object or `None`.
-    Send { content: String, group: Option<String>, thread: Option<String>, broadcast: bool, metadata: Option<Map<String, Value>>, to: Option<String> },
+    Send {
+        content: String,
+        group: Option<String>,
+        thread: Option<String>,
+        broadcast: bool,
+        metadata: Option<Map<String, Value>>,
+        to: Option<String>,
+    },
     /// `share_file`: `path` relative to the workspace (checked by the handler), to `group`.
     ShareFile { path: String, group: Option<String> },
     /// `task_create`: a card `title` in `target`, deduplicated by `idempotency_key`.
-    TaskCreate { target: TaskTarget, title: String, idempotency_key: Option<String>, task_key: Option<String>, status: Option<String>, context_label: Option<String>, assignee: Option<String> },
+    TaskCreate {
+        target: TaskTarget,
+        title: String,
+        idempotency_key: Option<String>,
+        task_key: Option<String>,
+        status: Option<String>,
+        context_label: Option<String>,
+        assignee: Option<String>,
+    },
     /// `task_update`: the card `task` gets the given fields.
     TaskUpdate { target: TaskTarget, task: TaskRef, status: Option<String>, blocked_reason: Option<String>, context_label: Option<String> },
     /// `task_transfer`: `task_update` plus the new `assignee` (a name, `@` stripped, or an id).
-    TaskTransfer { target: TaskTarget, task: TaskRef, assignee: String, status: Option<String>, blocked_reason: Option<String>, context_label: Option<String> },
+    TaskTransfer {
+        target: TaskTarget,
+        task: TaskRef,
+        assignee: String,
+        status: Option<String>,
+        blocked_reason: Option<String>,
+        context_label: Option<String>,
+    },
     /// `create_group`: `members` are names or ids (legacy field `member_ids`).
     CreateGroup { name: String, description: Option<String>, members: Vec<String> },
     /// `set_cron`: `schedule` with a space is a 5-field cron, else `every` `<n>s|m|h|d`.
@@ -150,7 +172,15 @@ fn parse_task(kind: &str, object: &Map<String, Value>) -> Result<OutboxCommand, 
     if kind == "task_create" {
         let Some(title) = text("title") else { return Err(reject(ErrorCode::MissingTitle, "title is required.")) };
         let assignee = text("assignee_principal_id").or_else(|| text("assignee"));
-        return Ok(OutboxCommand::TaskCreate { target, title, idempotency_key, task_key, status, context_label: text("context_label"), assignee });
+        return Ok(OutboxCommand::TaskCreate {
+            target,
+            title,
+            idempotency_key,
+            task_key,
+            status,
+            context_label: text("context_label"),
+            assignee,
+        });
     }
     if task_id.is_none() && task_key.is_none() {
         return Err(reject(ErrorCode::MissingTask, "task_id or task_key is required."));
@@ -202,13 +232,33 @@ mod tests {
         assert_eq!(reply(g(json!({"broadcast": "false"}))), "Failed to send to group 'ops': broadcast must be a JSON boolean.");
         let ok = parse(g(json!({"thread": "m1", "broadcast": false, "metadata": {"k": 1}}))).unwrap().unwrap();
         let metadata = json!({"k": 1}).as_object().cloned();
-        assert_eq!(ok, OutboxCommand::Send { content: "hi".into(), group: Some("ops".into()), thread: Some("m1".into()), broadcast: false, metadata, to: None });
+        assert_eq!(
+            ok,
+            OutboxCommand::Send {
+                content: "hi".into(),
+                group: Some("ops".into()),
+                thread: Some("m1".into()),
+                broadcast: false,
+                metadata,
+                to: None
+            }
+        );
     }
 
     #[test]
     fn a_send_without_group_ignores_group_fields_and_empty_content_is_ignored() {
         let direct = parse(json!({"type": "send", "content": "hi", "broadcast": "x", "to": "w-2"})).unwrap().unwrap();
-        assert_eq!(direct, OutboxCommand::Send { content: "hi".into(), group: None, thread: None, broadcast: true, metadata: None, to: Some("w-2".into()) });
+        assert_eq!(
+            direct,
+            OutboxCommand::Send {
+                content: "hi".into(),
+                group: None,
+                thread: None,
+                broadcast: true,
+                metadata: None,
+                to: Some("w-2".into())
+            }
+        );
         assert_eq!(parse(json!({"type": "send", "group": "ops", "content": ""})).unwrap(), None);
     }
 
@@ -238,18 +288,34 @@ mod tests {
             Err(Rejection::Task(e)) => (e.error_code.unwrap(), e.message.unwrap()),
             other => panic!("not a task rejection: {other:?}"),
         };
-        assert_eq!(code(json!({"type": "task_create", "title": "t"})), (ErrorCode::MissingTarget, "group or conversation_id is required.".into()));
+        assert_eq!(
+            code(json!({"type": "task_create", "title": "t"})),
+            (ErrorCode::MissingTarget, "group or conversation_id is required.".into())
+        );
         assert_eq!(code(json!({"type": "task_create", "group": "g"})), (ErrorCode::MissingTitle, "title is required.".into()));
         assert_eq!(code(json!({"type": "task_update", "group": "g"})), (ErrorCode::MissingTask, "task_id or task_key is required.".into()));
-        assert_eq!(code(json!({"type": "task_transfer", "group": "g", "task_key": "k"})), (ErrorCode::MissingAssignee, "assignee is required.".into()));
+        assert_eq!(
+            code(json!({"type": "task_transfer", "group": "g", "task_key": "k"})),
+            (ErrorCode::MissingAssignee, "assignee is required.".into())
+        );
         assert_eq!(
             code(json!({"type": "task_update", "group": "g", "task_key": "k", "status": "doing"})),
             (ErrorCode::ValidationFailed, "status 'doing' must be one of todo, in_progress, blocked, done.".into())
         );
-        let created = parse(json!({"type": "task_create", "group": "g", "conversation_id": "c1", "title": "t", "idempotency_key": "i"})).unwrap().unwrap();
+        let created = parse(json!({"type": "task_create", "group": "g", "conversation_id": "c1", "title": "t", "idempotency_key": "i"}))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             created,
-            OutboxCommand::TaskCreate { target: TaskTarget::Conversation("c1".into()), title: "t".into(), idempotency_key: Some("i".into()), task_key: None, status: None, context_label: None, assignee: None }
+            OutboxCommand::TaskCreate {
+                target: TaskTarget::Conversation("c1".into()),
+                title: "t".into(),
+                idempotency_key: Some("i".into()),
+                task_key: None,
+                status: None,
+                context_label: None,
+                assignee: None
+            }
         );
     }
 }

@@ -110,7 +110,11 @@ fn a_command_written_in_place_in_two_parts_waits_for_its_writer_and_then_runs() 
     put(&ob, "1.json", r#"{"type":"send","content":"beside"}"#);
     let mut seen = Vec::new();
     let stats = ob.drain(PROCESSING_STALE_AFTER, echo(&mut seen));
-    assert_eq!((seen.as_slice(), stats.skipped, stats.bad.len()), (["beside".to_string()].as_slice(), 1, 0), "the half command is not judged yet");
+    assert_eq!(
+        (seen.as_slice(), stats.skipped, stats.bad.len()),
+        (["beside".to_string()].as_slice(), 1, 0),
+        "the half command is not judged yet"
+    );
     assert_eq!(listing(&ob.new_dir()), ["0.json"]);
     writer.write_all(br#""content":"whole"}"#).unwrap();
     drop(writer);

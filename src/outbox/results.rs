@@ -75,7 +75,16 @@ pub struct ResultEnvelope {
 impl ResultEnvelope {
     /// A success of `command_type` emitted now.
     pub fn ok(command_type: &str, task_key: Option<String>, task_id: Option<String>, idempotency_key: Option<String>) -> Self {
-        ResultEnvelope { command_type: command_type.to_string(), ok: true, task_key, task_id, idempotency_key, emitted_at: now_millis(), error_code: None, message: None }
+        ResultEnvelope {
+            command_type: command_type.to_string(),
+            ok: true,
+            task_key,
+            task_id,
+            idempotency_key,
+            emitted_at: now_millis(),
+            error_code: None,
+            message: None,
+        }
     }
 
     /// Turns it into a failure with `code` and `message`, secrets in it replaced by

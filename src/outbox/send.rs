@@ -47,8 +47,7 @@ pub fn resolve_dir(outbox_dir: Option<&OsStr>, shim: Option<&OsStr>, workspace: 
 /// `type` (DESIGN.md §11 [chosen]; Choruz's helper checks nothing).
 pub fn validate(json: &str) -> Result<(), OutboxError> {
     let invalid = |reason: String| OutboxError::Invalid { reason };
-    let value: serde_json::Value =
-        serde_json::from_str(json).map_err(|e| invalid(format!("the argument is not JSON ({e})")))?;
+    let value: serde_json::Value = serde_json::from_str(json).map_err(|e| invalid(format!("the argument is not JSON ({e})")))?;
     let object = value.as_object().ok_or_else(|| invalid("the argument must be a JSON object".into()))?;
     match object.get("type") {
         Some(serde_json::Value::String(t)) if !t.trim().is_empty() => Ok(()),
@@ -159,9 +158,7 @@ fn write_seq(root: &Path, seq_path: &Path, n: u64) -> Result<(), OutboxError> {
 /// Removes a `.lock` directory once it is [`STALE_LOCK_DIR`] old; until then waits a poll
 /// interval (a live Choruz helper holds it and removes it itself).
 fn clear_lock_dir(path: &Path) -> Result<(), OutboxError> {
-    let age = fs::metadata(path)
-        .and_then(|m| m.modified())
-        .map(|t| SystemTime::now().duration_since(t).unwrap_or_default());
+    let age = fs::metadata(path).and_then(|m| m.modified()).map(|t| SystemTime::now().duration_since(t).unwrap_or_default());
     match age {
         Ok(age) if age >= STALE_LOCK_DIR => match fs::remove_dir(path) {
             Ok(()) => Ok(()),

@@ -42,7 +42,11 @@ pub fn ensure_shim(workspace: &Path, exe: &Path) -> Result<PathBuf, OutboxError>
     let io = OutboxError::io(&path);
     fs::create_dir_all(&dir).map_err(OutboxError::io(&dir))?;
     // The mode is set on the temp file, so the shim is never visible unexecutable.
-    let mut tmp = tempfile::Builder::new().prefix(".send-").permissions(Permissions::from_mode(0o755)).tempfile_in(&dir).map_err(OutboxError::io(&dir))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".send-")
+        .permissions(Permissions::from_mode(0o755))
+        .tempfile_in(&dir)
+        .map_err(OutboxError::io(&dir))?;
     let written = tmp.write_all(&script).and_then(|()| tmp.as_file().sync_all());
     written.map_err(OutboxError::io(&path))?;
     tmp.persist(&path).map_err(|e| io(e.error))?;
@@ -70,7 +74,8 @@ pub fn tool_env(workspace: &Path, agent_id: &str, shim: &Path) -> Vec<(&'static 
 /// that cannot be written is logged: the variables are still set, and a call to `$CICY_SEND`
 /// then fails visibly in the tool's output.
 pub fn prepare(workspace: &Path, agent_id: &str) -> Vec<(&'static str, OsString)> {
-    let ensured = std::env::current_exe().map_err(|e| e.to_string()).and_then(|exe| ensure_shim(workspace, &exe).map_err(|e| e.to_string()));
+    let ensured =
+        std::env::current_exe().map_err(|e| e.to_string()).and_then(|exe| ensure_shim(workspace, &exe).map_err(|e| e.to_string()));
     if let Err(e) = ensured {
         tracing::warn!(error = %e, "outbox: cannot write the shim");
     }

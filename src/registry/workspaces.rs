@@ -17,8 +17,7 @@ pub(super) const SAME: &str = "SELECT id, workspace FROM agent_config WHERE real
 /// The first agent (in creation order) whose workspace lies strictly below key ?1: keys end
 /// in `/`, so they are the keys in [?1, ?1 with its last `/` turned into `0`), `0` being the
 /// byte after `/`.
-pub(super) const BELOW: &str =
-    "SELECT id, workspace FROM agent_config WHERE real_path > ?1 AND real_path < ?2 ORDER BY n LIMIT 1";
+pub(super) const BELOW: &str = "SELECT id, workspace FROM agent_config WHERE real_path > ?1 AND real_path < ?2 ORDER BY n LIMIT 1";
 
 /// `workspace` as the index holds it: the deepest existing ancestor resolved through symlinks,
 /// the rest appended with `.` and `..` applied, as bytes ending in `/`. A workspace that does
@@ -153,10 +152,7 @@ mod tests {
             stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
         };
         let r = real.display();
-        assert_eq!(
-            keys,
-            [("w-1".into(), Some(format!("{r}/a/"))), ("w-2".into(), Some(format!("{r}/b/"))), ("w-3".into(), None)]
-        );
+        assert_eq!(keys, [("w-1".into(), Some(format!("{r}/a/"))), ("w-2".into(), Some(format!("{r}/b/"))), ("w-3".into(), None)]);
         let refusal = |reg: &mut Registry, w: PathBuf| reg.create(at(&w), |id| real.join(id)).unwrap_err().to_string();
         assert_eq!(
             refusal(&mut reg, real.join("to-a")),

@@ -21,12 +21,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::intent_job::{AutoEnd, Preemption};
-use crate::autonomy::tick::{AutoJob, Tick};
 use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
-use crate::autonomy::priority::Class;
 use super::tracker::Tracker;
 use super::wake_job::WakeEnd;
 use crate::agent::Session;
+use crate::autonomy::priority::Class;
+use crate::autonomy::tick::{AutoJob, Tick};
 use crate::command::CommandEnd;
 use crate::conversation::outcome::marker_of;
 use crate::event::{AgentState, EventKind};
@@ -58,38 +58,74 @@ const NEVER_KILLED_GRACE: Duration = Duration::from_secs(10);
 /// A request to an agent's actor; each carries where its answer goes.
 pub enum Op {
     /// `POST /api/cicy/chat`: start a run (the stream follows it) or queue the text.
-    Chat { text: String, reply: oneshot::Sender<Admit> },
+    Chat {
+        text: String,
+        reply: oneshot::Sender<Admit>,
+    },
     /// `POST /api/agents/{id}/prompt`: like chat without a stream; answers whether it queued.
-    Prompt { text: String, reply: oneshot::Sender<bool> },
-    Steer { text: String, interrupt: bool, reply: oneshot::Sender<SteerReply> },
+    Prompt {
+        text: String,
+        reply: oneshot::Sender<bool>,
+    },
+    Steer {
+        text: String,
+        interrupt: bool,
+        reply: oneshot::Sender<SteerReply>,
+    },
     /// Answers whether a job was running.
-    Cancel { reply: oneshot::Sender<CancelReply> },
-    Retry { reply: oneshot::Sender<RetryReply> },
-    Clear { reply: oneshot::Sender<Result<ClearReply, String>> },
-    Compact { keep: usize, reply: oneshot::Sender<Result<CompactReply, Busy>> },
-    Status { reply: oneshot::Sender<Status> },
+    Cancel {
+        reply: oneshot::Sender<CancelReply>,
+    },
+    Retry {
+        reply: oneshot::Sender<RetryReply>,
+    },
+    Clear {
+        reply: oneshot::Sender<Result<ClearReply, String>>,
+    },
+    Compact {
+        keep: usize,
+        reply: oneshot::Sender<Result<CompactReply, Busy>>,
+    },
+    Status {
+        reply: oneshot::Sender<Status>,
+    },
     /// A subscription to the agent's events.
-    Subscribe { from: EventsFrom, reply: oneshot::Sender<Result<Subscription, String>> },
+    Subscribe {
+        from: EventsFrom,
+        reply: oneshot::Sender<Result<Subscription, String>>,
+    },
     /// Opens the session ahead of the first request (serve's boot, one agent at a time).
-    Warm { reply: oneshot::Sender<()> },
+    Warm {
+        reply: oneshot::Sender<()>,
+    },
     /// Cancels any job, waits for it (its marker written), closes the event log.
-    Shutdown { reply: oneshot::Sender<()> },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
     /// A todo came due or the inbox may hold a message (DESIGN.md §10): wake now if idle,
     /// else after the current run. A wake with nothing to claim runs nothing.
-    Wake { reason: Reason },
+    Wake {
+        reason: Reason,
+    },
     /// At serve's start: finish what a killed serve left of this agent's last wake.
     Recover,
     /// At serve's start, for an agent whose autonomy lease a killed serve left: kill the
     /// intent's recorded process group and write its `interrupted` line (DESIGN.md §13).
     RecoverAutonomy,
     /// A todo changed through a route: its event goes on the agent's stream.
-    Note { note: crate::wake::state::WakeNote },
+    Note {
+        note: crate::wake::state::WakeNote,
+    },
     /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
     /// runs (a turn drains it after each tool batch; the next poll comes within 2 s).
     Drain,
     /// `POST /api/agents/{id}/respond` (DESIGN.md §12): answers the open `ask_user` question
     /// `reference`.
-    Respond { reference: String, response: String, reply: oneshot::Sender<Result<(), crate::ask::UnknownRef>> },
+    Respond {
+        reference: String,
+        response: String,
+        reply: oneshot::Sender<Result<(), crate::ask::UnknownRef>>,
+    },
 }
 
 /// How a chat was taken.
@@ -625,11 +661,7 @@ impl Actor {
             return RetryReply { success: false, started: false, reason: Some("still generating, please wait".into()) };
         }
         self.warm();
-        let has_marker = self
-            .session
-            .as_ref()
-            .and_then(|s| s.current.messages.last().and_then(marker_of))
-            .is_some();
+        let has_marker = self.session.as_ref().and_then(|s| s.current.messages.last().and_then(marker_of)).is_some();
         if !has_marker {
             return RetryReply { success: false, started: false, reason: Some("no turn to retry".into()) };
         }
@@ -753,7 +785,10 @@ impl Actor {
                     // No turn can answer this wake's claims: they are pending again.
                     let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
                     if let Err(e) = fsutil::blocking(|| crate::wake::run::abandon(home, id, ws, p)) {
-                        self.emit(EventKind::Error { kind: "wake".into(), message: format!("releasing the claims of a wake that could not start: {e}") });
+                        self.emit(EventKind::Error {
+                            kind: "wake".into(),
+                            message: format!("releasing the claims of a wake that could not start: {e}"),
+                        });
                     }
                 }
             }
@@ -765,9 +800,7 @@ impl Actor {
                 match end {
                     WakeEnd::Ran => {}
                     WakeEnd::TurnError(e) => self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() }),
-                    WakeEnd::Finalize(e) => {
-                        self.emit(EventKind::Error { kind: "wake".into(), message: format!("ending the wake: {e}") })
-                    }
+                    WakeEnd::Finalize(e) => self.emit(EventKind::Error { kind: "wake".into(), message: format!("ending the wake: {e}") }),
                 }
                 // One conversation per wake: the next one wakes the agent again.
                 let inbox = crate::wake::inbox::Mailbox::of_workspace(&self.record.workspace);

@@ -85,7 +85,11 @@ fn has_commands(ws: &std::path::Path) -> bool {
 /// `new/` (agents created later, events the watcher missed or could not watch). Each
 /// non-empty or changed `new/` gives `drain(id)`; the actor drains it unless a turn runs,
 /// which drains it itself.
-pub fn start_idle_drain(agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static, drain: impl Fn(&str) + Send + 'static, stop: CancellationToken) {
+pub fn start_idle_drain(
+    agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static,
+    drain: impl Fn(&str) + Send + 'static,
+    stop: CancellationToken,
+) {
     let (tx, mut changed) = mpsc::unbounded_channel::<String>();
     let watcher = watch_new_dirs(&agents(), tx);
     tokio::spawn(async move {
@@ -134,10 +138,15 @@ fn watch_new_dirs(agents: &[(String, PathBuf)], tx: mpsc::UnboundedSender<String
             }
         }
     };
-    let mut watcher = notify::recommended_watcher(handler).map_err(|e| tracing::warn!(error = %e, "outbox watch: no watcher; new/ folders are polled every 2 s")).ok()?;
+    let mut watcher = notify::recommended_watcher(handler)
+        .map_err(|e| tracing::warn!(error = %e, "outbox watch: no watcher; new/ folders are polled every 2 s"))
+        .ok()?;
     crate::fsutil::blocking(|| {
         for dir in dirs.keys() {
-            if let Err(e) = std::fs::create_dir_all(dir).map_err(notify::Error::io).and_then(|()| watcher.watch(dir, notify::RecursiveMode::NonRecursive)) {
+            if let Err(e) = std::fs::create_dir_all(dir)
+                .map_err(notify::Error::io)
+                .and_then(|()| watcher.watch(dir, notify::RecursiveMode::NonRecursive))
+            {
                 tracing::warn!(dir = %dir.display(), error = %e, "outbox watch: polled every 2 s instead");
             }
         }
@@ -153,7 +162,9 @@ pub fn start_cron(home: Home, changed: Arc<Notify>, stop: CancellationToken) {
             let next = tokio::task::spawn_blocking(move || fire_due(&h)).await.ok().flatten();
             let now = chrono::Utc::now().timestamp();
             // At least 200 ms: a job that could not be moved on must not spin the task.
-            let wait = next.map_or(CRON_SLICE, |at| Duration::from_secs(u64::try_from(at - now).unwrap_or(0)).clamp(Duration::from_millis(200), CRON_SLICE));
+            let wait = next.map_or(CRON_SLICE, |at| {
+                Duration::from_secs(u64::try_from(at - now).unwrap_or(0)).clamp(Duration::from_millis(200), CRON_SLICE)
+            });
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = changed.notified() => {}
@@ -182,7 +193,13 @@ fn fire_due(home: &Home) -> Option<i64> {
         };
         let mut meta = BTreeMap::new();
         meta.insert("cron".to_string(), job.name.clone());
-        let msg = NewMessage { from: SERVE_SENDER.to_string(), subject: Some(format!("cron {}", job.name)), body: envelope::cron(&job.name, &job.schedule, &job.message), question: false, meta };
+        let msg = NewMessage {
+            from: SERVE_SENDER.to_string(),
+            subject: Some(format!("cron {}", job.name)),
+            body: envelope::cron(&job.name, &job.schedule, &job.message),
+            question: false,
+            meta,
+        };
         if let Err(e) = Mailbox::of_workspace(&rec.workspace).write(Folder::Inbox, &msg) {
             tracing::error!(agent = %job.agent_id, job = %job.name, error = %e, "cron: cannot write the message");
             continue;

@@ -20,9 +20,10 @@ use crate::messages::store::StoreError;
 
 fn store_error(e: StoreError) -> ApiError {
     match e {
-        StoreError::GroupNotFound { .. } | StoreError::NoGroup { .. } | StoreError::NoConversation { .. } | StoreError::NoMessage { .. } => {
-            ApiError::not_found(e.to_string())
-        }
+        StoreError::GroupNotFound { .. }
+        | StoreError::NoGroup { .. }
+        | StoreError::NoConversation { .. }
+        | StoreError::NoMessage { .. } => ApiError::not_found(e.to_string()),
         StoreError::Sql { .. } | StoreError::BadRow { .. } | StoreError::Registry(_) => ApiError::internal(e.to_string()),
         other => ApiError::bad_request(other.to_string()),
     }
@@ -82,7 +83,9 @@ pub async fn post(
     let delivered: Vec<&str> = posted.files.iter().map(|(a, _)| a.as_str()).collect();
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": posted.message.id, "seq": posted.message.seq, "thread_root": posted.message.thread_root, "delivered": delivered})),
+        Json(
+            json!({"id": posted.message.id, "seq": posted.message.seq, "thread_root": posted.message.thread_root, "delivered": delivered}),
+        ),
     ))
 }
 
@@ -95,7 +98,11 @@ pub struct PageQuery {
 
 /// `GET /api/groups/{name}/messages?from=&before=<cursor>&limit=1..100` → `{conv_id, name,
 /// messages (oldest first), before (the older page's cursor, or null)}`.
-pub async fn messages(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<PageQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn messages(
+    State(hub): State<Hub>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> Result<Json<Value>, ApiError> {
     let from = person_or_default(q.from)?;
     let (conv, page) = fsutil::blocking(|| groups::page(&hub.shared.home, &from, &name, q.before.as_deref(), q.limit.unwrap_or(50)))
         .map_err(store_error)?;
@@ -108,7 +115,11 @@ pub struct TasksQuery {
 }
 
 /// `GET /api/groups/{name}/tasks?from=` → `{conv_id, name, tasks}`.
-pub async fn tasks(State(hub): State<Hub>, ApiPath(name): ApiPath<String>, ApiQuery(q): ApiQuery<TasksQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn tasks(
+    State(hub): State<Hub>,
+    ApiPath(name): ApiPath<String>,
+    ApiQuery(q): ApiQuery<TasksQuery>,
+) -> Result<Json<Value>, ApiError> {
     let from = person_or_default(q.from)?;
     let (conv, tasks) = fsutil::blocking(|| groups::tasks(&hub.shared.home, &from, &name)).map_err(store_error)?;
     Ok(Json(json!({"conv_id": conv.id, "name": conv.name, "tasks": tasks})))

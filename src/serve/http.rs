@@ -108,8 +108,12 @@ pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Re
     let path = req.uri().path();
     let open = path == "/api/health" || !path.starts_with("/api");
     if !open && !token_ok(req.headers(), &hub.token) {
-        return ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong bearer token (Authorization: Bearer <token>; see CICY_API_TOKEN or $CICY_HOME/api_token)")
-            .into_response();
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token (Authorization: Bearer <token>; see CICY_API_TOKEN or $CICY_HOME/api_token)",
+        )
+        .into_response();
     }
     next.run(req).await
 }
@@ -173,11 +177,7 @@ fn host_allowed(headers: &HeaderMap, port: u16) -> bool {
 }
 
 fn token_ok(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-    else {
+    let Some(given) = headers.get(header::AUTHORIZATION).and_then(|h| h.to_str().ok()).and_then(|h| h.strip_prefix("Bearer ")) else {
         return false;
     };
     // Compared over the whole length so the time taken does not tell how much matched.

@@ -99,7 +99,9 @@ impl ServeLock {
             if rc == 0 {
                 // The holder's pid in the lock file names it to a serve started in the same
                 // instant, before serve.json exists.
-                file.set_len(0).and_then(|()| std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())).map_err(io)?;
+                file.set_len(0)
+                    .and_then(|()| std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes()))
+                    .map_err(io)?;
                 return Ok(Self { _file: file, info_path: info_path(home) });
             }
             let err = std::io::Error::last_os_error();

@@ -17,13 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::job::JobCtx;
 use crate::agent::Session;
+use crate::autonomy::key::GuardKey;
 use crate::autonomy::lease::Lease;
 use crate::autonomy::ledger::{Intent, Ledger, LedgerError, Status};
-use crate::autonomy::plan::{Pick, RoutineRuns};
-use crate::autonomy::tick::{running_dir, AutoJob};
-use crate::autonomy::key::GuardKey;
-use crate::autonomy::priority::Class;
 use crate::autonomy::log::note;
+use crate::autonomy::plan::{Pick, RoutineRuns};
+use crate::autonomy::priority::Class;
+use crate::autonomy::tick::{running_dir, AutoJob};
 use crate::autonomy::{guard, wish};
 use crate::event::{Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
@@ -300,10 +300,18 @@ async fn run_command(
     }
 }
 
-async fn run_turn(session: &mut Session, job: &AutoJob, events: &Emitter, cancel: &CancellationToken, steering: &Steering) -> (Ran, String) {
+async fn run_turn(
+    session: &mut Session,
+    job: &AutoJob,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> (Ran, String) {
     let text = match &job.pick {
         Pick::Intent(i) => format!("[cicy-intent] id:{} | {}", i.id, i.what),
-        Pick::Routine { class, routine } => format!("[cicy-intent] id:{} | {}", class.as_str(), routine.prompt.as_deref().unwrap_or_default()),
+        Pick::Routine { class, routine } => {
+            format!("[cicy-intent] id:{} | {}", class.as_str(), routine.prompt.as_deref().unwrap_or_default())
+        }
     };
     match turn::run_intent_turn(session, &text, job.rounds, events, cancel, steering).await {
         Ok(TurnOutcome::Completed) => {

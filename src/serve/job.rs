@@ -31,7 +31,9 @@ use crate::turn::{self, Steering};
 pub(super) enum Work {
     Turn(String),
     Retry,
-    Compact { keep: usize },
+    Compact {
+        keep: usize,
+    },
     Clear,
     /// A wake (DESIGN.md §10) whose todos and conversation are already claimed.
     Wake(Box<crate::wake::run::Prepared>),

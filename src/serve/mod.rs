@@ -21,8 +21,8 @@ mod sse;
 mod tick_worker;
 mod tracker;
 mod wake_job;
-pub mod watch;
 mod wake_routes;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,17 +31,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::serve::ListenerExt;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
-pub use wake_job::WakeLimits;
 pub use http::proof_matches;
 pub use instance::{read_info, ServeInfo};
+pub use wake_job::WakeLimits;
 
 use crate::config::{Config, ConfigError};
 use crate::home::{Home, HomeError};
@@ -216,16 +216,13 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         .await
         .map_err(|source| ServeError::Bind { port: opts.port, source })?;
     let port = listener.local_addr().map_err(|source| ServeError::Bind { port: opts.port, source })?.port();
-    let http = reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout)
-        .build()
-        .map_err(|e| ServeError::Client(e.to_string()))?;
+    let http = reqwest::Client::builder().connect_timeout(config.connect_timeout).build().map_err(|e| ServeError::Client(e.to_string()))?;
     let global = crate::eventlog::GlobalFeed::starting_now();
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
     // Autonomy leases a killed serve left (DESIGN.md §13): those agents' actors recover their
     // intents (kill the recorded groups, write `interrupted`); the others have nothing to do.
-    let leased = crate::fsutil::blocking(|| wake_db.lease_agents().and_then(|a| wake_db.lease_clear_all().map(|_| a)))
-        .unwrap_or_else(|e| {
+    let leased =
+        crate::fsutil::blocking(|| wake_db.lease_agents().and_then(|a| wake_db.lease_clear_all().map(|_| a))).unwrap_or_else(|e| {
             tracing::error!(error = %e, "cannot read or clear the autonomy leases of the last serve");
             Vec::new()
         });
@@ -269,12 +266,8 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     // Installed before `serve.json` names this process: a SIGTERM sent as soon as it appears
     // must stop serve cleanly, not kill it by the default action.
     let signals = Signals::install()?;
-    let info = ServeInfo {
-        pid: std::process::id(),
-        port,
-        instance_id: hub.instance_id.to_string(),
-        started_at: crate::fsutil::now_rfc3339(),
-    };
+    let info =
+        ServeInfo { pid: std::process::id(), port, instance_id: hub.instance_id.to_string(), started_at: crate::fsutil::now_rfc3339() };
     lock.publish(&info)?;
     ready(&info);
     tokio::spawn(warm(hub.handles().into_iter().take(opts.warm_limit).collect()));
@@ -434,7 +427,10 @@ struct Signals {
 impl Signals {
     fn install() -> Result<Self, ServeError> {
         use tokio::signal::unix::{signal, SignalKind};
-        Ok(Self { term: signal(SignalKind::terminate()).map_err(ServeError::Signals)?, int: signal(SignalKind::interrupt()).map_err(ServeError::Signals)? })
+        Ok(Self {
+            term: signal(SignalKind::terminate()).map_err(ServeError::Signals)?,
+            int: signal(SignalKind::interrupt()).map_err(ServeError::Signals)?,
+        })
     }
 
     /// Waits for SIGTERM or SIGINT, then stops every actor (their running jobs cancelled and

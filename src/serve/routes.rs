@@ -81,15 +81,12 @@ pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) ->
         return Err(ApiError::bad_request("agent_id and text required"));
     };
     let handle = agent(&hub, &id)?;
-    let stream: std::pin::Pin<Box<dyn Stream<Item = Published> + Send>> =
-        match ask(&handle, |reply| Op::Chat { text, reply }).await? {
-            Admit::Started(sub) => Box::pin(until_done(sub)),
-            Admit::Queued => Box::pin(local(&id, vec![EventKind::Queued { text: actor::QUEUED_TEXT.into() }, EventKind::Done])),
-            Admit::Refused(message) => {
-                Box::pin(local(&id, vec![EventKind::Error { kind: "busy".into(), message }, EventKind::Done]))
-            }
-            Admit::Failed(message) => return Err(ApiError::internal(message)),
-        };
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Published> + Send>> = match ask(&handle, |reply| Op::Chat { text, reply }).await? {
+        Admit::Started(sub) => Box::pin(until_done(sub)),
+        Admit::Queued => Box::pin(local(&id, vec![EventKind::Queued { text: actor::QUEUED_TEXT.into() }, EventKind::Done])),
+        Admit::Refused(message) => Box::pin(local(&id, vec![EventKind::Error { kind: "busy".into(), message }, EventKind::Done])),
+        Admit::Failed(message) => return Err(ApiError::internal(message)),
+    };
     Ok(sse(sse::each(stream), &hub))
 }
 
@@ -133,7 +130,10 @@ pub async fn compact(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>
         ApiError::new(
             StatusCode::CONFLICT,
             "busy",
-            format!("/compact can only run when the agent is idle — it was NOT executed; resend after the current reply finishes ({} is busy)", handle.id),
+            format!(
+                "/compact can only run when the agent is idle — it was NOT executed; resend after the current reply finishes ({} is busy)",
+                handle.id
+            ),
         )
     })
 }
@@ -164,8 +164,8 @@ pub async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>
         let path = store.conversation_dir(&conv).join("current.json");
         let messages = match std::fs::read(&path) {
             Ok(bytes) => {
-                let cur: CurrentFile = serde_json::from_slice(&bytes)
-                    .map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+                let cur: CurrentFile =
+                    serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
                 let start = if all { 0 } else { window_start(&cur.messages) };
                 cur.messages[start..].to_vec()
             }
@@ -276,7 +276,11 @@ fn text_of(body: TextBody) -> Result<(String, bool), ApiError> {
 }
 
 /// `POST /api/agents/{id}/prompt` *(CMDC prompt/2)* → `{queued}`.
-pub async fn prompt(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Json<Value>, ApiError> {
+pub async fn prompt(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    JsonBody(body): JsonBody<TextBody>,
+) -> Result<Json<Value>, ApiError> {
     let handle = agent(&hub, &id)?;
     let (text, _) = text_of(body)?;
     let queued = ask(&handle, |reply| Op::Prompt { text, reply }).await?;
@@ -303,7 +307,11 @@ pub struct RespondBody {
 /// answers the agent's open `ask_user` question `ref` → `{success, ref}`; 400 when a field is
 /// missing or blank, 404 for an unknown agent or a `ref` that is not open (never asked,
 /// answered, timed out).
-pub async fn respond(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<RespondBody>) -> Result<Json<Value>, ApiError> {
+pub async fn respond(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    JsonBody(body): JsonBody<RespondBody>,
+) -> Result<Json<Value>, ApiError> {
     let handle = agent(&hub, &id)?;
     let (Some(reference), Some(response)) = (body.reference, body.response.filter(|r| !r.trim().is_empty())) else {
         return Err(ApiError::bad_request("ref and response required"));
@@ -352,7 +360,9 @@ pub async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<Ss
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
         None => Ok(None),
-        Some(Ok(v)) => v.parse::<u64>().map(Some).map_err(|_| ApiError::bad_request(format!("Last-Event-ID `{v}` is not a sequence number"))),
+        Some(Ok(v)) => {
+            v.parse::<u64>().map(Some).map_err(|_| ApiError::bad_request(format!("Last-Event-ID `{v}` is not a sequence number")))
+        }
         Some(Err(_)) => Err(ApiError::bad_request("Last-Event-ID is not text")),
     }
 }
@@ -364,8 +374,8 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 pub async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let now = i64::try_from(fsutil::unix_now()).unwrap_or(i64::MAX);
-    let (report, folded) =
-        fsutil::blocking(|| crate::autonomy::report::of_agent(&hub.shared.home, &id, now)).map_err(|e| ApiError::internal(e.to_string()))?;
+    let (report, folded) = fsutil::blocking(|| crate::autonomy::report::of_agent(&hub.shared.home, &id, now))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(Json(report.to_json(&folded.intents)))
 }
 

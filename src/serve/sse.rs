@@ -73,8 +73,7 @@ pub fn response(body: impl Stream<Item = Bytes> + Send + 'static, shutdown: Wait
         }
     });
     let chunks = pinged.take_until(shutdown).map(Ok::<_, Infallible>);
-    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from_stream(chunks))
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from_stream(chunks)).into_response()
 }
 
 /// Each event of `events` as a chunk of its own, as soon as it comes (a chat's own stream).

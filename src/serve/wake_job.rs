@@ -115,7 +115,8 @@ pub async fn run(
     let recording = Arc::new(Recording { inner: ctx.tracker.emitter(), errors: Mutex::new(Vec::new()) });
     let turn_events = Emitter::from_sink(recording.clone());
     let notify = notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone());
-    let wt = Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()).with_after_batch(ctx.after_batch()));
+    let wt =
+        Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()).with_after_batch(ctx.after_batch()));
     session.wake = wt.clone();
 
     let wake_cancel = cancel.child_token();

@@ -60,7 +60,11 @@ pub struct TodoQuery {
 
 /// `GET /api/agents/{id}/todos[?all=true]` → `{agent_id, todos: [{id, text, at_local, at_unix,
 /// status, attempt, created, done_at, line}]}`.
-pub async fn todos(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, ApiQuery(q): ApiQuery<TodoQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn todos(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<TodoQuery>,
+) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let list = fsutil::blocking(|| open_db(&hub)?.todo_list(&id, q.all.unwrap_or(false)).map_err(db_error))?;
     Ok(Json(json!({"agent_id": id, "todos": list.iter().map(todo_json).collect::<Vec<_>>()})))
@@ -121,7 +125,11 @@ pub struct PageQuery {
 /// `GET /api/agents/{id}/messages[?before=<cursor>&limit=1..100]` → `{agent_id, messages:
 /// [{box, cursor, name, from, subject, timestamp, question, meta, body}]}`, oldest first; the
 /// first row's `cursor` pages back *(cryo hub: `"<file name>|<inbox|outbox>"`)*.
-pub async fn messages(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, ApiQuery(q): ApiQuery<PageQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn messages(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<PageQuery>,
+) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let ws = hub.workspace(&id).ok_or_else(|| ApiError::not_found(id.clone()))?;
     let limit = q.limit.unwrap_or(100);
@@ -166,7 +174,9 @@ pub async fn send_message(
     let ws = hub.workspace(&id).ok_or_else(|| ApiError::not_found(id.clone()))?;
     let text = body.text.filter(|t| !t.trim().is_empty()).ok_or_else(|| ApiError::bad_request("text required"))?;
     if body.from.as_deref().map(str::trim) == Some(crate::wake::deliver::SERVE_SENDER) {
-        return Err(ApiError::bad_request("`from: cicy` is the runtime's own name (its notices are never answered); choose another sender"));
+        return Err(ApiError::bad_request(
+            "`from: cicy` is the runtime's own name (its notices are never answered); choose another sender",
+        ));
     }
     let mut meta = BTreeMap::new();
     if let Some(t) = body.thread.filter(|t| !t.trim().is_empty()) {

@@ -93,7 +93,11 @@ impl Tool for AskUser {
             let mut pending = user.questions.ask(question, options);
             if let Some(events) = &ctx.events {
                 let q = &pending.question;
-                events.emit(EventKind::AskUser { reference: q.reference.clone(), question: q.question.clone(), options: q.options.clone() });
+                events.emit(EventKind::AskUser {
+                    reference: q.reference.clone(),
+                    question: q.question.clone(),
+                    options: q.options.clone(),
+                });
             }
             tokio::select! {
                 answer = pending.answer() => match answer {
@@ -135,7 +139,10 @@ mod tests {
             ToolOutput::error("error: ask_user needs `question`: a non-empty string")
         );
         let out = AskUser.run(&json!({"question": "q", "options": [{"id": 1}]}), &bare).await;
-        assert!(out.is_error && out.content.starts_with("error: ask_user `options` must be a list of {\"id\": string, \"label\": string}: "), "{out:?}");
+        assert!(
+            out.is_error && out.content.starts_with("error: ask_user `options` must be a list of {\"id\": string, \"label\": string}: "),
+            "{out:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -45,16 +45,16 @@ pub mod process;
 pub mod reaper;
 pub mod shell;
 pub mod skill;
-pub mod task;
 pub mod skill_guard;
-pub mod wish;
-pub(crate) mod watchdog;
+pub mod task;
 /// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
 /// shared so the unit tests here (and `crate::hooks::runner`'s) wait the same way instead of polling.
 #[cfg(test)]
 #[allow(dead_code)] // the unit tests use part of it
 #[path = "../../tests/common/wait.rs"]
 pub(crate) mod wait;
+pub(crate) mod watchdog;
+pub mod wish;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -182,8 +182,8 @@ impl ToolSet {
     pub fn new(names: Vec<String>, custom: BTreeMap<String, CustomTool>) -> Self {
         let mut set = Self::default();
         for name in names {
-            let tool = builtin(&name)
-                .or_else(|| custom.get(&name).map(|def| Arc::new(custom::Custom::new(&name, def.clone())) as Arc<dyn Tool>));
+            let tool =
+                builtin(&name).or_else(|| custom.get(&name).map(|def| Arc::new(custom::Custom::new(&name, def.clone())) as Arc<dyn Tool>));
             match tool {
                 Some(tool) => set.tools.push(tool),
                 None => set.undefined.push(name),

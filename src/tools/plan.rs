@@ -204,7 +204,11 @@ mod tests {
         let path = ws.path().join(".cicy/plan.json");
         let expected = "{\n  \"todos\": [\n    {\n      \"id\": \"1\",\n      \"content\": \"Read the spec\",\n      \"status\": \"completed\"\n    },\n    {\n      \"id\": \"2\",\n      \"content\": \"Write the code\",\n      \"status\": \"in_progress\"\n    },\n    {\n      \"id\": \"3\",\n      \"content\": \"Test\",\n      \"status\": \"pending\"\n    }\n  ]\n}\n";
         assert_eq!(std::fs::read_to_string(&path).unwrap(), expected);
-        let todos = vec![todo("1", "Read the spec", Status::Completed), todo("2", "Write the code", Status::InProgress), todo("3", "Test", Status::Pending)];
+        let todos = vec![
+            todo("1", "Read the spec", Status::Completed),
+            todo("2", "Write the code", Status::InProgress),
+            todo("3", "Test", Status::Pending),
+        ];
         assert_eq!(*seen.lock().unwrap(), [EventKind::PlanChange { todos }]);
         assert_eq!(serde_json::to_value(&seen.lock().unwrap()[0]).unwrap()["type"], "plan_change");
 
@@ -220,7 +224,10 @@ mod tests {
             {"id": "a", "content": "x", "status": "in_progress"},
             {"id": "b", "content": "y", "status": "in_progress"}
         ]});
-        assert_eq!(run(&two, &ctx), ToolOutput::error("error: 2 todos are in_progress (a, b); at most one may be; the plan was not changed"));
+        assert_eq!(
+            run(&two, &ctx),
+            ToolOutput::error("error: 2 todos are in_progress (a, b); at most one may be; the plan was not changed")
+        );
         let twice = json!({"todos": [{"id": "a", "content": "x", "status": "pending"}, {"id": "a", "content": "y", "status": "pending"}]});
         assert_eq!(run(&twice, &ctx), ToolOutput::error("error: the id \"a\" is used twice; the plan was not changed"));
         let blank = json!({"todos": [{"id": " ", "content": "x", "status": "pending"}]});
@@ -228,7 +235,13 @@ mod tests {
         let bad_status = json!({"todos": [{"id": "a", "content": "x", "status": "done"}]});
         let out = run(&bad_status, &ctx);
         assert!(out.is_error);
-        assert!(out.content.starts_with("error: invalid input: unknown variant `done`, expected one of `pending`, `in_progress`, `completed`, `cancelled`"), "{}", out.content);
+        assert!(
+            out.content.starts_with(
+                "error: invalid input: unknown variant `done`, expected one of `pending`, `in_progress`, `completed`, `cancelled`"
+            ),
+            "{}",
+            out.content
+        );
         assert!(run(&json!({}), &ctx).content.starts_with("error: invalid input: missing field `todos`"));
         assert!(!ws.path().join(".cicy/plan.json").exists());
         assert!(seen.lock().unwrap().is_empty());

@@ -97,11 +97,8 @@ pub struct Finished {
 /// Runs `job` to its end (exit, timeout or `ctx.cancel`). Errors: bash could not be started
 /// (the text is a complete `tool_result`).
 pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
-    let mut child = bash(job, ctx)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|err| format!("failed to start bash: {err}"))?;
+    let mut child =
+        bash(job, ctx).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|err| format!("failed to start bash: {err}"))?;
     let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
     let mut pipes = Pipes::take_from(&mut child);
     let mut out = Collector::new(job.output_limit);
@@ -146,11 +143,8 @@ pub(crate) struct Logged {
 /// Errors: bash could not be started, or `log` could not be shared with it.
 pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, String> {
     let err = log.try_clone().map_err(|e| format!("cannot share the log file: {e}"))?;
-    let mut child = bash(job, ctx)
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(err))
-        .spawn()
-        .map_err(|err| format!("failed to start bash: {err}"))?;
+    let mut child =
+        bash(job, ctx).stdout(Stdio::from(log)).stderr(Stdio::from(err)).spawn().map_err(|err| format!("failed to start bash: {err}"))?;
     let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
     Ok(Logged { child, group })
 }
@@ -289,12 +283,7 @@ struct Pipes {
 
 impl Pipes {
     fn take_from(child: &mut Child) -> Self {
-        Self {
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-            buf_out: vec![0; READ_CHUNK],
-            buf_err: vec![0; READ_CHUNK],
-        }
+        Self { stdout: child.stdout.take(), stderr: child.stderr.take(), buf_out: vec![0; READ_CHUNK], buf_err: vec![0; READ_CHUNK] }
     }
 
     fn is_open(&self) -> bool {
@@ -344,9 +333,7 @@ mod tests {
     }
 
     fn names(dir: &Path) -> Vec<String> {
-        std::fs::read_dir(dir)
-            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default()
+        std::fs::read_dir(dir).map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default()
     }
 
     #[tokio::test]

@@ -95,10 +95,9 @@ pub enum Reaped {
 impl fmt::Display for Reaped {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Reaped::Killed { pgid, label } => write!(
-                f,
-                "killed the process group {pgid} of a tool left running by an interrupted turn ({label})"
-            ),
+            Reaped::Killed { pgid, label } => {
+                write!(f, "killed the process group {pgid} of a tool left running by an interrupted turn ({label})")
+            }
             Reaped::Failed { problem } => write!(f, "checking for tools left running: {problem}"),
         }
     }
@@ -146,8 +145,7 @@ pub fn reap(dir: &Path) -> Vec<Reaped> {
 
 fn read_record(path: &Path) -> Result<Record, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let record: Record =
-        serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a running-tool record: {e}", path.display()))?;
+    let record: Record = serde_json::from_slice(&bytes).map_err(|e| format!("{} is not a running-tool record: {e}", path.display()))?;
     // kill(-1) would signal every process we may signal, kill(0) our own group.
     if record.pgid <= 1 {
         return Err(format!("{}: process group {} is not a tool's", path.display(), record.pgid));
@@ -207,11 +205,7 @@ fn read_stat(pid: i32) -> io::Result<Option<Stat>> {
 fn parse_stat(text: &str) -> Option<Stat> {
     let (_, rest) = text.rsplit_once(')')?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(Stat {
-        state: fields.first()?.chars().next()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start_time: fields.get(19)?.parse().ok()?,
-    })
+    Some(Stat { state: fields.first()?.chars().next()?, pgrp: fields.get(2)?.parse().ok()?, start_time: fields.get(19)?.parse().ok()? })
 }
 
 /// How many processes of group `pgid` are alive (zombies have ended and are not counted).
@@ -278,9 +272,8 @@ pub(super) mod tests {
     }
 
     fn files(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
-            .unwrap_or_default();
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).map(|d| d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
         names.sort();
         names
     }

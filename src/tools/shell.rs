@@ -123,8 +123,7 @@ struct Request {
 impl Request {
     /// Errors are complete `tool_result` texts naming the offending field.
     fn parse(input: &Value, workspace: &Path) -> Result<Self, String> {
-        let command = string_field(input, "command")?
-            .ok_or("invalid input: \"command\" is required (a bash command line)")?;
+        let command = string_field(input, "command")?.ok_or("invalid input: \"command\" is required (a bash command line)")?;
         if command.trim().is_empty() {
             return Err("invalid input: \"command\" must not be empty".into());
         }
@@ -133,22 +132,11 @@ impl Request {
             None => (workspace.to_path_buf(), "workspace"),
         };
         if !cwd.is_dir() {
-            let problem = if cwd.exists() {
-                "is not a directory"
-            } else {
-                "does not exist"
-            };
-            return Err(format!(
-                "invalid input: {label} {problem}: {}",
-                cwd.display()
-            ));
+            let problem = if cwd.exists() { "is not a directory" } else { "does not exist" };
+            return Err(format!("invalid input: {label} {problem}: {}", cwd.display()));
         }
         let timeout_secs = parse_timeout(input.get("timeout"))?;
-        Ok(Self {
-            command: command.to_owned(),
-            cwd,
-            timeout_secs,
-        })
+        Ok(Self { command: command.to_owned(), cwd, timeout_secs })
     }
 }
 
@@ -157,9 +145,7 @@ fn string_field<'a>(input: &'a Value, name: &str) -> Result<Option<&'a str>, Str
     match input.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => Ok(Some(text)),
-        Some(other) => Err(format!(
-            "invalid input: \"{name}\" must be a string, got {other}"
-        )),
+        Some(other) => Err(format!("invalid input: \"{name}\" must be a string, got {other}")),
     }
 }
 
@@ -170,9 +156,7 @@ fn parse_timeout(value: Option<&Value>) -> Result<u64, String> {
         None | Some(Value::Null) => Ok(DEFAULT_TIMEOUT_SECS),
         Some(got) => match got.as_u64() {
             Some(secs) if secs > 0 => Ok(secs.min(MAX_TIMEOUT_SECS)),
-            _ => Err(format!(
-                "invalid input: \"timeout\" must be a positive whole number of seconds, got {got}"
-            )),
+            _ => Err(format!("invalid input: \"timeout\" must be a positive whole number of seconds, got {got}")),
         },
     }
 }
@@ -190,8 +174,7 @@ mod tests {
     /// Runs the tool, failing the test instead of hanging it if the call does not return.
     async fn shell(input: Value, ctx: &ToolContext) -> ToolOutput {
         let call = tokio::time::timeout(Duration::from_secs(20), run(&input, ctx));
-        call.await
-            .unwrap_or_else(|_| panic!("shell did not return within 20 s for {input}"))
+        call.await.unwrap_or_else(|_| panic!("shell did not return within 20 s for {input}"))
     }
 
     /// Whether process `pid` (printed by a command) has ended or ends within 30 s: generous, so
@@ -201,10 +184,7 @@ mod tests {
     }
 
     fn output(content: &str, is_error: bool) -> ToolOutput {
-        ToolOutput {
-            content: content.to_owned(),
-            is_error,
-        }
+        ToolOutput { content: content.to_owned(), is_error }
     }
 
     #[test]
@@ -214,17 +194,8 @@ mod tests {
         for (secs, clamped) in [(1, 1), (1800, 1800), (99_999, 1800), (u64::MAX, 1800)] {
             assert_eq!(parse_timeout(Some(&json!(secs))), Ok(clamped));
         }
-        for bad in [
-            json!(0),
-            json!(-5),
-            json!(1.5),
-            json!(10.0),
-            json!("10"),
-            json!(true),
-        ] {
-            let expected = format!(
-                "invalid input: \"timeout\" must be a positive whole number of seconds, got {bad}"
-            );
+        for bad in [json!(0), json!(-5), json!(1.5), json!(10.0), json!("10"), json!(true)] {
+            let expected = format!("invalid input: \"timeout\" must be a positive whole number of seconds, got {bad}");
             assert_eq!(parse_timeout(Some(&bad)), Err(expected));
         }
     }
@@ -240,43 +211,19 @@ mod tests {
             (json!({}), required.to_owned()),
             (json!("true"), required.to_owned()),
             (json!({"command": null}), required.to_owned()),
-            (
-                json!({"command": 5}),
-                "\"command\" must be a string, got 5".to_owned(),
-            ),
-            (
-                json!({"command": " \n"}),
-                "\"command\" must not be empty".to_owned(),
-            ),
-            (
-                json!({"command": "true", "cwd": 1}),
-                "\"cwd\" must be a string, got 1".to_owned(),
-            ),
-            (
-                json!({"command": "true", "cwd": "no"}),
-                format!("\"cwd\" does not exist: {}", path("no")),
-            ),
-            (
-                json!({"command": "1", "cwd": "file"}),
-                format!("\"cwd\" is not a directory: {}", path("file")),
-            ),
-            (
-                json!({"command": "true", "timeout": 0}),
-                "\"timeout\" must be a positive whole number of seconds, got 0".to_owned(),
-            ),
+            (json!({"command": 5}), "\"command\" must be a string, got 5".to_owned()),
+            (json!({"command": " \n"}), "\"command\" must not be empty".to_owned()),
+            (json!({"command": "true", "cwd": 1}), "\"cwd\" must be a string, got 1".to_owned()),
+            (json!({"command": "true", "cwd": "no"}), format!("\"cwd\" does not exist: {}", path("no"))),
+            (json!({"command": "1", "cwd": "file"}), format!("\"cwd\" is not a directory: {}", path("file"))),
+            (json!({"command": "true", "timeout": 0}), "\"timeout\" must be a positive whole number of seconds, got 0".to_owned()),
         ];
         for (input, message) in cases {
-            assert_eq!(
-                shell(input, &ctx).await,
-                output(&format!("invalid input: {message}"), true)
-            );
+            assert_eq!(shell(input, &ctx).await, output(&format!("invalid input: {message}"), true));
         }
         let gone = format!("invalid input: workspace does not exist: {}", path("gone"));
         let input = json!({"command": "true"});
-        assert_eq!(
-            shell(input, &context(&dir.path().join("gone"))).await,
-            output(&gone, true)
-        );
+        assert_eq!(shell(input, &context(&dir.path().join("gone"))).await, output(&gone, true));
     }
 
     #[tokio::test]
@@ -315,10 +262,7 @@ mod tests {
             (leader, "leader\nexit code: 0", false),
         ];
         for (command, content, is_error) in cases {
-            assert_eq!(
-                shell(json!({"command": command}), &ctx).await,
-                output(content, is_error)
-            );
+            assert_eq!(shell(json!({"command": command}), &ctx).await, output(content, is_error));
         }
     }
 
@@ -337,16 +281,9 @@ mod tests {
         std::fs::create_dir(workspace.join("sub")).unwrap();
         let ctx = context(&workspace);
         let sub = workspace.join("sub");
-        for (cwd, expected) in [
-            (json!(null), &*workspace),
-            (json!("sub"), &sub),
-            (json!("/"), Path::new("/")),
-        ] {
+        for (cwd, expected) in [(json!(null), &*workspace), (json!("sub"), &sub), (json!("/"), Path::new("/"))] {
             let out = shell(json!({"command": "pwd", "cwd": cwd}), &ctx).await;
-            assert_eq!(
-                out,
-                output(&format!("{}\nexit code: 0", expected.display()), false)
-            );
+            assert_eq!(out, output(&format!("{}\nexit code: 0", expected.display()), false));
         }
     }
 
@@ -374,10 +311,7 @@ mod tests {
         let out = shell(json!({"command": "sleep 30 & echo hi"}), &ctx).await;
         assert_eq!(out, output("hi\nexit code: 0", false));
         let out = shell(json!({"command": "sleep 30 & echo $!"}), &ctx).await;
-        let pid = out
-            .content
-            .strip_suffix("\nexit code: 0")
-            .unwrap_or_else(|| panic!("{out:?}"));
+        let pid = out.content.strip_suffix("\nexit code: 0").unwrap_or_else(|| panic!("{out:?}"));
         assert!(ended(pid).await, "background sleep {pid} survived");
     }
 
@@ -386,17 +320,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let input = json!({"command": "echo before; sleep 30; echo after", "timeout": 2});
-        assert_eq!(
-            shell(input, &ctx).await,
-            output("before\ntimed out after 2 s", true)
-        );
+        assert_eq!(shell(input, &ctx).await, output("before\ntimed out after 2 s", true));
         // SIGTERM is ignored here (and by the inherited `sleep`), so only the SIGKILL ends it.
         let input = json!({"command": "trap '' TERM; sleep 30 & echo $!; wait", "timeout": 2});
         let out = shell(input, &ctx).await;
-        let pid = out
-            .content
-            .strip_suffix("\ntimed out after 2 s")
-            .unwrap_or_else(|| panic!("{out:?}"));
+        let pid = out.content.strip_suffix("\ntimed out after 2 s").unwrap_or_else(|| panic!("{out:?}"));
         assert!(out.is_error && pid.parse::<u32>().is_ok(), "{out:?}");
         assert!(ended(pid).await, "sleep {pid} survived SIGKILL");
     }
@@ -411,10 +339,7 @@ mod tests {
             token.cancel();
         });
         let input = json!({"command": "echo started; echo > started; sleep 30"});
-        assert_eq!(
-            shell(input, &ctx).await,
-            output("started\ncancelled by user", true)
-        );
+        assert_eq!(shell(input, &ctx).await, output("started\ncancelled by user", true));
         let input = json!({"command": "touch again"});
         assert_eq!(shell(input, &ctx).await, output("cancelled by user", true));
         assert!(!dir.path().join("again").exists());

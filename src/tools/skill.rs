@@ -87,9 +87,7 @@ pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
     match input.get("name") {
         None | Some(Value::Null) => ToolOutput::ok(list_text(&ctx.skills_dir, &project_dir(&ctx.workspace))),
         Some(Value::String(name)) => read_skill(ctx, name),
-        Some(other) => ToolOutput::error(format!(
-            "invalid input: \"name\" must be a string, got {other}"
-        )),
+        Some(other) => ToolOutput::error(format!("invalid input: \"name\" must be a string, got {other}")),
     }
 }
 
@@ -104,10 +102,7 @@ pub fn project_dir(workspace: &Path) -> PathBuf {
 /// unreadable skills dir gives no skills. The same files always give the same list, so the
 /// prompt bytes stay stable.
 pub fn list_skills(global: &Path, project: &Path) -> Vec<SkillInfo> {
-    scan_all(global, project)
-        .into_iter()
-        .map(|skill| skill.info)
-        .collect()
+    scan_all(global, project).into_iter().map(|skill| skill.info).collect()
 }
 
 /// A skill, the folder it was found in (which may differ from its front-matter name) and the
@@ -136,10 +131,7 @@ pub(crate) fn scan_all(global: &Path, project: &Path) -> Vec<Installed> {
 
 /// The skill `name` names: by folder first, else by listed name.
 pub(crate) fn find<'a>(skills: &'a [Installed], name: &str) -> Option<&'a Installed> {
-    skills
-        .iter()
-        .find(|skill| skill.folder == name)
-        .or_else(|| skills.iter().find(|skill| skill.info.name == name))
+    skills.iter().find(|skill| skill.folder == name).or_else(|| skills.iter().find(|skill| skill.info.name == name))
 }
 
 fn scan(skills_dir: &Path) -> Vec<Installed> {
@@ -171,21 +163,14 @@ fn read_info(folder: &str, path: &Path) -> (SkillInfo, Option<Vec<String>>, Opti
         Ok(front) => {
             let name = one_line(front.name.as_deref().unwrap_or_default());
             let info = SkillInfo {
-                name: if name.is_empty() {
-                    folder.to_owned()
-                } else {
-                    name
-                },
+                name: if name.is_empty() { folder.to_owned() } else { name },
                 description: one_line(front.description.as_deref().unwrap_or_default()),
             };
             (info, front.allowed_tools.map(|t| t.0), None)
         }
         Err(problem) => {
             let problem = one_line(&problem);
-            let info = SkillInfo {
-                name: folder.to_owned(),
-                description: format!("({problem})"),
-            };
+            let info = SkillInfo { name: folder.to_owned(), description: format!("({problem})") };
             (info, None, Some(problem))
         }
     }
@@ -246,8 +231,7 @@ fn front_matter(text: &str) -> Result<FrontMatter, String> {
             if yaml.trim().is_empty() {
                 return Ok(FrontMatter::default());
             }
-            return serde_yaml::from_str(&yaml)
-                .map_err(|err| format!("front matter could not be parsed: {err}"));
+            return serde_yaml::from_str(&yaml).map_err(|err| format!("front matter could not be parsed: {err}"));
         }
         yaml.push_str(line);
     }
@@ -257,9 +241,7 @@ fn front_matter(text: &str) -> Result<FrontMatter, String> {
 /// Lossy UTF-8 without a BOM and with `\n` line ends.
 fn normalize(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    text.strip_prefix('\u{feff}')
-        .unwrap_or(&text)
-        .replace("\r\n", "\n")
+    text.strip_prefix('\u{feff}').unwrap_or(&text).replace("\r\n", "\n")
 }
 
 /// Collapses whitespace runs (a folded YAML description, a multi-line error) to single spaces.
@@ -298,15 +280,9 @@ fn read_skill(ctx: &ToolContext, name: &str) -> ToolOutput {
     }
     let skills = scan_all(&ctx.skills_dir, &project_dir(&ctx.workspace));
     let Some(skill) = find(&skills, name) else {
-        let names: Vec<&str> = skills
-            .iter()
-            .map(|skill| skill.info.name.as_str())
-            .collect();
-        let installed = if names.is_empty() {
-            "no skills are installed".to_owned()
-        } else {
-            format!("installed skills: {}", names.join(", "))
-        };
+        let names: Vec<&str> = skills.iter().map(|skill| skill.info.name.as_str()).collect();
+        let installed =
+            if names.is_empty() { "no skills are installed".to_owned() } else { format!("installed skills: {}", names.join(", ")) };
         return ToolOutput::error(format!("unknown skill {name:?}; {installed}"));
     };
     let path = skill.dir.join(&skill.folder).join("SKILL.md");
@@ -351,17 +327,11 @@ mod tests {
     }
 
     fn info(name: &str, description: &str) -> SkillInfo {
-        SkillInfo {
-            name: name.to_owned(),
-            description: description.to_owned(),
-        }
+        SkillInfo { name: name.to_owned(), description: description.to_owned() }
     }
 
     fn output(content: &str, is_error: bool) -> ToolOutput {
-        ToolOutput {
-            content: content.to_owned(),
-            is_error,
-        }
+        ToolOutput { content: content.to_owned(), is_error }
     }
 
     #[test]
@@ -375,33 +345,16 @@ mod tests {
     fn skills_are_listed_in_folder_order_with_front_matter_names_and_fallbacks() {
         let dir = tempfile::tempdir().unwrap();
         let skills = dir.path();
-        install(
-            skills,
-            "b-pdf",
-            "---\nname: pdf\ndescription: Fill PDF forms.\n---\n# PDF\n",
-        );
+        install(skills, "b-pdf", "---\nname: pdf\ndescription: Fill PDF forms.\n---\n# PDF\n");
         install(skills, "a-plain", "# No front matter\n");
-        install(
-            skills,
-            "c-unnamed",
-            "---\ndescription: >\n  Folded\n  text.\n---\nbody\n",
-        );
+        install(skills, "c-unnamed", "---\ndescription: >\n  Folded\n  text.\n---\nbody\n");
         install(skills, "d-empty", "---\n---\nbody\n");
-        install(
-            skills,
-            "e-extra",
-            "---\nname: ' x '\nlicense: MIT\nmetadata: {a: 1}\n---\n",
-        );
+        install(skills, "e-extra", "---\nname: ' x '\nlicense: MIT\nmetadata: {a: 1}\n---\n");
         install(skills, ".hidden", "---\nname: hidden\n---\n");
         fs::create_dir(skills.join("no-skill-md")).unwrap();
         fs::write(skills.join("README.md"), "not a skill").unwrap();
-        let expected = [
-            info("a-plain", ""),
-            info("pdf", "Fill PDF forms."),
-            info("c-unnamed", "Folded text."),
-            info("d-empty", ""),
-            info("x", ""),
-        ];
+        let expected =
+            [info("a-plain", ""), info("pdf", "Fill PDF forms."), info("c-unnamed", "Folded text."), info("d-empty", ""), info("x", "")];
         assert_eq!(list_skills(skills, &skills.join("none")), expected);
     }
 
@@ -435,22 +388,14 @@ mod tests {
     #[test]
     fn a_bom_and_crlf_line_ends_are_tolerated() {
         let dir = tempfile::tempdir().unwrap();
-        install(
-            dir.path(),
-            "win",
-            "\u{feff}---\r\nname: win\r\ndescription: CRLF.\r\n---\r\nx\r\n",
-        );
+        install(dir.path(), "win", "\u{feff}---\r\nname: win\r\ndescription: CRLF.\r\n---\r\nx\r\n");
         assert_eq!(list_skills(dir.path(), &dir.path().join("none")), [info("win", "CRLF.")]);
     }
 
     #[test]
     fn a_broken_skill_md_is_listed_with_a_note() {
         let dir = tempfile::tempdir().unwrap();
-        install(
-            dir.path(),
-            "bad-yaml",
-            "---\ndescription: use when: editing\n---\n",
-        );
+        install(dir.path(), "bad-yaml", "---\ndescription: use when: editing\n---\n");
         install(dir.path(), "ok", "---\nname: ok\ndescription: Fine.\n---\n");
         install(dir.path(), "unclosed", "---\nname: unclosed\n");
         install(dir.path(), "wrong-type", "---\nname: [a, b]\n---\n");
@@ -469,24 +414,14 @@ mod tests {
     async fn without_a_name_the_tool_lists_installed_skills() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        assert_eq!(
-            run(&json!({}), &ctx).await,
-            output("No skills installed.", false)
-        );
-        install(
-            dir.path(),
-            "pdf",
-            "---\nname: pdf\ndescription: Fill PDF forms.\n---\n",
-        );
+        assert_eq!(run(&json!({}), &ctx).await, output("No skills installed.", false));
+        install(dir.path(), "pdf", "---\nname: pdf\ndescription: Fill PDF forms.\n---\n");
         install(dir.path(), "notes", "just text\n");
         let listing = "Installed skills (read one with {\"name\": \"<name>\"}):\n\
                        - notes\n\
                        - pdf: Fill PDF forms.";
         assert_eq!(run(&json!({}), &ctx).await, output(listing, false));
-        assert_eq!(
-            run(&json!({"name": null}), &ctx).await,
-            output(listing, false)
-        );
+        assert_eq!(run(&json!({"name": null}), &ctx).await, output(listing, false));
     }
 
     #[tokio::test]
@@ -495,19 +430,9 @@ mod tests {
         let ctx = context(dir.path());
         let text = "---\nname: pdf\ndescription: Fill PDF forms.\n---\n# PDF\n\nSteps.\n";
         install(dir.path(), "pdf-tools", text);
-        install(
-            dir.path(),
-            "win",
-            "\u{feff}---\r\nname: win\r\n---\r\nbody\r\n",
-        );
-        assert_eq!(
-            run(&json!({"name": "pdf-tools"}), &ctx).await,
-            output(text, false)
-        );
-        assert_eq!(
-            run(&json!({"name": "pdf"}), &ctx).await,
-            output(text, false)
-        );
+        install(dir.path(), "win", "\u{feff}---\r\nname: win\r\n---\r\nbody\r\n");
+        assert_eq!(run(&json!({"name": "pdf-tools"}), &ctx).await, output(text, false));
+        assert_eq!(run(&json!({"name": "pdf"}), &ctx).await, output(text, false));
         let win = "---\nname: win\n---\nbody\n";
         assert_eq!(run(&json!({"name": "win"}), &ctx).await, output(win, false));
         fs::create_dir(dir.path().join("latin1")).unwrap();
@@ -521,33 +446,21 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let unknown = "unknown skill \"pdf\"; no skills are installed";
-        assert_eq!(
-            run(&json!({"name": "pdf"}), &ctx).await,
-            output(unknown, true)
-        );
+        assert_eq!(run(&json!({"name": "pdf"}), &ctx).await, output(unknown, true));
         install(dir.path(), "b", "---\nname: beta\n---\n");
         install(dir.path(), "a", "---\nname: alpha\n---\n");
         let unknown = "unknown skill \"pdf\"; installed skills: alpha, beta";
-        assert_eq!(
-            run(&json!({"name": "pdf"}), &ctx).await,
-            output(unknown, true)
-        );
+        assert_eq!(run(&json!({"name": "pdf"}), &ctx).await, output(unknown, true));
         let empty = "invalid input: \"name\" must not be empty";
         assert_eq!(run(&json!({"name": ""}), &ctx).await, output(empty, true));
         let not_string = "invalid input: \"name\" must be a string, got 3";
-        assert_eq!(
-            run(&json!({"name": 3}), &ctx).await,
-            output(not_string, true)
-        );
+        assert_eq!(run(&json!({"name": 3}), &ctx).await, output(not_string, true));
         for name in ["a/b", "a\\b", "..", "../a", "a..b", ".hidden", "."] {
             let rejected = format!(
                 "invalid input: \"name\" must be a skill name without \"/\", \"\\\", \"..\" or a \
                  leading \".\", got {name:?}"
             );
-            assert_eq!(
-                run(&json!({"name": name}), &ctx).await,
-                output(&rejected, true)
-            );
+            assert_eq!(run(&json!({"name": name}), &ctx).await, output(&rejected, true));
         }
     }
 
@@ -562,7 +475,15 @@ mod tests {
         let got: Vec<(Option<Vec<String>>, Option<String>)> = all.iter().map(|s| (s.allowed_tools.clone(), s.problem.clone())).collect();
         let tools = |t: &[&str]| Some(t.iter().map(|t| t.to_string()).collect::<Vec<_>>());
         let bad = "front matter could not be parsed: allowed-tools: invalid type: map, expected a list of tool names or a string of names separated by commas at line 1 column 16";
-        assert_eq!(got, [(tools(&["ls", "read_file"]), None), (tools(&["grep", "glob", "shell"]), None), (tools(&["ls"]), None), (None, Some(bad.to_string()))]);
+        assert_eq!(
+            got,
+            [
+                (tools(&["ls", "read_file"]), None),
+                (tools(&["grep", "glob", "shell"]), None),
+                (tools(&["ls"]), None),
+                (None, Some(bad.to_string()))
+            ]
+        );
     }
 
     #[tokio::test]

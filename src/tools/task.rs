@@ -101,6 +101,9 @@ mod tests {
             Task.run(&json!({"description": "x", "subagent_type": " "}), &ctx).await,
             ToolOutput::error("error: task needs `subagent_type`: a non-empty string")
         );
-        assert_eq!(Task.run(&json!({"description": "x", "subagent_type": "general-purpose"}), &ctx).await, ToolOutput::error(NESTED_RESULT));
+        assert_eq!(
+            Task.run(&json!({"description": "x", "subagent_type": "general-purpose"}), &ctx).await,
+            ToolOutput::error(NESTED_RESULT)
+        );
     }
 }

@@ -99,7 +99,9 @@ impl State {
                 // A full pipe: the watchdog is stopped or far behind. Waiting would block this
                 // thread on it, so the line is given up and the reaper covers that group.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    tracing::warn!("the tool watchdog is not reading; a tool left running by a crash now is only killed at the agent's next start");
+                    tracing::warn!(
+                        "the tool watchdog is not reading; a tool left running by a crash now is only killed at the agent's next start"
+                    );
                     return false;
                 }
                 Err(_) => watchdog.end(),

@@ -23,7 +23,9 @@ pub(super) fn warn_large(t: &Turn<'_>, specs: &[ToolSpec]) {
     let agents = cut::estimate_tokens(&t.m.agents_md);
     if agents > w / 2 {
         t.events.emit(EventKind::System {
-            text: format!("AGENTS.md takes ~{agents} tokens, more than half of the model's context window ({w} tokens); every request carries it"),
+            text: format!(
+                "AGENTS.md takes ~{agents} tokens, more than half of the model's context window ({w} tokens); every request carries it"
+            ),
         });
     }
     if let Some(msg) = turn_message(t) {
@@ -44,7 +46,9 @@ pub(super) fn warn_large_results(t: &Turn<'_>) {
     let tokens = cut::message_tokens(msg);
     if tokens > w / 2 {
         t.events.emit(EventKind::System {
-            text: format!("the tool results of this round take ~{tokens} tokens, more than half of the model's context window ({w} tokens)"),
+            text: format!(
+                "the tool results of this round take ~{tokens} tokens, more than half of the model's context window ({w} tokens)"
+            ),
         });
     }
 }
@@ -125,7 +129,10 @@ pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -
         )
     } else {
         let counted_note = counted.filter(|c| c.stated > c.estimated).map_or(String::new(), |c| {
-            format!(" as the gateway counts (the gateway counted {} tokens for the refused request, estimated at ~{})", c.stated, c.estimated)
+            format!(
+                " as the gateway counts (the gateway counted {} tokens for the refused request, estimated at ~{})",
+                c.stated, c.estimated
+            )
         });
         format!(
             "the message is too large to send: {} bytes, ~{tokens} tokens{counted_note}; the context window of model {model} is {w} tokens, and with the system prompt, AGENTS.md and {} tokens for the answer at most ~{} tokens of message fit. {nothing}; the message is kept in the history. Send it in smaller parts, or save it as a file in the workspace and ask about the file",

@@ -30,8 +30,8 @@ use crate::hooks::{Hooks, TurnIds};
 
 pub use send::ROUND_RERUNS;
 pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
-pub use tools::CANCELLED_RESULT;
 pub(crate) use tools::tool_context;
+pub use tools::CANCELLED_RESULT;
 
 pub use crate::conversation::outcome::{marker_of, Outcome};
 
@@ -63,16 +63,14 @@ enum Start {
     /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory
     /// and no `before_prompt` hook is asked (the parent's tool call already was).
     Sub(String),
-    Resume { history_id: u64, text: String },
+    Resume {
+        history_id: u64,
+        text: String,
+    },
 }
 
 /// Runs one user turn ([`run_turn_with`] without steering).
-pub async fn run_turn(
-    session: &mut Session,
-    text: &str,
-    events: &Emitter,
-    cancel: &CancellationToken,
-) -> Result<TurnOutcome, AgentError> {
+pub async fn run_turn(session: &mut Session, text: &str, events: &Emitter, cancel: &CancellationToken) -> Result<TurnOutcome, AgentError> {
     run_turn_with(session, text, events, cancel, &Steering::default()).await
 }
 
@@ -129,11 +127,7 @@ async fn run_new_turn(
 }
 
 /// [`retry_turn_with`] without steering.
-pub async fn retry_turn(
-    session: &mut Session,
-    events: &Emitter,
-    cancel: &CancellationToken,
-) -> Result<Option<TurnOutcome>, AgentError> {
+pub async fn retry_turn(session: &mut Session, events: &Emitter, cancel: &CancellationToken) -> Result<Option<TurnOutcome>, AgentError> {
     retry_turn_with(session, events, cancel, &Steering::default()).await
 }
 
@@ -188,7 +182,12 @@ async fn run_user_turn(
     let window = crate::compact::settings(session, &m).context_window;
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
     let turn_id = uuid::Uuid::new_v4().to_string();
-    let ids = TurnIds { agent_id: &session.record.id, conv_id: &session.current.conversation_id, turn_id: &turn_id, workspace: &session.record.workspace };
+    let ids = TurnIds {
+        agent_id: &session.record.id,
+        conv_id: &session.current.conversation_id,
+        turn_id: &turn_id,
+        workspace: &session.record.workspace,
+    };
     let role_dir = session.home.roles_dir().join(&m.template.slug);
     let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || tools::tool_context(session, &m, cancel, events), events, ids);
     // A hook may refuse or change the prompt before anything of the turn is written.
@@ -227,10 +226,7 @@ async fn run_user_turn(
         ..ReplyFile::idle(&cur.conversation_id, &m.model)
     };
     session.store.save_turn(&mut session.current, &reply)?;
-    events.emit(EventKind::TurnStarted {
-        turn_id: reply.turn_id.clone(),
-        conv_id: session.current.conversation_id.clone(),
-    });
+    events.emit(EventKind::TurnStarted { turn_id: reply.turn_id.clone(), conv_id: session.current.conversation_id.clone() });
     // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`); after
     // the user message is stored, so a slow server start loses nothing.
     m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
@@ -257,7 +253,6 @@ async fn run_user_turn(
     events.emit(EventKind::TurnEnded { outcome: ended });
     Ok(ended)
 }
-
 
 /// Appends the outcome marker. After a partial answer a failed round kept, the marker ends that
 /// message instead, so roles still alternate and `marker_of` finds it.

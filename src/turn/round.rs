@@ -76,7 +76,9 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
             _ if t.hooks.aborted() => return Ok(Some(Outcome::Blocked)),
             Ran::All => {
                 if let Some(results) = t.session.current.messages.last() {
-                    t.hooks.after_tool_batch(&resp.content, &results.content.to_blocks(), resp.stop_reason.as_ref().map(StopReason::as_str)).await;
+                    t.hooks
+                        .after_tool_batch(&resp.content, &results.content.to_blocks(), resp.stop_reason.as_ref().map(StopReason::as_str))
+                        .await;
                 }
                 if t.hooks.aborted() {
                     return Ok(Some(Outcome::Blocked));
@@ -211,7 +213,8 @@ fn undo_compaction(t: &mut Turn<'_>, before: Vec<Message>) -> String {
         return format!("{still}; the next question will not carry this message. Send a shorter message, or use /compact or /clear");
     }
     t.session.current.messages = before;
-    t.events.emit(EventKind::System { text: "the compaction made for this turn was undone: the history is as it was before it".to_string() });
+    t.events
+        .emit(EventKind::System { text: "the compaction made for this turn was undone: the history is as it was before it".to_string() });
     format!(
         "{still} after compacting, so the compaction was undone; the next question will not carry this message. Send a shorter message, or use /compact or /clear"
     )

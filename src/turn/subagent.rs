@@ -23,8 +23,8 @@ use crate::conversation::history::{CurrentFile, HistoryStore};
 use crate::conversation::message::Role;
 use crate::event::{preview, Emitter, EventKind, SubagentOutcome, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::role::{self, ToolConfig};
-use crate::tools::{plan, skill_guard};
 use crate::tools::task::{self, Spawn, GENERAL_PURPOSE};
+use crate::tools::{plan, skill_guard};
 use crate::tools::{ToolContext, ToolOutput, ToolSet};
 
 /// Starts the sub-agents of one parent turn.
@@ -70,8 +70,9 @@ impl Spawner {
         } else {
             let s = &self.seed;
             let tool_cfg = ToolConfig::load(&s.home).map_err(|e| format!("error: subagent_type `{subagent_type}`: {e}"))?;
-            let mut template = role::load_template(&s.home, subagent_type, &tool_cfg)
-                .map_err(|e| format!("error: subagent_type `{subagent_type}` is neither `{GENERAL_PURPOSE}` nor a usable role template: {e}"))?;
+            let mut template = role::load_template(&s.home, subagent_type, &tool_cfg).map_err(|e| {
+                format!("error: subagent_type `{subagent_type}` is neither `{GENERAL_PURPOSE}` nor a usable role template: {e}")
+            })?;
             under_parent_policy(&mut template, &self.parent);
             let seeded = role::seed_agents_md(&template.role_md, &s.record.id, &s.record.title, &s.record.workspace);
             TurnMaterials {
@@ -189,7 +190,9 @@ fn result_of(
             ToolOutput::error(format!("error: the sub-agent did not finish within {} s and was stopped", timeout.as_secs())),
         ),
         Ok(TurnOutcome::Cancelled) => (SubagentOutcome::Cancelled, ToolOutput::error(super::CANCELLED_RESULT)),
-        Ok(TurnOutcome::Blocked) => (SubagentOutcome::Blocked, ToolOutput::error(format!("error: the sub-agent's turn was blocked{because}"))),
+        Ok(TurnOutcome::Blocked) => {
+            (SubagentOutcome::Blocked, ToolOutput::error(format!("error: the sub-agent's turn was blocked{because}")))
+        }
         Ok(TurnOutcome::Failed) => (SubagentOutcome::Failed, ToolOutput::error(format!("error: the sub-agent's turn failed{because}"))),
         Err(e) => (SubagentOutcome::Failed, ToolOutput::error(format!("error: the sub-agent could not run: {e}"))),
     }

@@ -17,12 +17,12 @@ use serde_json::Value;
 
 use super::round::{append, Turn};
 use super::steer::{Steering, INTERRUPTED_RESULT};
+use super::subagent::Spawner;
 use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::conversation::message::{Content, ContentBlock, Message};
 use crate::event::{preview, Emitter, EventKind, TOOL_RESULT_PREVIEW_CHARS};
 use crate::fsutil;
 use crate::gateway::{Response, StopReason};
-use super::subagent::Spawner;
 use crate::tools::ask_user::User;
 use crate::tools::task::Spawn;
 use crate::tools::{ToolContext, ToolOutput};
@@ -44,9 +44,13 @@ pub(super) struct ToolCall {
 pub(super) enum Plan {
     Run,
     /// The final round offers no tools: none of its calls run.
-    BudgetUsedUp { max_rounds: u32 },
+    BudgetUsedUp {
+        max_rounds: u32,
+    },
     /// The response did not stop for its tool calls (e.g. `end_turn` with a call in it).
-    Stopped { stop_reason: Option<StopReason> },
+    Stopped {
+        stop_reason: Option<StopReason>,
+    },
 }
 
 impl Plan {
@@ -176,7 +180,12 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
 }
 
 /// The context every tool call of a turn runs with (and its hooks, `crate::hooks`).
-pub(crate) fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
+pub(crate) fn tool_context(
+    session: &Session,
+    m: &TurnMaterials,
+    cancel: &tokio_util::sync::CancellationToken,
+    events: &Emitter,
+) -> ToolContext {
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),

@@ -113,8 +113,7 @@ fn is_date(s: &str) -> bool {
 
 /// Whether `s` matches `pattern` byte for byte, `d` standing for an ASCII digit.
 fn shaped(s: &str, pattern: &str) -> bool {
-    s.len() == pattern.len()
-        && s.bytes().zip(pattern.bytes()).all(|(c, p)| if p == b'd' { c.is_ascii_digit() } else { c == p })
+    s.len() == pattern.len() && s.bytes().zip(pattern.bytes()).all(|(c, p)| if p == b'd' { c.is_ascii_digit() } else { c == p })
 }
 
 /// The absolute forms → a naive local time (seconds kept), or `None`.

@@ -109,10 +109,7 @@ fn an_ambiguous_time_in_the_fold_is_the_earlier_instant() {
 #[test]
 fn a_relative_day_is_86400_seconds_across_a_dst_change() {
     let before = Berlin.with_ymd_and_hms(2026, 3, 28, 12, 0, 0).single().unwrap();
-    assert_eq!(
-        parse_at_in("+1 day", before).unwrap(),
-        at("2026-03-29T13:00", utc(2026, 3, 29, 11, 0, 0))
-    );
+    assert_eq!(parse_at_in("+1 day", before).unwrap(), at("2026-03-29T13:00", utc(2026, 3, 29, 11, 0, 0)));
 }
 
 #[test]

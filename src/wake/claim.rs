@@ -152,7 +152,10 @@ fn unclaimed(
         match mb.archive(&[(m.name.clone(), archived.clone())]) {
             Ok(()) => {
                 tracing::warn!(agent, file = %m.name, archived = %archived, "a claimed inbox file whose move had failed is now in inbox/archive/");
-                aside.push(WakeNote::InboxAside { file: m.name, why: format!("was claimed already; moved to inbox/archive/ as {archived}") });
+                aside.push(WakeNote::InboxAside {
+                    file: m.name,
+                    why: format!("was claimed already; moved to inbox/archive/ as {archived}"),
+                });
             }
             Err(e) => tracing::warn!(agent, file = %m.name, error = %e, "a claimed inbox file still cannot be moved to inbox/archive/"),
         }
@@ -266,7 +269,8 @@ mod tests {
 
     /// A message renamed into the inbox, as the watch reports it.
     fn written(mb: &Mailbox, body: &str) -> MessageFile {
-        let msg = NewMessage { from: "human".into(), subject: Some("s".into()), body: body.into(), question: false, meta: Default::default() };
+        let msg =
+            NewMessage { from: "human".into(), subject: Some("s".into()), body: body.into(), question: false, meta: Default::default() };
         let m = mb.write(Folder::Inbox, &msg).unwrap();
         settle::note_finished(&mb.inbox_dir().join(&m.name));
         m
@@ -295,10 +299,13 @@ mod tests {
         set_mtime(&young, SystemTime::now() - Duration::from_secs(60));
         let written = written(&mb, "b");
         let second = look(&mut db, &mb);
-        assert_eq!(second.aside, [WakeNote::InboxAside {
-            file: "a_young.md".into(),
-            why: "does not parse (its front matter is not closed by a `---` line); moved to inbox/bad/".into()
-        }]);
+        assert_eq!(
+            second.aside,
+            [WakeNote::InboxAside {
+                file: "a_young.md".into(),
+                why: "does not parse (its front matter is not closed by a `---` line); moved to inbox/bad/".into()
+            }]
+        );
         assert!(mb.bad_dir().join("a_young.md").exists());
         let (claim, msgs) = second.claim.unwrap();
         assert_eq!((claim.from.as_str(), claim.conv.as_str(), claim.files.clone()), ("human", "direct:human", vec![written.name.clone()]));
@@ -323,7 +330,13 @@ mod tests {
         std::fs::remove_file(mb.archive_dir()).unwrap();
         let third = look(&mut db, &mb);
         assert!(third.claim.is_none());
-        assert_eq!(third.aside, [WakeNote::InboxAside { file: written.name.clone(), why: format!("was claimed already; moved to inbox/archive/ as {}", written.name) }]);
+        assert_eq!(
+            third.aside,
+            [WakeNote::InboxAside {
+                file: written.name.clone(),
+                why: format!("was claimed already; moved to inbox/archive/ as {}", written.name)
+            }]
+        );
         assert!(mb.archive_dir().join(&written.name).exists(), "moved at the next look");
     }
 

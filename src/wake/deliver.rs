@@ -128,9 +128,18 @@ fn write(mb: &Mailbox, folder: inbox::Folder, m: &NewMessage) -> Result<MessageF
 
 /// Posts `msg` in the stored conversation `conv` as `agent` and keeps the outbox copy (from
 /// `from`, with the message's id) that the dialog and the never-silent count read.
-fn post_stored(home: &Home, from_ws: &Path, agent: &str, from: &str, conv: &str, msg: &Outgoing, wake_agents: bool) -> Result<MessageFile, WakeError> {
+fn post_stored(
+    home: &Home,
+    from_ws: &Path,
+    agent: &str,
+    from: &str,
+    conv: &str,
+    msg: &Outgoing,
+    wake_agents: bool,
+) -> Result<MessageFile, WakeError> {
     let hops = route::meta_hops(&msg.meta);
-    let calls: Vec<i64> = msg.meta.get(super::tools::MSG_CALLS).map(|c| c.split(',').filter_map(|id| id.parse().ok()).collect()).unwrap_or_default();
+    let calls: Vec<i64> =
+        msg.meta.get(super::tools::MSG_CALLS).map(|c| c.split(',').filter_map(|id| id.parse().ok()).collect()).unwrap_or_default();
     // The answer to a `msg` goes back through its call (a waiting tool, or a 🔔), not as a
     // message the caller would be woken by and answer again.
     let wake_agents = wake_agents && calls.is_empty();

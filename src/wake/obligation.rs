@@ -112,10 +112,8 @@ impl WakeDb {
     ///
     /// Errors: [`WakeDbError::NoSuchObligation`], [`WakeDbError::Sql`].
     pub fn obligation_set_turn(&mut self, id: i64, turn_id: &str) -> Result<(), WakeDbError> {
-        let changed = self
-            .conn
-            .execute("UPDATE obligation SET turn_id = ?2 WHERE id = ?1", params![id, turn_id])
-            .map_err(|e| self.sql_err(e))?;
+        let changed =
+            self.conn.execute("UPDATE obligation SET turn_id = ?2 WHERE id = ?1", params![id, turn_id]).map_err(|e| self.sql_err(e))?;
         if changed == 0 {
             return Err(WakeDbError::NoSuchObligation { path: self.path().to_path_buf(), id });
         }
@@ -196,7 +194,8 @@ impl WakeDb {
     }
 
     fn files_of(&self, id: i64, json: &str) -> Result<Vec<ClaimedFile>, WakeDbError> {
-        serde_json::from_str(json).map_err(|e| self.bad_row("obligation", id.to_string(), format!("files is not a JSON array of claimed files ({e}): {json}")))
+        serde_json::from_str(json)
+            .map_err(|e| self.bad_row("obligation", id.to_string(), format!("files is not a JSON array of claimed files ({e}): {json}")))
     }
 
     /// How many of `agent`'s obligations are unresolved.
@@ -237,8 +236,8 @@ impl WakeDb {
         for row in rows {
             let (mut o, ids, by, files) = row.map_err(|e| self.sql_err(e))?;
             let bad = |detail: String| self.bad_row("obligation", o.id.to_string(), detail);
-            o.message_ids = serde_json::from_str(&ids)
-                .map_err(|e| bad(format!("message_ids is not a JSON array of file names ({e}): {ids}")))?;
+            o.message_ids =
+                serde_json::from_str(&ids).map_err(|e| bad(format!("message_ids is not a JSON array of file names ({e}): {ids}")))?;
             if let Some(files) = files {
                 o.files = self.files_of(o.id, &files)?;
             }
@@ -296,10 +295,10 @@ mod tests {
         // Committed: another connection sees it.
         let other = WakeDb::open(&Home::at(dir.path())).unwrap();
         let all = other.obligation_all("w-1").unwrap();
-        assert_eq!(all.iter().map(|o| (o.id, o.turn_id.as_deref(), o.resolved_by)).collect::<Vec<_>>(), [
-            (1, Some("turn-9"), Some(ResolvedBy::Agent)),
-            (3, None, None)
-        ]);
+        assert_eq!(
+            all.iter().map(|o| (o.id, o.turn_id.as_deref(), o.resolved_by)).collect::<Vec<_>>(),
+            [(1, Some("turn-9"), Some(ResolvedBy::Agent)), (3, None, None)]
+        );
         assert_eq!(all[0].resolved_at.as_ref().map(String::len), Some(20));
         assert_eq!(other.obligation_unresolved(Some("w-1")).unwrap().iter().map(|o| o.id).collect::<Vec<_>>(), [3]);
         assert_eq!(other.obligation_unresolved(Some("w-2")).unwrap(), []);
@@ -321,7 +320,9 @@ mod tests {
         assert_eq!(db.obligation_claimed_as("w-2", "x.md", &stamp(1)).unwrap(), None);
 
         // A row claimed before the stamps were recorded.
-        db.conn.execute("INSERT INTO obligation (agent_id, conv_id, message_ids, claimed_at) VALUES ('w-1', 'c', '[\"y.md\"]', 't')", []).unwrap();
+        db.conn
+            .execute("INSERT INTO obligation (agent_id, conv_id, message_ids, claimed_at) VALUES ('w-1', 'c', '[\"y.md\"]', 't')", [])
+            .unwrap();
         let legacy = db.conn.last_insert_rowid();
         assert_eq!(db.obligation_claimed_as("w-1", "y.md", &stamp(9)).unwrap().as_deref(), Some("y.md"));
         db.obligation_resolve(legacy, ResolvedBy::Notice).unwrap();

@@ -32,7 +32,8 @@ use crate::messages::route;
 pub const TODO_INTERRUPTED_NOTICE: &str = "(cicy: the agent was interrupted during a wake for its todos, which are rescheduled as \"(attempt k)\". Some of the work may have partly happened.)";
 
 /// cryo: the notice for a conversation claimed by a wake that a killed serve never finished.
-pub const INTERRUPTED_NOTICE: &str = "(cicy: the agent was interrupted before replying. Some external actions may have partly happened; check before resending.)";
+pub const INTERRUPTED_NOTICE: &str =
+    "(cicy: the agent was interrupted before replying. Some external actions may have partly happened; check before resending.)";
 /// cryo: how many error lines a crash fallback quotes, and how long each may be.
 pub const ERROR_LINES: usize = 10;
 pub const ERROR_LINE_CHARS: usize = 200;
@@ -299,7 +300,12 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
         let msg = Outgoing { to: claim.from.clone(), text: INTERRUPTED_NOTICE.into(), question: false, meta: claim_meta(&claim) };
         let file = deliver_fallback(home, ws, agent, SERVE_SENDER, &msg)?;
         db.obligation_resolve(ob.id, ResolvedBy::Notice)?;
-        notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: claim.from, text: INTERRUPTED_NOTICE.into(), file: file.name });
+        notes.push(WakeNote::MessageOut {
+            from: SERVE_SENDER.to_string(),
+            to: claim.from,
+            text: INTERRUPTED_NOTICE.into(),
+            file: file.name,
+        });
     }
     let claimed_todos = db.todo_claimed(agent)?;
     let claimed: Vec<u32> = claimed_todos.iter().map(|t| t.id).collect();

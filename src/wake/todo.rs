@@ -148,7 +148,9 @@ impl WakeDb {
         let changed = self
             .conn
             .execute(
-                &format!("UPDATE todo SET status = ?3, done_at = COALESCE(?4, done_at) WHERE agent_id = ?1 AND id = ?2 AND status IN {from}"),
+                &format!(
+                    "UPDATE todo SET status = ?3, done_at = COALESCE(?4, done_at) WHERE agent_id = ?1 AND id = ?2 AND status IN {from}"
+                ),
                 params![agent, id, to.as_str(), done_at],
             )
             .map_err(|e| self.sql_err(e))?;
@@ -194,7 +196,8 @@ impl WakeDb {
         let sql = |source| WakeDbError::Sql { path: path.clone(), source };
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
         for &id in ids {
-            tx.execute("UPDATE todo SET status = 'pending' WHERE agent_id = ?1 AND id = ?2 AND status = 'claimed'", params![agent, id]).map_err(sql)?;
+            tx.execute("UPDATE todo SET status = 'pending' WHERE agent_id = ?1 AND id = ?2 AND status = 'claimed'", params![agent, id])
+                .map_err(sql)?;
         }
         tx.commit().map_err(sql)
     }
@@ -243,9 +246,7 @@ impl WakeDb {
 
     /// The agent's earliest pending todo (by `at_unix`, then id).
     pub fn todo_next_due(&self, agent: &str) -> Result<Option<Todo>, WakeDbError> {
-        Ok(self
-            .todos("WHERE agent_id = ?1 AND status = 'pending' ORDER BY at_unix, id LIMIT 1", params![agent])?
-            .pop())
+        Ok(self.todos("WHERE agent_id = ?1 AND status = 'pending' ORDER BY at_unix, id LIMIT 1", params![agent])?.pop())
     }
 
     /// `(MIN(at_unix), agent_id)` of the pending todos of every agent that has one, in one
@@ -271,9 +272,7 @@ impl WakeDb {
 
     fn todos(&self, clause: &str, params: impl rusqlite::Params) -> Result<Vec<Todo>, WakeDbError> {
         let mut stmt = self.conn.prepare(&format!("SELECT {COLUMNS}, agent_id FROM todo {clause}")).map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map(params, |r| Ok((read_raw(r)?, r.get::<_, String>(8)?)))
-            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map(params, |r| Ok((read_raw(r)?, r.get::<_, String>(8)?))).map_err(|e| self.sql_err(e))?;
         let mut out = Vec::new();
         for row in rows {
             let (raw, agent) = row.map_err(|e| self.sql_err(e))?;

@@ -36,10 +36,7 @@ fn ids_are_max_plus_one_per_agent_and_a_pending_duplicate_is_returned() {
     // A removed max id is not reused.
     assert_eq!(db.todo_add("w-1", "call", &a).unwrap(), Added { id: 4, existed: false });
     assert!(matches!(db.todo_add("w-1", " \n", &a), Err(WakeDbError::BlankText)));
-    assert_eq!(
-        brief(&db.todo_list("w-1", false).unwrap()),
-        [(2, "water plants", Pending, 160, 0), (4, "call", Pending, 100, 0)]
-    );
+    assert_eq!(brief(&db.todo_list("w-1", false).unwrap()), [(2, "water plants", Pending, 160, 0), (4, "call", Pending, 100, 0)]);
     assert_eq!(
         brief(&db.todo_list("w-1", true).unwrap()),
         [(1, "water plants", Done, 100, 0), (2, "water plants", Pending, 160, 0), (4, "call", Pending, 100, 0)]
@@ -136,7 +133,12 @@ fn a_failed_wake_adds_attempt_retries_with_doubling_delays() {
     assert_eq!(retries[0].at_local, at_of_unix(NOW + 120).local);
     assert_eq!(
         brief(&db.todo_list("w-1", true).unwrap())[..4],
-        [(1, "check mail", Done, NOW, 0), (2, "x (attempt 3)", Done, NOW, 0), (3, "y (attempt 9)", Done, NOW, 0), (4, "z (attempt 10)", Done, NOW, 0)]
+        [
+            (1, "check mail", Done, NOW, 0),
+            (2, "x (attempt 3)", Done, NOW, 0),
+            (3, "y (attempt 9)", Done, NOW, 0),
+            (4, "z (attempt 10)", Done, NOW, 0)
+        ]
     );
 
     // The same failure again while the retry is pending adds nothing (cryo dedupe).

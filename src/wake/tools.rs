@@ -218,11 +218,9 @@ fn sleep_until(w: &WakeTurn, input: &Value) -> Ran {
         }
         None => match db.todo_next_due(&w.agent_id)? {
             Some(t) => format!("Sleeping until {} (todo #{}).", t.at_local, t.id),
-            None => {
-                return Ok(ToolOutput::error(
-                    "error: refused: no pending todo would wake you. Give `at` for the next wake, or `complete: true` when the plan is done.",
-                ))
-            }
+            None => return Ok(ToolOutput::error(
+                "error: refused: no pending todo would wake you. Give `at` for the next wake, or `complete: true` when the plan is done.",
+            )),
         },
     };
     w.state().end = Some(end.clone());

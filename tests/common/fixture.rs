@@ -26,11 +26,8 @@ impl TestHome {
         let dir = tempfile::tempdir().expect("tempdir");
         let home = Home::at(dir.path().join("home"));
         home.ensure().expect("home");
-        std::fs::write(
-            home.config_path(),
-            format!("gateway:\n  url: {gateway_url}\n  model: test-model\n  max_retries: {max_retries}\n"),
-        )
-        .expect("config");
+        std::fs::write(home.config_path(), format!("gateway:\n  url: {gateway_url}\n  model: test-model\n  max_retries: {max_retries}\n"))
+            .expect("config");
         let t = Self { dir, home };
         t.write_role("tester", "[core]", 200);
         t

@@ -74,11 +74,7 @@ impl Reply {
     }
 
     pub fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Self {
-        Reply::Status {
-            status,
-            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            body: body.to_string(),
-        }
+        Reply::Status { status, headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), body: body.to_string() }
     }
 }
 
@@ -210,11 +206,7 @@ impl Drop for ScriptedGateway {
         }
         let violations = self.violations();
         if !violations.is_empty() {
-            panic!(
-                "the runtime sent {} request(s) a real API refuses with HTTP 400:\n{}",
-                violations.len(),
-                violations.join("\n")
-            );
+            panic!("the runtime sent {} request(s) a real API refuses with HTTP 400:\n{}", violations.len(), violations.join("\n"));
         }
     }
 }
@@ -394,8 +386,7 @@ fn anthropic_tool_block(index: u32, id: &str, name: &str, input_json: &str) -> V
     for f in frags {
         out.push(event(
             "content_block_delta",
-            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": f}})
-                .to_string(),
+            &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": f}}).to_string(),
         ));
     }
     out.push(event("content_block_stop", &json!({"type": "content_block_stop", "index": index}).to_string()));
@@ -436,8 +427,7 @@ pub fn anthropic_tool_use(id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>
 
 /// Text (block 0) then a tool_use (block 1); stop_reason `tool_use`.
 pub fn anthropic_text_and_tool(text: &str, id: &str, name: &str, input_json: &str) -> Vec<Vec<u8>> {
-    [anthropic_start(), anthropic_text_block(0, text), anthropic_tool_block(1, id, name, input_json), anthropic_end("tool_use")]
-        .concat()
+    [anthropic_start(), anthropic_text_block(0, text), anthropic_tool_block(1, id, name, input_json), anthropic_end("tool_use")].concat()
 }
 
 /// Several tool_use blocks (indexes 0, 1, …) in one response; stop_reason `tool_use`.

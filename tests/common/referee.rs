@@ -115,7 +115,10 @@ fn tool_definitions(tools: &Value, name: fn(&Value) -> &Value, schema: fn(&Value
             return fail("tools", format!("Tool names must be unique, found {n:?} twice"));
         }
         if schema(tool)["type"] != "object" {
-            return fail(format!("tools.{i}.{}", labels[1]), format!("must be a JSON Schema with \"type\": \"object\", got {}", schema(tool)));
+            return fail(
+                format!("tools.{i}.{}", labels[1]),
+                format!("must be a JSON Schema with \"type\": \"object\", got {}", schema(tool)),
+            );
         }
     }
     Ok(())
@@ -165,7 +168,10 @@ fn anthropic(b: &Value) -> Result<(), String> {
         }
         // The API merges consecutive same-role turns today; the runtime must not rely on it.
         if i > 0 && msgs[i - 1]["role"] == role {
-            return fail(&at, format!("roles must alternate between \"user\" and \"assistant\", but found two \"{role}\" messages in a row"));
+            return fail(
+                &at,
+                format!("roles must alternate between \"user\" and \"assistant\", but found two \"{role}\" messages in a row"),
+            );
         }
         let blocks = match &m["content"] {
             Value::String(s) if !s.trim().is_empty() => continue,
@@ -185,7 +191,10 @@ fn anthropic(b: &Value) -> Result<(), String> {
                     };
                 }
                 "tool_use" | "tool_result" if !has_tools => {
-                    return fail(&at, format!("requests which include `tool_use` or `tool_result` blocks must define tools (found `{kind}`)"));
+                    return fail(
+                        &at,
+                        format!("requests which include `tool_use` or `tool_result` blocks must define tools (found `{kind}`)"),
+                    );
                 }
                 "tool_use" => {
                     let id = blk["id"].as_str().unwrap_or("");
@@ -258,7 +267,10 @@ fn pairing(msgs: &[Value], i: usize) -> Result<(), String> {
     if m["role"] == "assistant" && !uses.is_empty() {
         let Some(next) = msgs.get(i + 1) else {
             // A request ending in a tool call asks the model to continue a call it already made.
-            return fail(format!("messages.{i}"), format!("the final assistant message ends with `tool_use` ({}) that has no `tool_result`", uses.join(", ")));
+            return fail(
+                format!("messages.{i}"),
+                format!("the final assistant message ends with `tool_use` ({}) that has no `tool_result`", uses.join(", ")),
+            );
         };
         let results = ids_of(next, "tool_result");
         let missing: Vec<&str> = uses.iter().copied().filter(|id| !results.contains(id)).collect();
@@ -336,7 +348,10 @@ fn openai(b: &Value) -> Result<(), String> {
                     }
                     // "Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$'".
                     if !valid_tool_id(c["function"]["name"].as_str().unwrap_or("")) {
-                        return fail(format!("{at}.function.name"), format!("Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$', got {}", c["function"]["name"]));
+                        return fail(
+                            format!("{at}.function.name"),
+                            format!("Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$', got {}", c["function"]["name"]),
+                        );
                     }
                     let args = &c["function"]["arguments"];
                     let parsed = args.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok());
@@ -350,7 +365,12 @@ fn openai(b: &Value) -> Result<(), String> {
             "tool" => {
                 let id = m["tool_call_id"].as_str().unwrap_or("");
                 if !open.iter().any(|o| o == id) {
-                    return fail(&at, format!("messages with role 'tool' must be a response to a preceding message with 'tool_calls' (tool_call_id {id:?})"));
+                    return fail(
+                        &at,
+                        format!(
+                            "messages with role 'tool' must be a response to a preceding message with 'tool_calls' (tool_call_id {id:?})"
+                        ),
+                    );
                 }
                 pending.retain(|p| p != id);
             }

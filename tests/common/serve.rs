@@ -108,7 +108,10 @@ impl Serve {
     async fn all_idle(&self) -> bool {
         let (status, rows) = self.get("/api/agents").await;
         assert_eq!(status, 200, "{rows}");
-        rows.as_array().expect("agent rows").iter().all(|r| r["state"] == "idle" && r["busy"] == false && r["pending"] == 0 && r["steering"] == 0)
+        rows.as_array()
+            .expect("agent rows")
+            .iter()
+            .all(|r| r["state"] == "idle" && r["busy"] == false && r["pending"] == 0 && r["steering"] == 0)
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {

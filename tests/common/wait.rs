@@ -52,10 +52,7 @@ impl Fifo {
         std::thread::spawn(move || {
             let _ = tx.send(f());
         });
-        tokio::time::timeout(Duration::from_secs(30), rx)
-            .await
-            .expect("the tool never opened the fifo")
-            .expect("the fifo thread panicked")
+        tokio::time::timeout(Duration::from_secs(30), rx).await.expect("the tool never opened the fifo").expect("the fifo thread panicked")
     }
 }
 

@@ -9,12 +9,12 @@
 
 use std::path::{Path, PathBuf};
 
+use super::git;
 use super::opts::{scan, Spec};
 use super::paths::{self, Target};
-use super::git;
-use super::writers;
 use super::programs::{cicy_agent, installs, publishes, NETWORK, RUNS_OTHERS};
 use super::shell::{self, Arg, Item, Simple, Write};
+use super::writers;
 use super::Refusal;
 
 /// The places the rules protect, lexically normalised.
@@ -137,7 +137,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         let rest = &argv[1..];
         let s = scan(rest, &spec);
         if name == "env" && (s.has("S") || s.has("split-string") || s.has("C") || s.has("chdir")) {
-            out.push(unparsed(format!("`env -{}` changes how the command is read or where it runs", if s.has("C") || s.has("chdir") { "C" } else { "S" })));
+            out.push(unparsed(format!(
+                "`env -{}` changes how the command is read or where it runs",
+                if s.has("C") || s.has("chdir") { "C" } else { "S" }
+            )));
             return out;
         }
         if name == "command" && (s.has("v") || s.has("V")) {
@@ -204,7 +207,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
         "source" | "." => out.extend(source(&name, args, sc, places, depth)),
         n if RUNS_OTHERS.contains(&n) => out.push(unparsed(format!("`{n}` runs another program the guard does not follow"))),
         "rm" | "rmdir" | "unlink" | "shred" => {
-            let s = scan(args, &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() });
+            let s = scan(
+                args,
+                &Spec { short_value: "ns", long_value: &["iterations", "size", "random-source"], permute: true, ..Spec::default() },
+            );
             out.extend(each(Write::Delete, &s.positionals));
         }
         "truncate" => {
@@ -212,7 +218,15 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             out.extend(each(Write::Overwrite, &s.positionals));
         }
         "cp" | "mv" | "install" | "ln" => {
-            let s = scan(args, &Spec { short_value: "tSmogZ", long_value: &["target-directory", "suffix", "mode", "owner", "group"], permute: true, ..Spec::default() });
+            let s = scan(
+                args,
+                &Spec {
+                    short_value: "tSmogZ",
+                    long_value: &["target-directory", "suffix", "mode", "owner", "group"],
+                    permute: true,
+                    ..Spec::default()
+                },
+            );
             let (sources, dest) = match s.value(args, "t").or_else(|| s.value(args, "target-directory")) {
                 Some(dir) => (s.positionals.clone(), Some(dir)),
                 None if name == "install" && (s.has("d") || s.has("directory")) => {
@@ -234,7 +248,8 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
                 // (replacing a file of that name), and the folder itself gains an entry (or is
                 // the file replaced, when it is not a folder: then the folder names above hold).
                 for &i in &sources {
-                    if let Some(name) = args[i].literal().and_then(|t| Path::new(&t).file_name().map(|n| n.to_string_lossy().into_owned())) {
+                    if let Some(name) = args[i].literal().and_then(|t| Path::new(&t).file_name().map(|n| n.to_string_lossy().into_owned()))
+                    {
                         // Reasons name the destination as written.
                         let mut inside = dest.clone();
                         inside.pieces.push(shell::Piece::Lit(format!("/{name}")));
@@ -253,7 +268,10 @@ pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
             out.extend(each(how, &s.positionals));
         }
         "sed" => {
-            let s = scan(args, &Spec { short_value: "eflE", short_optional: "i", long_value: &["expression", "file", "line-length"], permute: true });
+            let s = scan(
+                args,
+                &Spec { short_value: "eflE", short_optional: "i", long_value: &["expression", "file", "line-length"], permute: true },
+            );
             if s.has("i") || s.has("in-place") || s.opts.iter().any(|o| o.name.starts_with("in-place")) {
                 let script_given = s.has("e") || s.has("f") || s.has("expression") || s.has("file");
                 let files = if script_given { &s.positionals[..] } else { s.positionals.get(1..).unwrap_or_default() };
@@ -381,7 +399,10 @@ fn link_to_runtime(src: &Arg, dest: Option<&Arg>, name: &str, sc: &Simple, place
             return Some(unparsed(format!("`{name}` links to `{}`, a path only known when it runs", src.source)));
         };
         if t.at_or_inside(&places.cicy) || t.at_or_above(&places.cicy) {
-            return Some(Effect::Refuse(refusal("kernel", format!("`{name}` to `{}` would make a link to the runtime's files (.cicy/)", src.source))));
+            return Some(Effect::Refuse(refusal(
+                "kernel",
+                format!("`{name}` to `{}` would make a link to the runtime's files (.cicy/)", src.source),
+            )));
         }
     }
     None
@@ -394,14 +415,20 @@ pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: 
             return Err(refusal("unparsed", format!("{what} on `{}`: the path is only known when it runs", arg.source)));
         };
         if paths::through_alias(&raw) {
-            return Err(refusal("unparsed", format!("{what} on `{}` goes through /proc or /dev/fd, whose links the guard does not follow", arg.source)));
+            return Err(refusal(
+                "unparsed",
+                format!("{what} on `{}` goes through /proc or /dev/fd, whose links the guard does not follow", arg.source),
+            ));
         }
         let pattern = paths::normalize_pattern(&raw);
-        let t = Target::new(&pattern).map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
+        let t = Target::new(&pattern)
+            .map_err(|p| refusal("unparsed", format!("{what} on `{}`: `{p}` is not a pattern the guard can match", arg.source)))?;
         let on = format!("{what} on `{}`", arg.source);
         let any_memory = t.pattern.contains("/.cicy/memory/") || t.pattern.ends_with("/.cicy/memory");
         let memory = match how {
-            Write::Delete | Write::Overwrite => t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home),
+            Write::Delete | Write::Overwrite => {
+                t.at_or_above(&places.memory) || t.inside(&places.memory) || any_memory || t.at_or_above(&places.home)
+            }
             // Entries written inside a folder reach memory only from memory itself or below.
             Write::Into => t.at_or_inside(&places.memory) || any_memory,
             Write::Modify => false,

@@ -11,9 +11,27 @@ use super::shell::{Arg, Simple, Write};
 /// by `env`, as a bare assignment or by `export`, the line is refused as unparsed. Names ending
 /// in `_` are prefixes (`GIT_CONFIG_KEY_0`).
 const RUNS_COMMANDS: &[&str] = &[
-    "GIT_SSH_COMMAND", "GIT_SSH", "GIT_PAGER", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR", "GIT_EXTERNAL_DIFF", "GIT_ASKPASS", "SSH_ASKPASS",
-    "GIT_PROXY_COMMAND", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_CONFIG_GLOBAL",
-    "GIT_CONFIG_SYSTEM", "GIT_CONFIG", "GIT_EXEC_PATH", "GIT_TEMPLATE_DIR", "PAGER", "EDITOR", "VISUAL",
+    "GIT_SSH_COMMAND",
+    "GIT_SSH",
+    "GIT_PAGER",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "GIT_PROXY_COMMAND",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_CONFIG_KEY_",
+    "GIT_CONFIG_VALUE_",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG",
+    "GIT_EXEC_PATH",
+    "GIT_TEMPLATE_DIR",
+    "PAGER",
+    "EDITOR",
+    "VISUAL",
 ];
 
 /// Variables that move the tree git works on away from its working directory.
@@ -28,7 +46,8 @@ pub fn runs_commands(name: &str) -> bool {
 pub fn assigned_name(word: &str) -> Option<&str> {
     let (name, _) = word.split_once('=')?;
     let name = name.strip_suffix('+').unwrap_or(name);
-    let ok = !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let ok =
+        !name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()) && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     ok.then_some(name)
 }
 
@@ -41,10 +60,19 @@ pub fn env_refusal(name: &str) -> Effect {
 /// config overrides, and what `clean`/`rm`/`mv`/`checkout`/`restore`/`reset`/`stash`/`switch`
 /// remove or overwrite.
 pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
-    let g = scan(args, &Spec { short_value: "Cc", long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix", "exec-path"], ..Spec::default() });
+    let g = scan(
+        args,
+        &Spec {
+            short_value: "Cc",
+            long_value: &["git-dir", "work-tree", "namespace", "config-env", "super-prefix", "exec-path"],
+            ..Spec::default()
+        },
+    );
     if g.has("c") || g.has("config-env") {
         let opt = if g.has("c") { "-c" } else { "--config-env" };
-        return vec![unparsed(format!("`git {opt}` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow"))];
+        return vec![unparsed(format!(
+            "`git {opt}` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow"
+        ))];
     }
     if g.has("exec-path") {
         return vec![unparsed("`git --exec-path` chooses the programs git runs".into())];
@@ -68,7 +96,9 @@ pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
         }
         "archive" if rest.iter().filter_map(Arg::text).any(|t| t.starts_with("--remote")) => return network("archive --remote".into()),
         "config" if !config_reads_only(rest) => {
-            return vec![unparsed("`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)".into())]
+            return vec![unparsed(
+                "`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)".into(),
+            )]
         }
         _ => {}
     }
@@ -84,7 +114,11 @@ pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
     if targets.is_empty() {
         return Vec::new();
     }
-    let moved = ["work-tree", "git-dir"].into_iter().find(|o| g.has(o)).map(|o| format!("--{o}")).or_else(|| assigns.iter().find(|n| MOVES_TREE.contains(&n.as_str())).cloned());
+    let moved = ["work-tree", "git-dir"]
+        .into_iter()
+        .find(|o| g.has(o))
+        .map(|o| format!("--{o}"))
+        .or_else(|| assigns.iter().find(|n| MOVES_TREE.contains(&n.as_str())).cloned());
     if let Some(m) = moved {
         return vec![unparsed(format!("`git {sub}` with `{m}` works on a tree the guard does not follow"))];
     }
@@ -102,7 +136,8 @@ fn config_reads_only(rest: &[Arg]) -> bool {
     let reading = ["get", "get-all", "get-regexp", "get-urlmatch", "get-color", "get-colorbool", "list", "l"].iter().any(|o| s.has(o));
     let action = s.positionals.first().and_then(|&i| rest[i].literal());
     let writing = ["unset", "unset-all", "replace-all", "add", "rename-section", "remove-section", "edit", "e"].iter().any(|o| s.has(o));
-    let one_key = s.positionals.len() == 1 && !matches!(action.as_deref(), Some("set" | "unset" | "rename-section" | "remove-section" | "edit"));
+    let one_key =
+        s.positionals.len() == 1 && !matches!(action.as_deref(), Some("set" | "unset" | "rename-section" | "remove-section" | "edit"));
     !writing && (reading || matches!(action.as_deref(), Some("get" | "list")) || one_key)
 }
 
@@ -112,7 +147,9 @@ fn config_reads_only(rest: &[Arg]) -> bool {
 fn worktree_targets(sub: &str, rest: &[Arg]) -> Vec<(Write, Arg)> {
     let whole = || vec![(Write::Delete, Arg::lit("."))];
     let each = |how: Write, idx: &[usize]| idx.iter().map(|&i| (how, rest[i].clone())).collect::<Vec<_>>();
-    let scan_with = |short_value: &'static str, long_value: &'static [&'static str]| scan(rest, &Spec { short_value, long_value, permute: true, ..Spec::default() });
+    let scan_with = |short_value: &'static str, long_value: &'static [&'static str]| {
+        scan(rest, &Spec { short_value, long_value, permute: true, ..Spec::default() })
+    };
     match sub {
         "clean" => {
             let s = scan_with("e", &["exclude"]);

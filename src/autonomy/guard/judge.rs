@@ -56,7 +56,10 @@ pub fn prompt(what: &str, why: Option<&str>) -> Prompt {
         system: vec![SystemBlock { text: SYSTEM_TEXT.to_string(), cache: false }],
         tools: Vec::new(),
         tools_cache: false,
-        messages: vec![PromptMessage { role: Role::User, blocks: vec![PromptBlock { block: ContentBlock::text(user_text(what, why)), cache: false }] }],
+        messages: vec![PromptMessage {
+            role: Role::User,
+            blocks: vec![PromptBlock { block: ContentBlock::text(user_text(what, why)), cache: false }],
+        }],
     }
 }
 
@@ -76,7 +79,10 @@ pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &C
     };
     // No retries: a failure refuses anyway, and the writer of the wish is waiting.
     let client = target.client.without_retries();
-    let resp = client.send(&prompt(what, why), &opts, &mut |_| {}, cancel).await.map_err(|e| failed(format!("the guard judge call failed: {e}")))?;
+    let resp = client
+        .send(&prompt(what, why), &opts, &mut |_| {}, cancel)
+        .await
+        .map_err(|e| failed(format!("the guard judge call failed: {e}")))?;
     verdict(&resp.text())
 }
 
@@ -84,9 +90,9 @@ pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &C
 /// it are fine). `allow` → `Ok`; `refuse` → the judge's class (a class it made up is kept as
 /// written; none → `judge`) and reason; anything else → class `judge`.
 pub fn verdict(answer: &str) -> Result<(), Refusal> {
-    let object = answer
-        .match_indices('{')
-        .find_map(|(i, _)| serde_json::Deserializer::from_str(&answer[i..]).into_iter::<Value>().next().and_then(Result::ok).filter(Value::is_object));
+    let object = answer.match_indices('{').find_map(|(i, _)| {
+        serde_json::Deserializer::from_str(&answer[i..]).into_iter::<Value>().next().and_then(Result::ok).filter(Value::is_object)
+    });
     let Some(v) = object else {
         return Err(failed(format!("the guard judge did not answer with a JSON object: {}", snippet(answer))));
     };
@@ -123,11 +129,17 @@ mod tests {
     #[test]
     fn answers_are_read_leniently() {
         assert_eq!(verdict(r#"{"verdict":"allow","class":"none","reason":"fine"}"#), Ok(()));
-        assert_eq!(verdict("Sure.\n```json\n{\"verdict\": \"Refuse\", \"class\": \"Model\", \"reason\": \"switches the model\"}\n```"), refused("model", "switches the model"));
+        assert_eq!(
+            verdict("Sure.\n```json\n{\"verdict\": \"Refuse\", \"class\": \"Model\", \"reason\": \"switches the model\"}\n```"),
+            refused("model", "switches the model")
+        );
         assert_eq!(verdict(r#"{x} then {"verdict":"refuse","class":"vibes","reason":"odd"}"#), refused("vibes", "odd"));
         assert_eq!(verdict(r#"{"verdict":"refuse"}"#), refused("judge", "(no reason given)"));
         assert_eq!(verdict("no"), refused("judge", "the guard judge did not answer with a JSON object: no"));
-        assert_eq!(verdict(r#"{"verdict":"maybe"}"#), refused("judge", r#"the guard judge's verdict is neither allow nor refuse: {"verdict":"maybe"}"#));
+        assert_eq!(
+            verdict(r#"{"verdict":"maybe"}"#),
+            refused("judge", r#"the guard judge's verdict is neither allow nor refuse: {"verdict":"maybe"}"#)
+        );
         assert_eq!(user_text("tidy notes", None), "what: tidy notes\nwhy: (none)\n");
     }
 }

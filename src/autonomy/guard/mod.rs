@@ -108,7 +108,14 @@ pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &C
 }
 
 /// [`check_run`] on `run` first (no gateway call when it refuses), then [`judge`] on the prose.
-pub async fn check(what: &str, why: Option<&str>, run: Option<&str>, ctx: &GuardCtx<'_>, judge: &Judge<'_>, cancel: &CancellationToken) -> Result<(), Refusal> {
+pub async fn check(
+    what: &str,
+    why: Option<&str>,
+    run: Option<&str>,
+    ctx: &GuardCtx<'_>,
+    judge: &Judge<'_>,
+    cancel: &CancellationToken,
+) -> Result<(), Refusal> {
     if let Some(run) = run {
         check_run(run, ctx)?;
     }
@@ -162,7 +169,11 @@ fn survey(items: &[Item], places: &Places, protected: &[std::path::PathBuf], dep
                 Effect::Program(p) if HARMLESS.contains(&p.as_str()) || (follows_text && classify::SHELLS.contains(&p.as_str())) => {}
                 Effect::Program(_) => seen.other = true,
                 Effect::Target { arg, cwds, .. } => {
-                    let hit = cwds.iter().filter_map(|c| arg.pattern(c)).filter_map(|p| paths::Target::new(&p).ok()).any(|t| protected.iter().any(|d| t.at_or_inside(d)));
+                    let hit = cwds
+                        .iter()
+                        .filter_map(|c| arg.pattern(c))
+                        .filter_map(|p| paths::Target::new(&p).ok())
+                        .any(|t| protected.iter().any(|d| t.at_or_inside(d)));
                     seen.protected_write |= hit;
                 }
                 Effect::Nested(inner) => survey(&inner, places, protected, depth + 1, seen),

@@ -67,7 +67,9 @@ pub fn through_alias(raw: &str) -> bool {
         let rest = &comps[i..];
         let under = match stack.as_slice() {
             [p, ..] if may_be(p, "proc") => true,
-            [d, f] if may_be(d, "dev") && may_be(f, "fd") => !(rest.len() == 1 && !rest[0].is_empty() && rest[0].bytes().all(|b| b.is_ascii_digit())),
+            [d, f] if may_be(d, "dev") && may_be(f, "fd") => {
+                !(rest.len() == 1 && !rest[0].is_empty() && rest[0].bytes().all(|b| b.is_ascii_digit()))
+            }
             [d, s] if may_be(d, "dev") && ["stdin", "stdout", "stderr"].iter().any(|n| may_be(s, n)) => true,
             _ => false,
         };

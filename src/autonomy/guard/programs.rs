@@ -8,17 +8,74 @@ use super::shell::Arg;
 
 /// Programs that only reach other machines (DESIGN.md §13 "network egress").
 pub const NETWORK: &[&str] = &[
-    "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet", "ftp", "lftp", "socat", "aria2c", "http",
-    "https", "xh", "mosh", "gh", "ping", "traceroute", "dig", "nslookup", "whois",
+    "curl",
+    "wget",
+    "ssh",
+    "scp",
+    "sftp",
+    "rsync",
+    "nc",
+    "ncat",
+    "netcat",
+    "telnet",
+    "ftp",
+    "lftp",
+    "socat",
+    "aria2c",
+    "http",
+    "https",
+    "xh",
+    "mosh",
+    "gh",
+    "ping",
+    "traceroute",
+    "dig",
+    "nslookup",
+    "whois",
 ];
 
 /// Programs that run another program (given as arguments, a string, stdin, a schedule or a
 /// session) in a way the guard does not follow: refused as `unparsed`. The simple wrappers
 /// (`env`, `nice`, `setsid`, `ionice`, `busybox`, …) are looked through instead.
 pub const RUNS_OTHERS: &[&str] = &[
-    "chrt", "taskset", "flock", "watch", "strace", "ltrace", "script", "su", "runuser", "systemd-run", "parallel", "unshare", "nsenter",
-    "chroot", "firejail", "bwrap", "tmux", "screen", "at", "batch", "crontab", "expect", "sg", "newgrp", "pkexec", "setpriv", "prlimit",
-    "cpulimit", "systemd-nspawn", "xvfb-run", "unbuffer", "fakeroot", "faketime", "valgrind", "gdb", "rlwrap", "torsocks", "proxychains",
+    "chrt",
+    "taskset",
+    "flock",
+    "watch",
+    "strace",
+    "ltrace",
+    "script",
+    "su",
+    "runuser",
+    "systemd-run",
+    "parallel",
+    "unshare",
+    "nsenter",
+    "chroot",
+    "firejail",
+    "bwrap",
+    "tmux",
+    "screen",
+    "at",
+    "batch",
+    "crontab",
+    "expect",
+    "sg",
+    "newgrp",
+    "pkexec",
+    "setpriv",
+    "prlimit",
+    "cpulimit",
+    "systemd-nspawn",
+    "xvfb-run",
+    "unbuffer",
+    "fakeroot",
+    "faketime",
+    "valgrind",
+    "gdb",
+    "rlwrap",
+    "torsocks",
+    "proxychains",
     "proxychains4",
 ];
 
@@ -38,7 +95,9 @@ pub fn publishes(name: &str, args: &[Arg]) -> Option<String> {
     let w = words(name, args);
     let sub = w.first().cloned().flatten()?;
     let hit = match name {
-        "npm" | "pnpm" | "yarn" | "bun" | "cargo" | "poetry" | "uv" | "pdm" | "hatch" | "flit" => sub == "publish" || (name == "yarn" && sub == "npm" && w.get(1).cloned().flatten().as_deref() == Some("publish")),
+        "npm" | "pnpm" | "yarn" | "bun" | "cargo" | "poetry" | "uv" | "pdm" | "hatch" | "flit" => {
+            sub == "publish" || (name == "yarn" && sub == "npm" && w.get(1).cloned().flatten().as_deref() == Some("publish"))
+        }
         "twine" => sub == "upload",
         "docker" | "podman" | "buildah" => sub == "push",
         "gem" => sub == "push",
@@ -62,7 +121,10 @@ pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
         // They fetch a package and run it.
         "npx" | "pnpx" | "bunx" | "uvx" => return Some(name.to_string()),
         "deno" => is(&["install", "add"]),
-        "rustup" => is(&["install", "update"]) || (is(&["toolchain", "target", "component"]) && matches!(word(1).as_deref(), Some("install" | "add"))),
+        "rustup" => {
+            is(&["install", "update"])
+                || (is(&["toolchain", "target", "component"]) && matches!(word(1).as_deref(), Some("install" | "add")))
+        }
         _ if versioned("python") => {
             // `python -m pip install …` (also `-mpip`).
             let m = args.iter().position(|a| a.literal().as_deref() == Some("-m"));
@@ -104,7 +166,35 @@ pub fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
     if args.iter().filter_map(Arg::literal).any(|t| matches!(t.as_str(), "-h" | "--help" | "-V" | "--version")) {
         return Vec::new();
     }
-    let s = scan(args, &Spec { long_value: &["at", "file", "role-template", "role", "model", "master", "workspace", "api-style", "label", "from", "thread", "before", "limit", "members", "description", "title", "timeout", "keep", "port", "bind"], permute: true, ..Spec::default() });
+    let s = scan(
+        args,
+        &Spec {
+            long_value: &[
+                "at",
+                "file",
+                "role-template",
+                "role",
+                "model",
+                "master",
+                "workspace",
+                "api-style",
+                "label",
+                "from",
+                "thread",
+                "before",
+                "limit",
+                "members",
+                "description",
+                "title",
+                "timeout",
+                "keep",
+                "port",
+                "bind",
+            ],
+            permute: true,
+            ..Spec::default()
+        },
+    );
     let word = |n: usize| s.positionals.get(n).map(|&i| &args[i]);
     let Some(sub) = word(0) else { return Vec::new() };
     let (Some(sub), action) = (sub.literal(), word(2).and_then(Arg::literal)) else {
@@ -127,5 +217,8 @@ pub fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
         ("group", _, Some(a)) => format!("{sub} {a}"),
         _ => sub.clone(),
     };
-    vec![Effect::Refuse(refusal("kernel", format!("`cicy-agent {shown}` changes the runtime's state (only read-only subcommands may run)")))]
+    vec![Effect::Refuse(refusal(
+        "kernel",
+        format!("`cicy-agent {shown}` changes the runtime's state (only read-only subcommands may run)"),
+    ))]
 }

@@ -407,7 +407,13 @@ impl Walker {
 
     /// One prefix or suffix item; `in_suffix`: a `NAME=VALUE` word there is an argument
     /// (`dd of=x`), not an assignment.
-    fn item<'a>(&mut self, item: &'a ast::CommandPrefixOrSuffixItem, in_suffix: bool, sc: &mut Simple, words: &mut Vec<Option<&'a ast::Word>>) {
+    fn item<'a>(
+        &mut self,
+        item: &'a ast::CommandPrefixOrSuffixItem,
+        in_suffix: bool,
+        sc: &mut Simple,
+        words: &mut Vec<Option<&'a ast::Word>>,
+    ) {
         match item {
             ast::CommandPrefixOrSuffixItem::IoRedirect(r) => self.redirect(r, sc),
             ast::CommandPrefixOrSuffixItem::Word(w) => words.push(Some(w)),

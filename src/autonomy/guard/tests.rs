@@ -65,7 +65,11 @@ fn ordinary_commands_are_accepted() {
 #[test]
 fn memory_deletes_and_overwrites_are_refused() {
     refused("rm -rf .cicy/memory", "memory", "`rm` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
-    refused("echo > .cicy/memory/MEMORY.md", "memory", "a redirect on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused(
+        "echo > .cicy/memory/MEMORY.md",
+        "memory",
+        "a redirect on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)",
+    );
     for line in [
         "rm -rf .cicy",
         "rm -rf .",
@@ -126,34 +130,98 @@ fn memory_deletes_and_overwrites_are_refused() {
 
 #[test]
 fn kernel_writes_and_state_changing_cli_calls_are_refused() {
-    refused("cicy-agent memory w-1 forget x", "kernel", "`cicy-agent memory forget` changes the runtime's state (only read-only subcommands may run)");
+    refused(
+        "cicy-agent memory w-1 forget x",
+        "kernel",
+        "`cicy-agent memory forget` changes the runtime's state (only read-only subcommands may run)",
+    );
     refused("cicy-agent create x", "kernel", "`cicy-agent create` changes the runtime's state (only read-only subcommands may run)");
     refused("echo x >> .cicy/intents.jsonl", "kernel", "a redirect on `.cicy/intents.jsonl` would write the runtime's own files (.cicy/)");
-    refused("cp build/cicy-agent /usr/local/bin/cicy-agent", "kernel", "`cp` on `/usr/local/bin/cicy-agent` would replace the cicy-agent binary");
+    refused(
+        "cp build/cicy-agent /usr/local/bin/cicy-agent",
+        "kernel",
+        "`cp` on `/usr/local/bin/cicy-agent` would replace the cicy-agent binary",
+    );
     refused("rm -rf .cicy/history", "kernel", "`rm` on `.cicy/history` would write the runtime's own files (.cicy/)");
     refused("echo x > /h/cicy.db", "kernel", "a redirect on `/h/cicy.db` would write the runtime's home ($CICY_HOME)");
-    for line in ["echo x >> .cicy/memory/MEMORY.md", "touch .cicy/x", "mkdir -p .cicy/checkpoints/x", "/opt/bin/cicy-agent chat w-1 hi", "cicy-agent todo w-1 add x --at +1h"] {
+    for line in [
+        "echo x >> .cicy/memory/MEMORY.md",
+        "touch .cicy/x",
+        "mkdir -p .cicy/checkpoints/x",
+        "/opt/bin/cicy-agent chat w-1 hi",
+        "cicy-agent todo w-1 add x --at +1h",
+    ] {
         assert_eq!(class_of(line), "kernel", "{line}");
     }
 }
 
 #[test]
 fn gates_config_network_install_push() {
-    refused("echo '# Role' > AGENTS.md", "gates", "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
+    refused(
+        "echo '# Role' > AGENTS.md",
+        "gates",
+        "a redirect on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)",
+    );
     assert_eq!(class_of("cp template.md AGENTS.md"), "gates");
-    refused("sed -i s/x/y/ AGENTS.md", "gates", "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)");
-    refused("echo '{}' > $CICY_HOME/config.json", "config", "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
-    for line in ["cp x.yaml /h/roles/dev/meta.yaml", "tee -a /h/config.yaml", "dd if=x of=/h/lite-config.json", "ln -s x /h/roles/y", "sed -i s/a/b/ roles/dev/meta.yaml", "mv config.yaml /h/", "cp new.yaml /h/config.yaml"] {
+    refused(
+        "sed -i s/x/y/ AGENTS.md",
+        "gates",
+        "`sed` on `AGENTS.md` would change AGENTS.md, the agent's <role> block (an injection gate)",
+    );
+    refused(
+        "echo '{}' > $CICY_HOME/config.json",
+        "config",
+        "a redirect on `$CICY_HOME/config.json` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)",
+    );
+    for line in [
+        "cp x.yaml /h/roles/dev/meta.yaml",
+        "tee -a /h/config.yaml",
+        "dd if=x of=/h/lite-config.json",
+        "ln -s x /h/roles/y",
+        "sed -i s/a/b/ roles/dev/meta.yaml",
+        "mv config.yaml /h/",
+        "cp new.yaml /h/config.yaml",
+    ] {
         assert_eq!(class_of(line), "config", "{line}");
     }
     refused("curl https://example.com", "network", "`curl` reaches the network");
     refused("git pull", "network", "`git pull` reaches the network");
-    for line in ["wget x", "ssh host", "scp a b:", "rsync -a x y", "nc -l 80", "git fetch origin", "git clone x", "git ls-remote x", "git remote update", "git submodule update --init", "echo x | timeout 5 ncat h 1"] {
+    for line in [
+        "wget x",
+        "ssh host",
+        "scp a b:",
+        "rsync -a x y",
+        "nc -l 80",
+        "git fetch origin",
+        "git clone x",
+        "git ls-remote x",
+        "git remote update",
+        "git submodule update --init",
+        "echo x | timeout 5 ncat h 1",
+    ] {
         assert_eq!(class_of(line), "network", "{line}");
     }
     refused("pip install x", "install", "`pip install` installs dependencies");
     refused("python3 -m pip install requests", "install", "`python3 -m pip install` installs dependencies");
-    for line in ["pip3 install x", "uv pip install x", "uv add x", "npm i x", "pnpm add x", "yarn", "yarn add x", "cargo install ripgrep", "cargo add serde", "apt-get -y install x", "brew install x", "gem install x", "go install x@latest", "go get x", "conda install x", "apk add x", "npm ci"] {
+    for line in [
+        "pip3 install x",
+        "uv pip install x",
+        "uv add x",
+        "npm i x",
+        "pnpm add x",
+        "yarn",
+        "yarn add x",
+        "cargo install ripgrep",
+        "cargo add serde",
+        "apt-get -y install x",
+        "brew install x",
+        "gem install x",
+        "go install x@latest",
+        "go get x",
+        "conda install x",
+        "apk add x",
+        "npm ci",
+    ] {
         assert_eq!(class_of(line), "install", "{line}");
     }
     refused("git push origin main", "push", "`git push` publishes commits to another repository");
@@ -179,12 +247,17 @@ fn what_cannot_be_followed_is_unparsed() {
     assert_eq!(class_of("echo ${X:-$(rm -rf .cicy)}"), "unparsed");
 }
 
-const GIT_C: &str = "`git -c` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow";
+const GIT_C: &str =
+    "`git -c` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow";
 
 #[test]
 fn code_in_strings_that_runs_later_is_classified_or_unparsed() {
     // `trap ACTION SIG`: the action is read as bash text, like `bash -c`.
-    refused("trap 'rm -rf .cicy/memory' EXIT; sleep 1", "memory", "`rm` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused(
+        "trap 'rm -rf .cicy/memory' EXIT; sleep 1",
+        "memory",
+        "`rm` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)",
+    );
     assert_eq!(class_of("trap 'curl -d @notes.txt x' EXIT"), "network");
     assert_eq!(class_of("trap -- \"bash -c 'git push'\" INT TERM"), "push");
     refused("trap \"$CLEANUP\" EXIT", "unparsed", "`trap` runs `\"$CLEANUP\"`, which is only known when it runs");
@@ -205,7 +278,11 @@ fn code_in_strings_that_runs_later_is_classified_or_unparsed() {
     }
     refused("git --config-env=core.pager=P log", "unparsed", "`git --config-env` overrides git's configuration, which can run commands (aliases, pagers, helpers, hooks) the guard cannot follow");
     assert_eq!(class_of("git --config-env core.pager=P log"), "unparsed");
-    refused("GIT_SSH_COMMAND='rm -rf .cicy' git status", "unparsed", "`GIT_SSH_COMMAND=…` names a command git would run, which the guard cannot follow");
+    refused(
+        "GIT_SSH_COMMAND='rm -rf .cicy' git status",
+        "unparsed",
+        "`GIT_SSH_COMMAND=…` names a command git would run, which the guard cannot follow",
+    );
     for line in [
         "GIT_PAGER='rm -rf .cicy' git log",
         "GIT_EDITOR=x git commit",
@@ -220,11 +297,30 @@ fn code_in_strings_that_runs_later_is_classified_or_unparsed() {
     }
     assert_eq!(class_of("GIT_WORK_TREE=.cicy git clean -fdx"), "unparsed");
     assert_eq!(class_of("git --work-tree=/ clean -fdx"), "unparsed");
-    refused("git config alias.x '!rm -rf .cicy'; git x", "unparsed", "`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)");
-    for line in ["git config core.pager x", "git config --global core.sshCommand x", "git config set core.fsmonitor x", "git config --unset user.name", "git config -e"] {
+    refused(
+        "git config alias.x '!rm -rf .cicy'; git x",
+        "unparsed",
+        "`git config` that sets a value can make later git commands run a program (`alias.x '!…'`, `core.pager`)",
+    );
+    for line in [
+        "git config core.pager x",
+        "git config --global core.sshCommand x",
+        "git config set core.fsmonitor x",
+        "git config --unset user.name",
+        "git config -e",
+    ] {
         assert_eq!(class_of(line), "unparsed", "{line}");
     }
-    for line in ["PAGER=cat man ls", "GIT_AUTHOR_NAME=x git commit -m y", "git --no-pager log", "git config user.name", "git config --get core.pager", "git config -l", "git config list", "git config get user.email"] {
+    for line in [
+        "PAGER=cat man ls",
+        "GIT_AUTHOR_NAME=x git commit -m y",
+        "git --no-pager log",
+        "git config user.name",
+        "git config --get core.pager",
+        "git config -l",
+        "git config list",
+        "git config get user.email",
+    ] {
         assert_eq!(run(line), Ok(()), "{line}");
     }
 }
@@ -261,7 +357,13 @@ fn programs_that_run_other_programs_are_unparsed_or_looked_through() {
         assert_eq!(class_of(line), "unparsed", "{line}");
     }
     // Looked through: the command they run is classified.
-    for line in ["setsid -w rm -rf .cicy", "ionice -c3 rm -rf .cicy", "ionice -c 2 -n 7 rm -rf .cicy", "busybox rm -rf .cicy", "busybox sh -c 'rm -rf .cicy'"] {
+    for line in [
+        "setsid -w rm -rf .cicy",
+        "ionice -c3 rm -rf .cicy",
+        "ionice -c 2 -n 7 rm -rf .cicy",
+        "busybox rm -rf .cicy",
+        "busybox sh -c 'rm -rf .cicy'",
+    ] {
         assert_eq!(class_of(line), "memory", "{line}");
     }
     // A shell reading a process substitution, a descriptor or stdin.
@@ -271,7 +373,12 @@ fn programs_that_run_other_programs_are_unparsed_or_looked_through() {
     refused(". /dev/fd/3 3< x", "unparsed", "`.` runs `/dev/fd/3`, a script only known when it runs");
     refused("echo 'rm -rf .cicy' | bash -s", "unparsed", "`bash` reads its commands from stdin");
     refused("echo 'rm -rf .cicy' | source /dev/stdin", "unparsed", "`source` reads its commands from stdin");
-    for line in [". /dev/stdin <<< 'rm -rf .cicy'", "bash /dev/stdin <<< 'rm -rf .cicy'", "sh - <<< 'rm -rf .cicy'", "bash -s x y <<< 'rm -rf .cicy'"] {
+    for line in [
+        ". /dev/stdin <<< 'rm -rf .cicy'",
+        "bash /dev/stdin <<< 'rm -rf .cicy'",
+        "sh - <<< 'rm -rf .cicy'",
+        "bash -s x y <<< 'rm -rf .cicy'",
+    ] {
         assert_eq!(class_of(line), "memory", "{line}");
     }
     for line in ["source ./env.sh", ". ~/.cargo/env", "source \"$HOME/.venv/bin/activate\"", "bash build.sh --fast", "bash \"$SCRIPT\""] {
@@ -281,10 +388,26 @@ fn programs_that_run_other_programs_are_unparsed_or_looked_through() {
 
 #[test]
 fn more_writers_of_cicy_files() {
-    refused("perl -pi -e 's/a/b/' .cicy/memory/MEMORY.md", "memory", "`perl` on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)");
-    refused("perl -i.bak -pe 's/a/b/' .cicy/intents.jsonl", "kernel", "`perl` on `.cicy/intents.jsonl` would write the runtime's own files (.cicy/)");
-    refused("sort -o /h/config.yaml x", "config", "`sort` on `/h/config.yaml` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)");
-    refused("tar -xzf a.tgz -C .cicy/memory", "memory", "`tar` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)");
+    refused(
+        "perl -pi -e 's/a/b/' .cicy/memory/MEMORY.md",
+        "memory",
+        "`perl` on `.cicy/memory/MEMORY.md` would delete or overwrite the agent's memory (.cicy/memory)",
+    );
+    refused(
+        "perl -i.bak -pe 's/a/b/' .cicy/intents.jsonl",
+        "kernel",
+        "`perl` on `.cicy/intents.jsonl` would write the runtime's own files (.cicy/)",
+    );
+    refused(
+        "sort -o /h/config.yaml x",
+        "config",
+        "`sort` on `/h/config.yaml` would change the runtime's configuration ($CICY_HOME config, roles, meta.yaml)",
+    );
+    refused(
+        "tar -xzf a.tgz -C .cicy/memory",
+        "memory",
+        "`tar` on `.cicy/memory` would delete or overwrite the agent's memory (.cicy/memory)",
+    );
     refused("unzip a.zip -d .cicy", "kernel", "`unzip` on `.cicy` would write the runtime's own files (.cicy/)");
     for (line, class) in [
         ("perl -pie 's/a/b/' .cicy/memory/MEMORY.md", "memory"),
@@ -370,7 +493,18 @@ fn sockets_publishing_and_fetch_and_run_tools() {
     ] {
         assert_eq!(class_of(line), "network", "{line}");
     }
-    for line in ["uvx ruff", "pipx run black", "pipx install black", "deno install x", "apt update", "apt-get update", "sudo apt-get -y upgrade", "npm exec x", "pnpm dlx x", "rustup toolchain install nightly"] {
+    for line in [
+        "uvx ruff",
+        "pipx run black",
+        "pipx install black",
+        "deno install x",
+        "apt update",
+        "apt-get update",
+        "sudo apt-get -y upgrade",
+        "npm exec x",
+        "pnpm dlx x",
+        "rustup toolchain install nightly",
+    ] {
         assert_eq!(class_of(line), "install", "{line}");
     }
     for line in ["cat < notes.txt", "cargo +nightly build", "docker build .", "npm test", "echo x > /dev/null"] {
@@ -380,8 +514,16 @@ fn sockets_publishing_and_fetch_and_run_tools() {
 
 #[test]
 fn kernel_links_and_links_to_the_runtime() {
-    refused("rm -rf /proc/self/cwd/.cicy", "unparsed", "`rm` on `/proc/self/cwd/.cicy` goes through /proc or /dev/fd, whose links the guard does not follow");
-    refused("rm -rf /dev/fd/../.cicy", "unparsed", "`rm` on `/dev/fd/../.cicy` goes through /proc or /dev/fd, whose links the guard does not follow");
+    refused(
+        "rm -rf /proc/self/cwd/.cicy",
+        "unparsed",
+        "`rm` on `/proc/self/cwd/.cicy` goes through /proc or /dev/fd, whose links the guard does not follow",
+    );
+    refused(
+        "rm -rf /dev/fd/../.cicy",
+        "unparsed",
+        "`rm` on `/dev/fd/../.cicy` goes through /proc or /dev/fd, whose links the guard does not follow",
+    );
     for line in ["echo x > /proc/self/cwd/.cicy/memory/MEMORY.md", "cp x /proc/1/root/tmp/y", "echo > /dev/stdout/../x"] {
         assert_eq!(class_of(line), "unparsed", "{line}");
     }
@@ -393,7 +535,16 @@ fn kernel_links_and_links_to_the_runtime() {
         assert_eq!(run(line), Ok(()), "{line}");
     }
     refused("ln -s .cicy state", "kernel", "`ln` to `.cicy` would make a link to the runtime's files (.cicy/)");
-    for line in ["ln -s .cicy/memory m", "ln .cicy/intents.jsonl x", "ln -s ../.cicy sub/link", "ln -s /h/workers/w-1 ws", "ln -sf . here", "ln -s ~ home", "cp -rs .cicy/memory mirror", "ln -s ../../w-1/.cicy/history h -t sub"] {
+    for line in [
+        "ln -s .cicy/memory m",
+        "ln .cicy/intents.jsonl x",
+        "ln -s ../.cicy sub/link",
+        "ln -s /h/workers/w-1 ws",
+        "ln -sf . here",
+        "ln -s ~ home",
+        "cp -rs .cicy/memory mirror",
+        "ln -s ../../w-1/.cicy/history h -t sub",
+    ] {
         assert_eq!(class_of(line), "kernel", "{line}");
     }
     assert_eq!(class_of("ln -s \"$T\" link"), "unparsed");
@@ -406,11 +557,36 @@ fn kernel_links_and_links_to_the_runtime() {
 fn git_commands_that_overwrite_the_tree_count_as_deleting() {
     refused("git reset --hard", "memory", "`git reset --hard` on `.` would delete or overwrite the agent's memory (.cicy/memory)");
     refused("git checkout -- .cicy/history", "kernel", "`git checkout` on `.cicy/history` would write the runtime's own files (.cicy/)");
-    for line in ["git reset --hard HEAD~1", "git stash -u", "git stash push --include-untracked", "git stash save -a wip", "git checkout .", "git checkout -- .cicy", "git checkout HEAD .cicy/memory/MEMORY.md", "git checkout -f main", "git restore .", "git restore --worktree --staged .cicy/memory", "git switch --discard-changes main", "git -C .cicy reset --hard"] {
+    for line in [
+        "git reset --hard HEAD~1",
+        "git stash -u",
+        "git stash push --include-untracked",
+        "git stash save -a wip",
+        "git checkout .",
+        "git checkout -- .cicy",
+        "git checkout HEAD .cicy/memory/MEMORY.md",
+        "git checkout -f main",
+        "git restore .",
+        "git restore --worktree --staged .cicy/memory",
+        "git switch --discard-changes main",
+        "git -C .cicy reset --hard",
+    ] {
         assert_eq!(class_of(line), "memory", "{line}");
     }
     assert_eq!(class_of("git restore .cicy/intents.jsonl"), "kernel");
-    for line in ["git reset HEAD~1", "git reset --soft HEAD~1", "git stash", "git stash pop", "git checkout main", "git checkout -b feature", "git restore src/main.rs", "git restore --staged .", "git switch main", "git -C sub reset --hard", "git stash -u -- src"] {
+    for line in [
+        "git reset HEAD~1",
+        "git reset --soft HEAD~1",
+        "git stash",
+        "git stash pop",
+        "git checkout main",
+        "git checkout -b feature",
+        "git restore src/main.rs",
+        "git restore --staged .",
+        "git switch main",
+        "git -C sub reset --hard",
+        "git stash -u -- src",
+    ] {
         assert_eq!(run(line), Ok(()), "{line}");
     }
 }
@@ -452,13 +628,18 @@ fn refusal_displays_class_and_reason() {
 #[test]
 fn deep_nesting_is_refused_before_the_parser_recurses() {
     // Each form at 128 levels overflowed a debug build's 2 MiB stack inside the parser.
-    for (open, close) in [("( ", " )"), ("$(echo ", ")"), ("{ ", "; }"), ("if true; then ", "; fi"), ("\"$(echo ", ")\""), ("f() { ", "; }")] {
+    for (open, close) in
+        [("( ", " )"), ("$(echo ", ")"), ("{ ", "; }"), ("if true; then ", "; fi"), ("\"$(echo ", ")\""), ("f() { ", "; }")]
+    {
         let line = format!("{}true{}", open.repeat(1000), close.repeat(1000));
-        assert_eq!(run(&line), Err(Refusal { class: "unparsed".into(), reason: "the command line nests 1000 levels deep (at most 32)".into() }), "{open}");
+        assert_eq!(
+            run(&line),
+            Err(Refusal { class: "unparsed".into(), reason: "the command line nests 1000 levels deep (at most 32)".into() }),
+            "{open}"
+        );
         let line = format!("{}true{}", open.repeat(16), close.repeat(16));
         assert!(run(&line).err().is_none_or(|r| !r.reason.starts_with("the command line nests")), "{open}");
     }
     let long = format!("echo {}", "x".repeat(64 * 1024));
     assert_eq!(run(&long), Err(Refusal { class: "unparsed".into(), reason: "the command line is 65541 bytes (at most 65536)".into() }));
 }
-

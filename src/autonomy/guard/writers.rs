@@ -41,9 +41,12 @@ impl Writer<'_> {
     /// The working directories after `chdir(dir)` (`patch -d`, `tar -C`, `unzip -d`), or the
     /// refusal when `dir` is only known when it runs.
     fn cwds_in(&self, dir: &Arg) -> Result<Vec<String>, Effect> {
-        self.sc.cwds.iter().map(|c| dir.pattern(c)).collect::<Option<Vec<_>>>().ok_or_else(|| {
-            unparsed(format!("`{}` writes into `{}`, a folder only known when it runs", self.name, dir.source))
-        })
+        self.sc
+            .cwds
+            .iter()
+            .map(|c| dir.pattern(c))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| unparsed(format!("`{}` writes into `{}`, a folder only known when it runs", self.name, dir.source)))
     }
 
     /// `perl -i[EXT] [-e CODE | SCRIPT] FILE…` rewrites each FILE.
@@ -60,28 +63,53 @@ impl Writer<'_> {
     /// `gawk -i inplace [-f FILE | PROGRAM] FILE…` rewrites each FILE (`VAR=VALUE` operands
     /// are assignments).
     fn awk(&self, args: &[Arg]) -> Vec<Effect> {
-        let s = scan(args, &Spec { short_value: "fvFiElLW", long_value: &["file", "assign", "field-separator", "include", "exec", "load", "source"], ..Spec::default() });
-        let inplace = s.values(args, "i").chain(s.values(args, "include")).any(|v| v.text().is_none_or(|t| t == "inplace" || t == "inplace.awk"));
+        let s = scan(
+            args,
+            &Spec {
+                short_value: "fvFiElLW",
+                long_value: &["file", "assign", "field-separator", "include", "exec", "load", "source"],
+                ..Spec::default()
+            },
+        );
+        let inplace =
+            s.values(args, "i").chain(s.values(args, "include")).any(|v| v.text().is_none_or(|t| t == "inplace" || t == "inplace.awk"));
         if !inplace {
             return Vec::new();
         }
         let program_given = ["f", "E", "file", "exec", "source"].iter().any(|o| s.has(o));
         let operands = if program_given { &s.positionals[..] } else { s.positionals.get(1..).unwrap_or_default() };
-        let is_assignment = |a: &Arg| a.text().and_then(|t| t.split_once('=').map(|(n, _)| n.to_string())).is_some_and(|n| {
-            !n.is_empty() && !n.starts_with(|c: char| c.is_ascii_digit()) && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        });
+        let is_assignment = |a: &Arg| {
+            a.text().and_then(|t| t.split_once('=').map(|(n, _)| n.to_string())).is_some_and(|n| {
+                !n.is_empty() && !n.starts_with(|c: char| c.is_ascii_digit()) && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+        };
         let files: Vec<usize> = operands.iter().copied().filter(|&i| !is_assignment(&args[i])).collect();
         self.each(Write::Overwrite, args, &files, &self.sc.cwds)
     }
 
     /// `sort -o FILE` writes FILE; `--compress-program` runs a program.
     fn sort(&self, args: &[Arg]) -> Vec<Effect> {
-        let s = scan(args, &Spec {
-            short_value: "kotST",
-            long_value: &["key", "output", "field-separator", "buffer-size", "temporary-directory", "parallel", "batch-size", "compress-program", "files0-from", "random-source", "sort"],
-            permute: true,
-            ..Spec::default()
-        });
+        let s = scan(
+            args,
+            &Spec {
+                short_value: "kotST",
+                long_value: &[
+                    "key",
+                    "output",
+                    "field-separator",
+                    "buffer-size",
+                    "temporary-directory",
+                    "parallel",
+                    "batch-size",
+                    "compress-program",
+                    "files0-from",
+                    "random-source",
+                    "sort",
+                ],
+                permute: true,
+                ..Spec::default()
+            },
+        );
         if s.has("compress-program") {
             return vec![unparsed("`sort --compress-program` runs a program the guard does not follow".into())];
         }
@@ -91,12 +119,30 @@ impl Writer<'_> {
     /// `patch [-d DIR] [FILE [PATCHFILE]] [-o OUT] [-r REJECTS]`: writes into DIR (the files
     /// the diff names), FILE, OUT and REJECTS, all relative to DIR.
     fn patch(&self, args: &[Arg]) -> Vec<Effect> {
-        let s = scan(args, &Spec {
-            short_value: "BdDFgiopVrYz",
-            long_value: &["backup-prefix", "directory", "ifdef", "fuzz", "get", "input", "output", "strip", "reject-file", "version-control", "basename-prefix", "suffix", "quoting-style", "reject-format"],
-            permute: true,
-            ..Spec::default()
-        });
+        let s = scan(
+            args,
+            &Spec {
+                short_value: "BdDFgiopVrYz",
+                long_value: &[
+                    "backup-prefix",
+                    "directory",
+                    "ifdef",
+                    "fuzz",
+                    "get",
+                    "input",
+                    "output",
+                    "strip",
+                    "reject-file",
+                    "version-control",
+                    "basename-prefix",
+                    "suffix",
+                    "quoting-style",
+                    "reject-format",
+                ],
+                permute: true,
+                ..Spec::default()
+            },
+        );
         let dir = s.value(args, "d").or_else(|| s.value(args, "directory")).unwrap_or_else(|| Arg::lit("."));
         let cwds = match self.cwds_in(&dir) {
             Ok(c) => c,
@@ -146,13 +192,43 @@ impl Writer<'_> {
             }
         }
         let args = &argv[..];
-        let s = scan(args, &Spec {
-            short_value: "fCbHKLNgTVXI",
-            long_value: &["file", "directory", "blocking-factor", "format", "starting-file", "tape-length", "newer", "listed-incremental", "files-from", "label", "exclude-from", "use-compress-program", "to-command", "info-script", "new-volume-script", "checkpoint-action", "exclude", "transform", "owner", "group", "mode", "mtime"],
-            permute: true,
-            ..Spec::default()
-        });
-        let compressor = |v: Arg| v.literal().is_some_and(|t| ["gzip", "bzip2", "xz", "zstd", "lz4", "lzip", "lzma", "lzop", "pigz", "pbzip2", "pixz"].contains(&t.as_str()));
+        let s = scan(
+            args,
+            &Spec {
+                short_value: "fCbHKLNgTVXI",
+                long_value: &[
+                    "file",
+                    "directory",
+                    "blocking-factor",
+                    "format",
+                    "starting-file",
+                    "tape-length",
+                    "newer",
+                    "listed-incremental",
+                    "files-from",
+                    "label",
+                    "exclude-from",
+                    "use-compress-program",
+                    "to-command",
+                    "info-script",
+                    "new-volume-script",
+                    "checkpoint-action",
+                    "exclude",
+                    "transform",
+                    "owner",
+                    "group",
+                    "mode",
+                    "mtime",
+                ],
+                permute: true,
+                ..Spec::default()
+            },
+        );
+        let compressor = |v: Arg| {
+            v.literal().is_some_and(|t| {
+                ["gzip", "bzip2", "xz", "zstd", "lz4", "lzip", "lzma", "lzop", "pigz", "pbzip2", "pixz"].contains(&t.as_str())
+            })
+        };
         if let Some(o) = ["to-command", "info-script", "new-volume-script", "checkpoint-action", "F"].into_iter().find(|o| s.has(o)) {
             let shown = if o.len() == 1 { format!("-{o}") } else { format!("--{o}") };
             return vec![unparsed(format!("`{} {shown}` runs a program the guard does not follow", self.name))];
@@ -161,7 +237,9 @@ impl Writer<'_> {
             return vec![unparsed(format!("`{} --use-compress-program` runs a program the guard does not follow", self.name))];
         }
         let archive = s.value(args, "f").or_else(|| s.value(args, "file"));
-        let archive_written = |how: Write| archive.iter().filter(|a| a.text().as_deref() != Some("-")).map(|a| self.target(how, a, &self.sc.cwds)).collect::<Vec<_>>();
+        let archive_written = |how: Write| {
+            archive.iter().filter(|a| a.text().as_deref() != Some("-")).map(|a| self.target(how, a, &self.sc.cwds)).collect::<Vec<_>>()
+        };
         if s.has("c") || s.has("create") {
             return archive_written(Write::Overwrite);
         }
@@ -228,9 +306,12 @@ pub fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
         i += 1;
         let Some(t) = a.text() else { continue };
         match t.as_str() {
-            "-delete" => {
-                out.extend(starts.iter().map(|s| Effect::Target { how: Write::Delete, arg: s.clone(), cwds: sc.cwds.clone(), what: what.clone() }))
-            }
+            "-delete" => out.extend(starts.iter().map(|s| Effect::Target {
+                how: Write::Delete,
+                arg: s.clone(),
+                cwds: sc.cwds.clone(),
+                what: what.clone(),
+            })),
             "-fprint" | "-fprint0" | "-fls" | "-fprintf" => {
                 if let Some(f) = args.get(i) {
                     out.push(Effect::Target { how: Write::Overwrite, arg: f.clone(), cwds: sc.cwds.clone(), what: what.clone() });

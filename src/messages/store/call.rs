@@ -138,9 +138,7 @@ impl MessageStore {
     ///
     /// Errors: [`StoreError::Sql`], [`StoreError::BadRow`].
     pub fn call_release(&mut self, id: i64) -> Result<Option<MsgCall>, StoreError> {
-        self.conn
-            .execute("UPDATE msg_call SET state = 'queued' WHERE id = ?1 AND state = 'waiting'", [id])
-            .map_err(|e| self.sql_err(e))?;
+        self.conn.execute("UPDATE msg_call SET state = 'queued' WHERE id = ?1 AND state = 'waiting'", [id]).map_err(|e| self.sql_err(e))?;
         self.call(id)
     }
 

@@ -169,13 +169,7 @@ impl MessageStore {
     ///
     /// Errors: [`StoreError::BadGroupName`], [`StoreError::BadPrincipal`],
     /// [`StoreError::GroupNameTaken`], [`StoreError::Sql`].
-    pub fn create_group(
-        &mut self,
-        requester: &str,
-        name: &str,
-        description: &str,
-        members: &[&str],
-    ) -> Result<Conversation, StoreError> {
+    pub fn create_group(&mut self, requester: &str, name: &str, description: &str, members: &[&str]) -> Result<Conversation, StoreError> {
         let name = check_group_name(name)?;
         check_principal(requester)?;
         let mut all: Vec<&str> = vec![requester];
@@ -278,10 +272,7 @@ impl MessageStore {
                  WHERE c.kind = 'group' AND c.name = ?1 AND m.principal = ?2 AND m.active = 1 LIMIT 2",
             )
             .map_err(|e| self.sql_err(e))?;
-        let ids: Vec<String> = stmt
-            .query_map([name, agent], |r| r.get(0))
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.sql_err(e))?;
+        let ids: Vec<String> = stmt.query_map([name, agent], |r| r.get(0)).and_then(|rows| rows.collect()).map_err(|e| self.sql_err(e))?;
         match ids.as_slice() {
             [id] => self.conversation(id),
             [] => Err(StoreError::GroupNotFound { group: name.to_string() }),
@@ -311,9 +302,7 @@ impl MessageStore {
             )
             .map_err(|e| self.sql_err(e))?;
         let mut roster: Vec<RosterEntry> = stmt
-            .query_map([conv], |r| {
-                Ok(RosterEntry { id: r.get(0)?, name: r.get(1)?, kind: "agent".to_string(), host: None })
-            })
+            .query_map([conv], |r| Ok(RosterEntry { id: r.get(0)?, name: r.get(1)?, kind: "agent".to_string(), host: None }))
             .and_then(|rows| rows.collect())
             .map_err(|e| self.sql_err(e))?;
         sort_roster(&mut roster);
@@ -340,9 +329,7 @@ impl MessageStore {
     /// Whether `principal` is an active member of `conv`.
     pub(super) fn is_active_member(&self, conv: &str, principal: &str) -> Result<bool, StoreError> {
         self.conn
-            .query_row("SELECT 1 FROM member WHERE conv_id = ?1 AND principal = ?2 AND active = 1", [conv, principal], |_| {
-                Ok(())
-            })
+            .query_row("SELECT 1 FROM member WHERE conv_id = ?1 AND principal = ?2 AND active = 1", [conv, principal], |_| Ok(()))
             .optional()
             .map(|o| o.is_some())
             .map_err(|e| self.sql_err(e))
@@ -368,11 +355,7 @@ fn check_group_name(name: &str) -> Result<&str, StoreError> {
     let problem = if trimmed.is_empty() {
         Some("is empty")
     } else if clean_name(trimmed) != trimmed {
-        Some(if trimmed.chars().count() > NAME_MAX_CHARS {
-            "is longer than 120 characters"
-        } else {
-            "contains a control character or '|'"
-        })
+        Some(if trimmed.chars().count() > NAME_MAX_CHARS { "is longer than 120 characters" } else { "contains a control character or '|'" })
     } else {
         None
     };
@@ -383,13 +366,7 @@ fn check_group_name(name: &str) -> Result<&str, StoreError> {
 }
 
 /// Refuses when `principal` is an active member of another group (not `except`) named `name`.
-fn refuse_taken_name(
-    tx: &Transaction<'_>,
-    path: &Path,
-    name: &str,
-    principal: &str,
-    except: &str,
-) -> Result<(), StoreError> {
+fn refuse_taken_name(tx: &Transaction<'_>, path: &Path, name: &str, principal: &str, except: &str) -> Result<(), StoreError> {
     let other: Option<String> = tx
         .query_row(
             "SELECT c.id FROM conversation c JOIN member m ON m.conv_id = c.id
@@ -401,19 +378,11 @@ fn refuse_taken_name(
         .map_err(|source| StoreError::Sql { path: path.to_path_buf(), source })?;
     match other {
         None => Ok(()),
-        Some(other) => {
-            Err(StoreError::GroupNameTaken { name: name.to_string(), other, principal: principal.to_string() })
-        }
+        Some(other) => Err(StoreError::GroupNameTaken { name: name.to_string(), other, principal: principal.to_string() }),
     }
 }
 
-fn insert_conversation(
-    tx: &Transaction<'_>,
-    kind: ConvKind,
-    name: &str,
-    description: &str,
-    created_by: &str,
-) -> rusqlite::Result<String> {
+fn insert_conversation(tx: &Transaction<'_>, kind: ConvKind, name: &str, description: &str, created_by: &str) -> rusqlite::Result<String> {
     let id = uuid::Uuid::new_v4().to_string();
     tx.execute(
         "INSERT INTO conversation (id, kind, name, description, created_by, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

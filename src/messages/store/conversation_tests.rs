@@ -19,15 +19,12 @@ fn a_direct_conversation_is_one_per_pair_in_either_order() {
     assert_ne!(other.id, a.id);
     let members: Vec<String> = store.members(&a.id).unwrap().into_iter().map(|m| m.principal).collect();
     assert_eq!(members, ["human:ann", "w-1"]);
+    assert_eq!(store.direct("w-1", "w-1").unwrap_err().to_string(), "a direct conversation needs two different principals; got w-1 twice");
+    assert_eq!(store.direct("w-1", "ann").unwrap_err().to_string(), "`ann` is not a principal: give an agent id (w-<n>) or human:<name>");
     assert_eq!(
-        store.direct("w-1", "w-1").unwrap_err().to_string(),
-        "a direct conversation needs two different principals; got w-1 twice"
+        store.add_member(&a.id, "w-3", Visibility::Visible).unwrap_err().to_string(),
+        format!("conversation {} is direct: its two members are fixed", a.id)
     );
-    assert_eq!(
-        store.direct("w-1", "ann").unwrap_err().to_string(),
-        "`ann` is not a principal: give an agent id (w-<n>) or human:<name>"
-    );
-    assert_eq!(store.add_member(&a.id, "w-3", Visibility::Visible).unwrap_err().to_string(), format!("conversation {} is direct: its two members are fixed", a.id));
 }
 
 #[test]
@@ -94,7 +91,12 @@ fn a_name_is_refused_for_overlapping_members_and_two_matches_are_ambiguous() {
 fn group_names_are_what_an_envelope_shows_verbatim() {
     let (_dir, mut store) = store_with(&[]);
     let long = "x".repeat(121);
-    for (name, problem) in [("  ", "is empty"), ("a|b", "contains a control character or '|'"), ("a\nb", "contains a control character or '|'"), (long.as_str(), "is longer than 120 characters")] {
+    for (name, problem) in [
+        ("  ", "is empty"),
+        ("a|b", "contains a control character or '|'"),
+        ("a\nb", "contains a control character or '|'"),
+        (long.as_str(), "is longer than 120 characters"),
+    ] {
         assert_eq!(store.create_group("w-1", name, "", &[]).unwrap_err().to_string(), format!("group name '{name}' {problem}"));
     }
     assert_eq!(store.create_group("w-1", &"é".repeat(120), "", &[]).unwrap().name.chars().count(), 120);

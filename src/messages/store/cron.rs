@@ -63,10 +63,7 @@ pub struct CronJob {
 /// fields or does not parse, a period that is not a positive whole number of its unit.
 pub fn next_run(schedule: &str, now: i64) -> Result<i64, StoreError> {
     let schedule = schedule.trim();
-    let bad = |reason: String| StoreError::BadSchedule {
-        schedule: schedule.to_string(),
-        reason,
-    };
+    let bad = |reason: String| StoreError::BadSchedule { schedule: schedule.to_string(), reason };
     match CronKind::of(schedule) {
         CronKind::Every => {
             let (digits, unit) = match schedule.char_indices().last() {
@@ -82,25 +79,16 @@ pub fn next_run(schedule: &str, now: i64) -> Result<i64, StoreError> {
                 'h' => 3600,
                 _ => 86_400,
             };
-            n.checked_mul(unit_secs)
-                .and_then(|d| now.checked_add(d))
-                .ok_or_else(|| bad("is too long a period".into()))
+            n.checked_mul(unit_secs).and_then(|d| now.checked_add(d)).ok_or_else(|| bad("is too long a period".into()))
         }
         CronKind::Cron => {
             let fields = schedule.split_whitespace().count();
             if fields != 5 {
-                return Err(bad(format!(
-                    "has {fields} fields; a cron expression has 5 (minute hour day month weekday)"
-                )));
+                return Err(bad(format!("has {fields} fields; a cron expression has 5 (minute hour day month weekday)")));
             }
             let cron = croner::Cron::from_str(schedule).map_err(|e| bad(e.to_string()))?;
-            let start = chrono::Local
-                .timestamp_opt(now, 0)
-                .single()
-                .ok_or_else(|| bad(format!("no local time for {now}")))?;
-            let next = cron
-                .find_next_occurrence(&start, false)
-                .map_err(|e| bad(e.to_string()))?;
+            let start = chrono::Local.timestamp_opt(now, 0).single().ok_or_else(|| bad(format!("no local time for {now}")))?;
+            let next = cron.find_next_occurrence(&start, false).map_err(|e| bad(e.to_string()))?;
             Ok(next.timestamp())
         }
     }
@@ -166,22 +154,14 @@ impl MessageStore {
             .conn
             .prepare(&format!("SELECT {CRON_COLUMNS} FROM cron_job WHERE next_run <= ?1 ORDER BY next_run, agent_id, name"))
             .map_err(|e| self.sql_err(e))?;
-        let rows = stmt
-            .query_map([now], read_cron)
-            .map_err(|e| self.sql_err(e))?;
+        let rows = stmt.query_map([now], read_cron).map_err(|e| self.sql_err(e))?;
         let mut out = Vec::new();
         for row in rows {
             let (mut job, kind) = row.map_err(|e| self.sql_err(e))?;
             job.kind = match kind.as_str() {
                 "cron" => CronKind::Cron,
                 "every" => CronKind::Every,
-                other => {
-                    return Err(self.bad_row(
-                        "cron_job",
-                        &format!("{}/{}", job.agent_id, job.name),
-                        format!("kind `{other}`"),
-                    ))
-                }
+                other => return Err(self.bad_row("cron_job", &format!("{}/{}", job.agent_id, job.name), format!("kind `{other}`"))),
             };
             out.push(job);
         }
@@ -193,9 +173,7 @@ impl MessageStore {
     /// Errors: [`StoreError::Sql`].
     pub fn cron_next_at(&self) -> Result<Option<i64>, StoreError> {
         self.conn
-            .query_row("SELECT MIN(next_run) FROM cron_job", [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
+            .query_row("SELECT MIN(next_run) FROM cron_job", [], |r| r.get::<_, Option<i64>>(0))
             .optional()
             .map(Option::flatten)
             .map_err(|e| self.sql_err(e))
@@ -208,10 +186,7 @@ impl MessageStore {
     pub fn cron_advance(&mut self, job: &CronJob, now: i64) -> Result<i64, StoreError> {
         let next = next_run(&job.schedule, now)?;
         self.conn
-            .execute(
-                "UPDATE cron_job SET next_run = ?3 WHERE agent_id = ?1 AND name = ?2",
-                params![job.agent_id, job.name, next],
-            )
+            .execute("UPDATE cron_job SET next_run = ?3 WHERE agent_id = ?1 AND name = ?2", params![job.agent_id, job.name, next])
             .map_err(|e| self.sql_err(e))?;
         Ok(next)
     }
@@ -243,13 +218,7 @@ mod tests {
         let next = next_run("*/5 * * * *", now).unwrap();
         let local = chrono::Local.timestamp_opt(next, 0).unwrap();
         assert!(next > now && next <= now + 300, "{next} vs {now}");
-        assert_eq!(
-            (
-                chrono::Timelike::minute(&local) % 5,
-                chrono::Timelike::second(&local)
-            ),
-            (0, 0)
-        );
+        assert_eq!((chrono::Timelike::minute(&local) % 5, chrono::Timelike::second(&local)), (0, 0));
         assert_eq!(
             next_run("* * * *", now).unwrap_err().to_string(),
             "schedule '* * * *' has 4 fields; a cron expression has 5 (minute hour day month weekday)"
@@ -261,12 +230,8 @@ mod tests {
     fn jobs_are_set_replaced_due_and_advanced() {
         let (_dir, mut store) = store_with(&["Ann"]);
         let g = store.create_group("w-1", "ops", "", &[]).unwrap();
-        store
-            .cron_set("w-1", &g.id, "tick", "10s", "ping", 100)
-            .unwrap();
-        let job = store
-            .cron_set("w-1", &g.id, "tick", "5s", "pong", 100)
-            .unwrap();
+        store.cron_set("w-1", &g.id, "tick", "10s", "ping", 100).unwrap();
+        let job = store.cron_set("w-1", &g.id, "tick", "5s", "pong", 100).unwrap();
         assert_eq!((job.kind, job.next_run), (CronKind::Every, 105));
         assert_eq!(store.cron_next_at().unwrap(), Some(105));
         assert!(store.cron_due(104).unwrap().is_empty());
@@ -274,9 +239,6 @@ mod tests {
         assert_eq!(due, vec![job.clone()]);
         assert_eq!(store.cron_advance(&due[0], 200).unwrap(), 205);
         assert_eq!(store.cron_next_at().unwrap(), Some(205));
-        assert!(matches!(
-            store.cron_set("w-1", "nope", "x", "1m", "m", 0),
-            Err(StoreError::NoConversation { .. })
-        ));
+        assert!(matches!(store.cron_set("w-1", "nope", "x", "1m", "m", 0), Err(StoreError::NoConversation { .. })));
     }
 }

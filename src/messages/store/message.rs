@@ -166,11 +166,7 @@ impl MessageStore {
         let sql = |source| StoreError::Sql { path: path.clone(), source };
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
         let member: Option<i64> = tx
-            .query_row(
-                "SELECT 1 FROM member WHERE conv_id = ?1 AND principal = ?2 AND active = 1",
-                [&conv.id, m.sender],
-                |r| r.get(0),
-            )
+            .query_row("SELECT 1 FROM member WHERE conv_id = ?1 AND principal = ?2 AND active = 1", [&conv.id, m.sender], |r| r.get(0))
             .optional()
             .map_err(sql)?;
         if member.is_none() {
@@ -180,22 +176,17 @@ impl MessageStore {
             None => None,
             Some(t) => {
                 let target: Option<Option<String>> = tx
-                    .query_row("SELECT thread_root FROM message WHERE id = ?1 AND conv_id = ?2", [t, &conv.id], |r| {
-                        r.get(0)
-                    })
+                    .query_row("SELECT thread_root FROM message WHERE id = ?1 AND conv_id = ?2", [t, &conv.id], |r| r.get(0))
                     .optional()
                     .map_err(sql)?;
                 match target {
-                    None => {
-                        return Err(StoreError::ThreadNotFound { thread: t.to_string(), group: conv.label().to_string() })
-                    }
+                    None => return Err(StoreError::ThreadNotFound { thread: t.to_string(), group: conv.label().to_string() }),
                     Some(root) => Some(root.unwrap_or_else(|| t.to_string())),
                 }
             }
         };
-        let seq: i64 = tx
-            .query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM message WHERE conv_id = ?1", [&conv.id], |r| r.get(0))
-            .map_err(sql)?;
+        let seq: i64 =
+            tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM message WHERE conv_id = ?1", [&conv.id], |r| r.get(0)).map_err(sql)?;
         let msg = Message {
             id,
             conv_id: conv.id.clone(),
@@ -313,9 +304,7 @@ impl MessageStore {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(sql)?;
         for id in message_ids {
             let state: Option<String> = tx
-                .query_row("SELECT state FROM delivery WHERE message_id = ?1 AND agent_id = ?2", [id, &agent], |r| {
-                    r.get(0)
-                })
+                .query_row("SELECT state FROM delivery WHERE message_id = ?1 AND agent_id = ?2", [id, &agent], |r| r.get(0))
                 .optional()
                 .map_err(sql)?;
             let state = state.ok_or_else(|| StoreError::NoDelivery { message_id: id.to_string(), agent: agent.to_string() })?;
@@ -349,9 +338,7 @@ impl MessageStore {
     pub fn deliveries(&self, message_id: &str) -> Result<Vec<Delivery>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare(
-                "SELECT agent_id, state, file, obligation_id FROM delivery WHERE message_id = ?1 ORDER BY agent_id",
-            )
+            .prepare("SELECT agent_id, state, file, obligation_id FROM delivery WHERE message_id = ?1 ORDER BY agent_id")
             .map_err(|e| self.sql_err(e))?;
         let rows: Vec<(String, String, Option<String>, Option<i64>)> = stmt
             .query_map([message_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
@@ -392,10 +379,8 @@ impl MessageStore {
                  WHERE d.state = 'pending' AND d.file IS NULL ORDER BY m.created_at, m.conv_id, m.seq, d.agent_id",
             )
             .map_err(|e| self.sql_err(e))?;
-        let rows: Vec<(String, String, Option<i64>)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.sql_err(e))?;
+        let rows: Vec<(String, String, Option<i64>)> =
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).and_then(|rows| rows.collect()).map_err(|e| self.sql_err(e))?;
         Ok(rows
             .into_iter()
             .map(|(message_id, agent_id, obligation_id)| Delivery {
@@ -425,8 +410,7 @@ impl MessageStore {
 
     fn query_messages(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<Message>, StoreError> {
         let mut stmt = self.conn.prepare(sql).map_err(|e| self.sql_err(e))?;
-        let raws: Vec<RawMessage> =
-            stmt.query_map(args, read_raw).and_then(|rows| rows.collect()).map_err(|e| self.sql_err(e))?;
+        let raws: Vec<RawMessage> = stmt.query_map(args, read_raw).and_then(|rows| rows.collect()).map_err(|e| self.sql_err(e))?;
         raws.into_iter().map(|raw| self.message_of(raw)).collect()
     }
 

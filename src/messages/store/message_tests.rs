@@ -33,12 +33,8 @@ fn concurrent_posters_on_two_connections_get_seq_one_to_n_without_gaps() {
     let page = store.messages(&g.id, None, 100).unwrap();
     assert_eq!(seqs(&page.messages), (1..=80).collect::<Vec<_>>());
     for sender in ["w-1", "w-2"] {
-        let own: Vec<usize> = page
-            .messages
-            .iter()
-            .filter(|m| m.sender == sender)
-            .map(|m| m.content.rsplit(' ').next().unwrap().parse().unwrap())
-            .collect();
+        let own: Vec<usize> =
+            page.messages.iter().filter(|m| m.sender == sender).map(|m| m.content.rsplit(' ').next().unwrap().parse().unwrap()).collect();
         assert_eq!(own, (0..40).collect::<Vec<_>>(), "each poster's messages keep its order");
     }
 }
@@ -51,7 +47,10 @@ fn a_reply_to_a_reply_points_at_the_root_and_an_unknown_target_is_refused() {
     let root = store.post(&text(&g.id, "w-1", "root")).unwrap();
     let r1 = store.post(&NewMessage { thread: Some(&root.id), ..text(&g.id, "w-2", "r1") }).unwrap();
     let r2 = store.post(&NewMessage { thread: Some(&r1.id), ..text(&g.id, "w-1", "r2") }).unwrap();
-    assert_eq!((root.thread_root, r1.thread_root.as_deref(), r2.thread_root.as_deref()), (None, Some(root.id.as_str()), Some(root.id.as_str())));
+    assert_eq!(
+        (root.thread_root, r1.thread_root.as_deref(), r2.thread_root.as_deref()),
+        (None, Some(root.id.as_str()), Some(root.id.as_str()))
+    );
     assert_eq!(
         store.post(&NewMessage { thread: Some("nope"), ..text(&g.id, "w-1", "x") }).unwrap_err().to_string(),
         "thread target 'nope' was not found in group 'ops'"

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 pub use call::{Answered, CallState, MsgCall};
-pub use cron::{next_run, CronJob, CronKind};
 pub use conversation::{ConvKind, Conversation, Member, Visibility, DIRECT_NAME};
+pub use cron::{next_run, CronJob, CronKind};
 pub use message::{Delivery, DeliveryState, Message, NewMessage, Page, MESSAGE_PAGE_MAX};
 pub use task::{Created, NewTask, Task, TaskError, TaskErrorCode, TaskRef, TaskStatus, TaskUpdate};
 

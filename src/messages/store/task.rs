@@ -42,10 +42,9 @@ impl TaskStatus {
             "in_progress" => Ok(Self::InProgress),
             "blocked" => Ok(Self::Blocked),
             "done" => Ok(Self::Done),
-            _ => Err(TaskError::new(
-                TaskErrorCode::ValidationFailed,
-                format!("status '{s}' is not one of todo, in_progress, blocked, done"),
-            )),
+            _ => {
+                Err(TaskError::new(TaskErrorCode::ValidationFailed, format!("status '{s}' is not one of todo, in_progress, blocked, done")))
+            }
         }
     }
 }
@@ -121,7 +120,9 @@ impl TaskError {
 impl From<StoreError> for TaskError {
     fn from(e: StoreError) -> Self {
         let code = match &e {
-            StoreError::GroupNotFound { .. } | StoreError::NoGroup { .. } | StoreError::GroupAmbiguous { .. } => TaskErrorCode::GroupNotFound,
+            StoreError::GroupNotFound { .. } | StoreError::NoGroup { .. } | StoreError::GroupAmbiguous { .. } => {
+                TaskErrorCode::GroupNotFound
+            }
             StoreError::NoConversation { .. } => TaskErrorCode::NotFound,
             StoreError::NotMember { .. } | StoreError::NotGroupMember { .. } => TaskErrorCode::Forbidden,
             _ => TaskErrorCode::EventStoreUnavailable,
@@ -276,9 +277,7 @@ impl MessageStore {
             }
             Some(k) => k.to_string(),
             None => {
-                let mut n: i64 = tx
-                    .query_row("SELECT COUNT(*) + 1 FROM task WHERE conv_id = ?1", [t.conv_id], |r| r.get(0))
-                    .map_err(db)?;
+                let mut n: i64 = tx.query_row("SELECT COUNT(*) + 1 FROM task WHERE conv_id = ?1", [t.conv_id], |r| r.get(0)).map_err(db)?;
                 while taken(&format!("T-{n}")).map_err(db)? {
                     n += 1;
                 }
@@ -315,10 +314,7 @@ impl MessageStore {
     /// `validation_failed` (nothing to change), `event_store_unavailable`.
     pub fn task_update(&mut self, u: &TaskUpdate<'_>) -> Result<Task, TaskError> {
         if u.status.is_none() && given(u.blocked_reason).is_none() && given(u.context_label).is_none() {
-            return Err(TaskError::new(
-                TaskErrorCode::ValidationFailed,
-                "task_update needs status, blocked_reason or context_label",
-            ));
+            return Err(TaskError::new(TaskErrorCode::ValidationFailed, "task_update needs status, blocked_reason or context_label"));
         }
         self.check_requester(u.conv_id, u.requester)?;
         self.change(u, None)
@@ -400,14 +396,12 @@ impl MessageStore {
         let wanted = a.strip_prefix('@').unwrap_or(a);
         let lower = wanted.to_lowercase();
         let roster = self.roster(conv)?;
-        let hits: Vec<&str> =
-            roster.iter().filter(|r| r.id == wanted || r.name.to_lowercase() == lower).map(|r| r.id.as_str()).collect();
+        let hits: Vec<&str> = roster.iter().filter(|r| r.id == wanted || r.name.to_lowercase() == lower).map(|r| r.id.as_str()).collect();
         match hits.as_slice() {
             [id] => Ok(id.to_string()),
-            [] => Err(TaskError::new(
-                TaskErrorCode::InvalidAssignee,
-                format!("assignee '{a}' is not a visible agent of conversation {conv}"),
-            )),
+            [] => {
+                Err(TaskError::new(TaskErrorCode::InvalidAssignee, format!("assignee '{a}' is not a visible agent of conversation {conv}")))
+            }
             many => Err(TaskError::new(
                 TaskErrorCode::InvalidAssignee,
                 format!("assignee '{a}' matches {} agents of conversation {conv} ({}); give an id", many.len(), many.join(", ")),
@@ -421,9 +415,7 @@ impl MessageStore {
             return Err(TaskError::new(TaskErrorCode::MissingTask, "give task_id or task_key"));
         }
         let found = self.query_tasks(
-            &format!(
-                "SELECT {COLUMNS} FROM task WHERE conv_id = ?1 AND (?2 IS NULL OR id = ?2) AND (?3 IS NULL OR task_key = ?3)"
-            ),
+            &format!("SELECT {COLUMNS} FROM task WHERE conv_id = ?1 AND (?2 IS NULL OR id = ?2) AND (?3 IS NULL OR task_key = ?3)"),
             params![conv, id, key],
         )?;
         found.into_iter().next().ok_or_else(|| {

@@ -33,8 +33,12 @@ fn the_same_idempotency_key_gives_the_same_task_and_another_title_conflicts() {
         code(store.task_create(&new(&g, "something else", "k1"))),
         ("idempotency_conflict", "idempotency_key 'k1' was used for task T-1 titled 'write the plan'".to_string())
     );
-    let second = store.task_create(&NewTask { status: Some(TaskStatus::Blocked), context_label: Some("q4"), ..new(&g, "review", "k2") }).unwrap();
-    assert_eq!((second.task.task_key.as_str(), second.task.status, second.task.context_label.as_deref()), ("T-2", TaskStatus::Blocked, Some("q4")));
+    let second =
+        store.task_create(&NewTask { status: Some(TaskStatus::Blocked), context_label: Some("q4"), ..new(&g, "review", "k2") }).unwrap();
+    assert_eq!(
+        (second.task.task_key.as_str(), second.task.status, second.task.context_label.as_deref()),
+        ("T-2", TaskStatus::Blocked, Some("q4"))
+    );
     assert_eq!(store.tasks(&g).unwrap().iter().map(|t| t.title.as_str()).collect::<Vec<_>>(), ["write the plan", "review"]);
 }
 
@@ -76,11 +80,16 @@ fn updates_find_the_task_by_id_or_key_and_clear_a_finished_block() {
     let u = |task, status, reason| TaskUpdate { conv_id: &g, requester: "w-2", task, status, blocked_reason: reason, context_label: None };
     let blocked = store.task_update(&u(by_key, Some(TaskStatus::Blocked), Some("waiting for review"))).unwrap();
     assert_eq!((blocked.status, blocked.blocked_reason.as_deref()), (TaskStatus::Blocked, Some("waiting for review")));
-    let labelled = store.task_update(&TaskUpdate { context_label: Some("sprint 3"), ..u(TaskRef { task_id: Some(&t.id), task_key: None }, None, None) }).unwrap();
+    let labelled = store
+        .task_update(&TaskUpdate { context_label: Some("sprint 3"), ..u(TaskRef { task_id: Some(&t.id), task_key: None }, None, None) })
+        .unwrap();
     assert_eq!((labelled.blocked_reason.as_deref(), labelled.context_label.as_deref()), (Some("waiting for review"), Some("sprint 3")));
     let moving = store.task_update(&u(by_key, Some(TaskStatus::InProgress), None)).unwrap();
     assert_eq!((moving.status, moving.blocked_reason, moving.context_label.as_deref()), (TaskStatus::InProgress, None, Some("sprint 3")));
-    assert_eq!(code(store.task_update(&u(TaskRef::default(), Some(TaskStatus::Done), None))), ("missing_task", "give task_id or task_key".to_string()));
+    assert_eq!(
+        code(store.task_update(&u(TaskRef::default(), Some(TaskStatus::Done), None))),
+        ("missing_task", "give task_id or task_key".to_string())
+    );
     assert_eq!(
         code(store.task_update(&u(TaskRef { task_id: Some(&t.id), task_key: Some("T-9") }, Some(TaskStatus::Done), None))),
         ("task_not_found", format!("no task with task_id '{}' and task_key 'T-9' in conversation {g}", t.id))
@@ -98,7 +107,8 @@ fn a_transfer_sets_the_assignee_and_open_tasks_leave_out_done_and_others() {
     for (title, key) in [("a", "k1"), ("b", "k2"), ("c", "k3")] {
         store.task_create(&NewTask { assignee: Some("w-2"), ..new(&g, title, key) }).unwrap();
     }
-    let u = |key| TaskUpdate { conv_id: &g, requester: "w-1", task: TaskRef { task_key: Some(key), task_id: None }, ..TaskUpdate::default() };
+    let u =
+        |key| TaskUpdate { conv_id: &g, requester: "w-1", task: TaskRef { task_key: Some(key), task_id: None }, ..TaskUpdate::default() };
     assert_eq!(code(store.task_transfer(&u("T-1"), None)), ("missing_assignee", "task_transfer needs an assignee".to_string()));
     assert_eq!(code(store.task_transfer(&u("T-1"), Some("nobody"))).0, "invalid_assignee");
     let moved = store.task_transfer(&u("T-1"), Some("Ada")).unwrap();
@@ -114,8 +124,14 @@ fn statuses_and_codes_have_their_protocol_texts() {
     for s in ["todo", "in_progress", "blocked", "done"] {
         assert_eq!(TaskStatus::parse(s).unwrap().as_str(), s);
     }
-    assert_eq!(code(TaskStatus::parse("doing")), ("validation_failed", "status 'doing' is not one of todo, in_progress, blocked, done".to_string()));
+    assert_eq!(
+        code(TaskStatus::parse("doing")),
+        ("validation_failed", "status 'doing' is not one of todo, in_progress, blocked, done".to_string())
+    );
     assert_eq!(serde_json::to_string(&TaskErrorCode::IdempotencyConflict).unwrap(), "\"idempotency_conflict\"");
-    assert_eq!(TaskError::new(TaskErrorCode::MissingTarget, "give group or conversation_id").to_string(), "missing_target: give group or conversation_id");
+    assert_eq!(
+        TaskError::new(TaskErrorCode::MissingTarget, "give group or conversation_id").to_string(),
+        "missing_target: give group or conversation_id"
+    );
     assert_eq!(TaskError::from(StoreError::GroupAmbiguous { group: "g".into() }).code, TaskErrorCode::GroupNotFound);
 }

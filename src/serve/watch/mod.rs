@@ -105,11 +105,7 @@ impl InboxWatch {
     /// and watched by the first full scan that finds its folder, so one broken workspace does
     /// not stop serve.
     /// Errors: no runtime; the poller cannot be made.
-    pub fn start(
-        inboxes: Vec<(String, PathBuf)>,
-        wake: UnboundedSender<String>,
-        opts: WatchOptions,
-    ) -> Result<Self, WatchError> {
+    pub fn start(inboxes: Vec<(String, PathBuf)>, wake: UnboundedSender<String>, opts: WatchOptions) -> Result<Self, WatchError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| WatchError::NoRuntime)?;
         let (signals_tx, signals) = mpsc::unbounded_channel();
         let watchers = Arc::new(Mutex::new(Watchers::new(&opts, signals_tx)?));

@@ -129,8 +129,9 @@ fn writing_paths(event: &Event) -> Vec<&Path> {
 /// renamed in (of a rename with both ends, the second path). The poller's events say neither.
 fn finished_paths(event: &Event) -> Vec<&Path> {
     let paths: Vec<&Path> = match event.kind {
-        EventKind::Access(AccessKind::Close(AccessMode::Write))
-        | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any)) => event.paths.iter().map(PathBuf::as_path).collect(),
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Any)) => {
+            event.paths.iter().map(PathBuf::as_path).collect()
+        }
         EventKind::Modify(ModifyKind::Name(RenameMode::Both)) => event.paths.get(1).map(PathBuf::as_path).into_iter().collect(),
         _ => Vec::new(),
     };
@@ -188,11 +189,7 @@ pub(super) fn classify(res: notify::Result<Event>, mut emit: impl FnMut(Signal))
         }
         EventKind::Access(_)
         | EventKind::Modify(
-            ModifyKind::Any
-            | ModifyKind::Data(_)
-            | ModifyKind::Metadata(_)
-            | ModifyKind::Name(RenameMode::Other)
-            | ModifyKind::Other,
+            ModifyKind::Any | ModifyKind::Data(_) | ModifyKind::Metadata(_) | ModifyKind::Name(RenameMode::Other) | ModifyKind::Other,
         )
         | EventKind::Other => {}
     }

@@ -127,8 +127,7 @@ async fn one_inbox_shared_by_two_agents_wakes_both() {
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join("m1.md"), "hi\n").unwrap();
     let (tx, mut rx) = unbounded_channel();
-    let _watch =
-        InboxWatch::start(vec![("w-1".into(), dir.clone()), ("w-2".into(), dir.clone())], tx, quiet()).unwrap();
+    let _watch = InboxWatch::start(vec![("w-1".into(), dir.clone()), ("w-2".into(), dir.clone())], tx, quiet()).unwrap();
     assert_eq!(drain(&mut rx), ["w-1", "w-2"]);
 }
 
@@ -215,8 +214,7 @@ async fn force_poll_wakes_through_the_poller() {
 #[tokio::test]
 async fn watch_cap_puts_later_inboxes_on_the_poller() {
     let tmp = TempDir::new().unwrap();
-    let opts =
-        WatchOptions { max_notify_watches: Some(1), poll_interval: Duration::from_millis(100), ..quiet() };
+    let opts = WatchOptions { max_notify_watches: Some(1), poll_interval: Duration::from_millis(100), ..quiet() };
     let (dirs, watch, mut rx) = start(&tmp, 3, opts);
     assert_eq!(watch.mode(), WatchMode::Mixed { polled: 2 });
     fs::write(dirs[2].join("m3.md"), "hi\n").unwrap();
@@ -298,10 +296,7 @@ fn classify_keeps_close_write_symlinks_rename_into_and_removal_only() {
     assert_eq!(run(at(EventKind::Modify(ModifyKind::Name(RenameMode::To)))), [Signal::File(dir.clone())]);
     assert_eq!(run(at(EventKind::Modify(ModifyKind::Data(DataChange::Any)))), []);
     assert_eq!(run(at(EventKind::Access(AccessKind::Any))), []);
-    assert_eq!(
-        run(at(EventKind::Remove(RemoveKind::Folder))),
-        [Signal::Gone(dir.join("m.md"))]
-    );
+    assert_eq!(run(at(EventKind::Remove(RemoveKind::Folder))), [Signal::Gone(dir.join("m.md"))]);
 }
 
 #[test]

@@ -94,10 +94,7 @@ impl Watchers {
             }
             return Ok(());
         }
-        self.inboxes.insert(
-            dir.to_path_buf(),
-            Inbox { agents: vec![agent.to_string()], backend: Backend::Unwatched, id: None },
-        );
+        self.inboxes.insert(dir.to_path_buf(), Inbox { agents: vec![agent.to_string()], backend: Backend::Unwatched, id: None });
         fs::create_dir_all(dir).map_err(|source| WatchError::CreateDir { path: dir.to_path_buf(), source })?;
         self.attach(dir)
     }
@@ -142,10 +139,7 @@ impl Watchers {
 
     /// Every inbox with the identity it was watched with (`None`: unwatched).
     pub fn snapshot(&self) -> Vec<Seen> {
-        self.inboxes
-            .iter()
-            .map(|(dir, inbox)| Seen { dir: dir.clone(), agents: inbox.agents.clone(), id: inbox.id })
-            .collect()
+        self.inboxes.iter().map(|(dir, inbox)| Seen { dir: dir.clone(), agents: inbox.agents.clone(), id: inbox.id }).collect()
     }
 
     /// One inbox as [`Watchers::snapshot`] shows it; `None` if `dir` is not an inbox.
@@ -194,10 +188,9 @@ impl Watchers {
         let backend = match backend {
             Some(b) => b,
             None => {
-                self.poller()?.watch(dir, RecursiveMode::NonRecursive).map_err(|source| WatchError::Watch {
-                    path: dir.to_path_buf(),
-                    source,
-                })?;
+                self.poller()?
+                    .watch(dir, RecursiveMode::NonRecursive)
+                    .map_err(|source| WatchError::Watch { path: dir.to_path_buf(), source })?;
                 Backend::Poll
             }
         };

@@ -244,14 +244,29 @@ mod tests {
             grep(dir.path(), json!({"pattern": "^hit"})),
             "docs/b.md:1|hit md\n--\nsrc/a.rs-1|line 1\nsrc/a.rs-2|line 2\nsrc/a.rs:3|hit 3\nsrc/a.rs-4|line 4\nsrc/a.rs-5|line 5\n--\nsrc/a.rs-8|line 8\nsrc/a.rs-9|line 9\nsrc/a.rs:10|hit 10\nsrc/a.rs-11|line 11\nsrc/a.rs-12|line 12"
         );
-        assert_eq!(grep(dir.path(), json!({"pattern": "hit", "include": "*.rs", "context_lines": 0})), "src/a.rs:3|hit 3\nsrc/a.rs:10|hit 10");
+        assert_eq!(
+            grep(dir.path(), json!({"pattern": "hit", "include": "*.rs", "context_lines": 0})),
+            "src/a.rs:3|hit 3\nsrc/a.rs:10|hit 10"
+        );
         assert_eq!(grep(dir.path(), json!({"pattern": "hit", "include": "docs/*", "context_lines": 0})), "docs/b.md:1|hit md");
-        assert_eq!(grep(dir.path(), json!({"pattern": "hit", "path": "src/a.rs", "context_lines": 1, "max_results": 1})), "src/a.rs-2|line 2\nsrc/a.rs:3|hit 3\nsrc/a.rs-4|line 4\n[stopped at 1 matches; narrow the pattern or the path]");
-        assert_eq!(grep(dir.path(), json!({"pattern": "hit", "path": "node_modules", "context_lines": 0})), "node_modules/m/c.rs:1|hit skipped");
+        assert_eq!(
+            grep(dir.path(), json!({"pattern": "hit", "path": "src/a.rs", "context_lines": 1, "max_results": 1})),
+            "src/a.rs-2|line 2\nsrc/a.rs:3|hit 3\nsrc/a.rs-4|line 4\n[stopped at 1 matches; narrow the pattern or the path]"
+        );
+        assert_eq!(
+            grep(dir.path(), json!({"pattern": "hit", "path": "node_modules", "context_lines": 0})),
+            "node_modules/m/c.rs:1|hit skipped"
+        );
         assert_eq!(grep(dir.path(), json!({"pattern": "root"})), "no matches");
         assert_eq!(grep(dir.path(), json!({"pattern": "root", "path": "passwd"})), "error: path out of bounds: passwd");
-        assert_eq!(grep(dir.path(), json!({"pattern": "(", "path": "src"})), "error: invalid pattern: regex parse error:\n    (?:()\n    ^\nerror: unclosed group");
-        assert_eq!(grep(dir.path(), json!({"pattern": "x", "include": "{a"})), "error: invalid include: unclosed alternate group; missing '}' (maybe escape '{' with '[{]'?)");
+        assert_eq!(
+            grep(dir.path(), json!({"pattern": "(", "path": "src"})),
+            "error: invalid pattern: regex parse error:\n    (?:()\n    ^\nerror: unclosed group"
+        );
+        assert_eq!(
+            grep(dir.path(), json!({"pattern": "x", "include": "{a"})),
+            "error: invalid include: unclosed alternate group; missing '}' (maybe escape '{' with '[{]'?)"
+        );
     }
 
     #[test]

@@ -219,17 +219,26 @@ mod tests {
             async move { builtin(name).unwrap().run(&input, &ctx).await }
         };
         assert_eq!(run(WRITE_FILE, json!({"path": "a.txt", "content": "one\ntwo\n"})).await, ToolOutput::ok("created a.txt (8 bytes)"));
-        assert_eq!(run(EDIT_FILE, json!({"path": "a.txt", "old_string": "two", "new_string": "2"})).await, ToolOutput::ok("edited a.txt (1 replacement, 6 bytes)"));
+        assert_eq!(
+            run(EDIT_FILE, json!({"path": "a.txt", "old_string": "two", "new_string": "2"})).await,
+            ToolOutput::ok("edited a.txt (1 replacement, 6 bytes)")
+        );
         assert_eq!(run(READ_FILE, json!({"path": "a.txt"})).await, ToolOutput::ok("1|one\n2|2"));
         assert_eq!(run(GREP, json!({"pattern": "^o"})).await, ToolOutput::ok("a.txt:1|one\na.txt-2|2"));
         assert_eq!(run(GLOB, json!({"pattern": "*.txt"})).await, ToolOutput::ok("a.txt"));
         assert_eq!(run(LS, json!({})).await, ToolOutput::ok("[file] a.txt (6 bytes)"));
         assert_eq!(run(READ_FILE, json!({})).await, ToolOutput::error("invalid input: \"path\" is required (a string)"));
         assert_eq!(run(READ_FILE, json!({"path": 3})).await, ToolOutput::error("invalid input: \"path\" must be a string, got 3"));
-        assert_eq!(run(READ_FILE, json!({"path": "a.txt", "offset": 0})).await, ToolOutput::error("invalid input: \"offset\" must be a whole number of at least 1, got 0"));
+        assert_eq!(
+            run(READ_FILE, json!({"path": "a.txt", "offset": 0})).await,
+            ToolOutput::error("invalid input: \"offset\" must be a whole number of at least 1, got 0")
+        );
         assert_eq!(run(LS, json!({"path": "../"})).await, ToolOutput::error("error: path out of bounds: ../"));
         assert!(builtin("shell").is_none());
-        assert_eq!(call("shell", &json!({}), dir.path(), &CancellationToken::new()), ToolOutput::error("error: `shell` is not a file tool"));
+        assert_eq!(
+            call("shell", &json!({}), dir.path(), &CancellationToken::new()),
+            ToolOutput::error("error: `shell` is not a file tool")
+        );
         let gone = ToolContext::for_tests(&dir.path().join("missing"));
         let out = builtin(LS).unwrap().run(&json!({}), &gone).await;
         assert!(out.is_error && out.content.starts_with("error: the workspace cannot be opened: "), "{out:?}");

@@ -183,13 +183,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), "a\r\nb\nc\nd").unwrap();
         assert_eq!(read(dir.path(), json!({"path": "f"})).unwrap(), "1|a\n2|b\n3|c\n4|d");
-        assert_eq!(read(dir.path(), json!({"path": "f", "offset": 2, "limit": 2})).unwrap(), "2|b\n3|c\n[more lines follow; continue with offset=4]");
+        assert_eq!(
+            read(dir.path(), json!({"path": "f", "offset": 2, "limit": 2})).unwrap(),
+            "2|b\n3|c\n[more lines follow; continue with offset=4]"
+        );
         assert_eq!(read(dir.path(), json!({"path": "f", "offset": 4, "limit": 1})).unwrap(), "4|d");
         assert_eq!(read(dir.path(), json!({"path": "f", "offset": 5})).unwrap_err(), "error: offset 5 is past the end of f (4 lines)");
         std::fs::write(dir.path().join("e"), "").unwrap();
         assert_eq!(read(dir.path(), json!({"path": "e"})).unwrap(), "(empty file)");
         std::fs::write(dir.path().join("bad"), b"ok\n\xff\xfe!\n").unwrap();
-        assert_eq!(read(dir.path(), json!({"path": "bad"})).unwrap(), "1|ok\n2|\u{fffd}\u{fffd}!\n[note: 2 bytes were not valid UTF-8 and are shown as \u{fffd}]");
+        assert_eq!(
+            read(dir.path(), json!({"path": "bad"})).unwrap(),
+            "1|ok\n2|\u{fffd}\u{fffd}!\n[note: 2 bytes were not valid UTF-8 and are shown as \u{fffd}]"
+        );
         std::fs::write(dir.path().join("bin"), b"ELF\0\x01").unwrap();
         assert_eq!(read(dir.path(), json!({"path": "bin"})).unwrap_err(), "error: bin is a binary file; read_file shows text");
         assert_eq!(read(dir.path(), json!({"path": "."})).unwrap_err(), "error: . is a directory");

@@ -293,7 +293,10 @@ mod tests {
         assert_eq!(ws.resolve("a/./b/../c").unwrap(), PathBuf::from("a/c"));
         assert_eq!(ws.resolve(".").unwrap(), PathBuf::new());
         assert_eq!(ws.resolve(&dir.path().join("x/y").to_string_lossy()).unwrap(), PathBuf::from("x/y"));
-        assert_eq!(ws.resolve(&format!("{}/../{}/z", dir.path().display(), dir.path().file_name().unwrap().to_string_lossy())).unwrap(), PathBuf::from("z"));
+        assert_eq!(
+            ws.resolve(&format!("{}/../{}/z", dir.path().display(), dir.path().file_name().unwrap().to_string_lossy())).unwrap(),
+            PathBuf::from("z")
+        );
         for bad in ["../x", "a/../../x", "~/.ssh/id_rsa", "~", "/etc/passwd", "a\0b"] {
             assert_eq!(ws.resolve(bad).unwrap_err().to_string(), format!("error: path out of bounds: {bad}"));
         }
@@ -346,7 +349,16 @@ mod tests {
         std::os::unix::fs::symlink(".", dir.path().join("self")).unwrap();
         let before = tree(dir.path());
         let write = |p: &str| ws.parent_for_write(&ws.resolve(p).unwrap(), p).map(|(_, name)| name).map_err(|e| e.to_string());
-        for p in [".cicy/turn.lock", ".cicy/memory/m.md", ".cicy/running/42.json", ".cicy/skills/free/SKILL.md", ".cicy/plan.json", ".cicy", "a/../.cicy/x", ".cicy/history/sub/new/x"] {
+        for p in [
+            ".cicy/turn.lock",
+            ".cicy/memory/m.md",
+            ".cicy/running/42.json",
+            ".cicy/skills/free/SKILL.md",
+            ".cicy/plan.json",
+            ".cicy",
+            "a/../.cicy/x",
+            ".cicy/history/sub/new/x",
+        ] {
             assert_eq!(write(p), Err(refused(p)), "by its text: {p}");
         }
         for p in ["hist/sub/new/x", "c/turn.lock", "c/skills/free/SKILL.md", "self/.cicy", "self/.cicy/new/x", "self/c/x"] {
@@ -376,7 +388,10 @@ mod tests {
         let (dir, ws) = ws();
         let err = ws.parent_for_edit(Path::new("a/b/f"), "a/b/f").unwrap_err().to_string();
         assert_eq!(err, "error: not found: a/b/f");
-        assert_eq!(ws.parent_for_edit(Path::new(".cicy/plan.json"), ".cicy/plan.json").unwrap_err().to_string(), refused(".cicy/plan.json"));
+        assert_eq!(
+            ws.parent_for_edit(Path::new(".cicy/plan.json"), ".cicy/plan.json").unwrap_err().to_string(),
+            refused(".cicy/plan.json")
+        );
         assert!(tree(dir.path()).is_empty());
     }
 }

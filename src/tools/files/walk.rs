@@ -22,8 +22,22 @@ use super::sandbox::{FileError, Workspace, STATE_DIR};
 use super::{folder_path, required_str, CallError};
 
 /// Folders no walk enters below its start (CMDC grep skip list).
-pub const SKIP_DIRS: [&str; 14] =
-    [".git", ".hg", ".svn", "_build", "deps", "node_modules", ".elixir_ls", ".vscode", ".idea", "__pycache__", ".mypy_cache", "vendor", ".bundle", "tmp"];
+pub const SKIP_DIRS: [&str; 14] = [
+    ".git",
+    ".hg",
+    ".svn",
+    "_build",
+    "deps",
+    "node_modules",
+    ".elixir_ls",
+    ".vscode",
+    ".idea",
+    "__pycache__",
+    ".mypy_cache",
+    "vendor",
+    ".bundle",
+    "tmp",
+];
 
 /// The folders of the runtime's bulky state under [`STATE_DIR`] that no walk enters below its
 /// start **[chosen]**: conversations, the outbox, the event log, checkpoints.
@@ -50,7 +64,12 @@ pub struct Entry {
 /// Calls `visit` for each entry below the folder `start` (relative to the workspace), sorted by
 /// name, parents before children, until `visit` breaks. Symlinks are reported (neither file nor
 /// folder) but not followed. Unreadable folders are skipped.
-pub fn walk(ws: &Workspace, start: &Path, cancel: &CancellationToken, mut visit: impl FnMut(Entry) -> ControlFlow<()>) -> Result<(), CallError> {
+pub fn walk(
+    ws: &Workspace,
+    start: &Path,
+    cancel: &CancellationToken,
+    mut visit: impl FnMut(Entry) -> ControlFlow<()>,
+) -> Result<(), CallError> {
     let root = ws.root().to_path_buf();
     let dir = Arc::new(ws.dir().try_clone().map_err(|e| FileError::from_io(e, ".")).map_err(CallError::File)?);
     let filter_root = root.clone();
@@ -88,7 +107,8 @@ fn admitted(dir: &Dir, root: &Path, entry: &ignore::DirEntry) -> bool {
             return false;
         }
     }
-    dir.symlink_metadata(rel).is_ok_and(|meta| meta.is_dir() == kind.is_dir() && meta.is_file() == kind.is_file() && meta.is_symlink() == kind.is_symlink())
+    dir.symlink_metadata(rel)
+        .is_ok_and(|meta| meta.is_dir() == kind.is_dir() && meta.is_file() == kind.is_file() && meta.is_symlink() == kind.is_symlink())
 }
 
 /// Workspace paths below `path` whose path relative to `path` matches the glob `pattern`
@@ -174,7 +194,14 @@ mod tests {
         for d in ["src/a", "node_modules/x", ".cicy/history", ".cicy/memory", "docs"] {
             std::fs::create_dir_all(p.join(d)).unwrap();
         }
-        for (f, body) in [("src/main.rs", "fn main() {}\n"), ("src/a/lib.rs", "x"), ("node_modules/x/i.rs", ""), (".cicy/history/current.json", "{}"), (".cicy/memory/m.md", "m"), ("README.md", "hi")] {
+        for (f, body) in [
+            ("src/main.rs", "fn main() {}\n"),
+            ("src/a/lib.rs", "x"),
+            ("node_modules/x/i.rs", ""),
+            (".cicy/history/current.json", "{}"),
+            (".cicy/memory/m.md", "m"),
+            ("README.md", "hi"),
+        ] {
             std::fs::write(p.join(f), body).unwrap();
         }
         symlink("src", p.join("code")).unwrap();
@@ -201,7 +228,10 @@ mod tests {
         assert_eq!(glob_in(dir.path(), json!({"pattern": "*.rs", "path": "code"})), "code/main.rs");
         assert_eq!(glob_in(dir.path(), json!({"pattern": "*.py"})), "no matches");
         assert_eq!(glob_in(dir.path(), json!({"pattern": "*", "path": "etc"})), "error: path out of bounds: etc");
-        assert_eq!(glob_in(dir.path(), json!({"pattern": "a[", "path": "src"})), "error: invalid glob: unclosed character class; missing ']'");
+        assert_eq!(
+            glob_in(dir.path(), json!({"pattern": "a[", "path": "src"})),
+            "error: invalid glob: unclosed character class; missing ']'"
+        );
     }
 
     #[test]
@@ -212,7 +242,10 @@ mod tests {
         }
         let out = glob_in(dir.path(), json!({"pattern": "f*"}));
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!((lines.len(), lines[0], lines[499], lines[500]), (501, "f000", "f499", "[500 of 501 matches shown; narrow the pattern]"));
+        assert_eq!(
+            (lines.len(), lines[0], lines[499], lines[500]),
+            (501, "f000", "f499", "[500 of 501 matches shown; narrow the pattern]")
+        );
     }
 
     #[test]

@@ -54,7 +54,8 @@ pub fn edit_file(ws: &Workspace, input: &Value) -> Result<String, CallError> {
         .open_with(&name, OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK))
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| FileError::from_io(e, shown))?;
-    let text = String::from_utf8(bytes).map_err(|_| CallError::Message(format!("error: {shown} is not UTF-8 text; edit_file edits text files")))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| CallError::Message(format!("error: {shown} is not UTF-8 text; edit_file edits text files")))?;
     let at = match occurrences(&text, old) {
         (0, _) => return Err(CallError::Message(format!("error: old_string not found in {shown}"))),
         (1, at) => at,
@@ -152,7 +153,8 @@ mod tests {
     }
 
     fn names(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         names
     }
@@ -180,12 +182,24 @@ mod tests {
         std::fs::create_dir(p.join("a")).unwrap();
         std::fs::write(p.join("a/f"), "keep").unwrap();
         for path in ["newdir/", "a/new/", "a/.", "a/f/..", ".", "./"] {
-            assert_eq!(call(p, write_file, json!({"path": path, "content": "x"})), format!("error: {path} names a folder; write_file needs a file path"));
-            assert_eq!(call(p, edit_file, json!({"path": path, "old_string": "keep", "new_string": "x"})), format!("error: {path} names a folder; edit_file needs a file path"));
+            assert_eq!(
+                call(p, write_file, json!({"path": path, "content": "x"})),
+                format!("error: {path} names a folder; write_file needs a file path")
+            );
+            assert_eq!(
+                call(p, edit_file, json!({"path": path, "old_string": "keep", "new_string": "x"})),
+                format!("error: {path} names a folder; edit_file needs a file path")
+            );
         }
-        assert_eq!(call(p, write_file, json!({"path": "a/f/", "content": "x"})), "error: a/f/ names a folder; write_file needs a file path");
+        assert_eq!(
+            call(p, write_file, json!({"path": "a/f/", "content": "x"})),
+            "error: a/f/ names a folder; write_file needs a file path"
+        );
         assert_eq!(call(p, write_file, json!({"path": "", "content": "x"})), "invalid input: \"path\" must not be empty");
-        assert_eq!(call(p, edit_file, json!({"path": "", "old_string": "keep", "new_string": "x"})), "invalid input: \"path\" must not be empty");
+        assert_eq!(
+            call(p, edit_file, json!({"path": "", "old_string": "keep", "new_string": "x"})),
+            "invalid input: \"path\" must not be empty"
+        );
         assert_eq!(call(p, write_file, json!({"path": "../", "content": "x"})), "error: path out of bounds: ../", "bounds come first");
         assert_eq!(names(p), ["a"]);
         assert_eq!(names(&p.join("a")), ["f"]);
@@ -208,8 +222,14 @@ mod tests {
         symlink("real", p.join("inner")).unwrap();
         symlink("/etc/hostname", p.join("outer")).unwrap();
         symlink("/nonexistent-cicy-target", p.join("dangling")).unwrap();
-        assert_eq!(call(p, write_file, json!({"path": "inner", "content": "x"})), "error: inner is a symlink; files are not written through symlinks");
-        assert_eq!(call(p, edit_file, json!({"path": "inner", "old_string": "keep", "new_string": "x"})), "error: inner is a symlink; files are not written through symlinks");
+        assert_eq!(
+            call(p, write_file, json!({"path": "inner", "content": "x"})),
+            "error: inner is a symlink; files are not written through symlinks"
+        );
+        assert_eq!(
+            call(p, edit_file, json!({"path": "inner", "old_string": "keep", "new_string": "x"})),
+            "error: inner is a symlink; files are not written through symlinks"
+        );
         assert_eq!(call(p, write_file, json!({"path": "outer", "content": "x"})), "error: path out of bounds: outer");
         assert_eq!(call(p, write_file, json!({"path": "dangling", "content": "x"})), "error: path out of bounds: dangling");
         assert_eq!(std::fs::read_to_string(p.join("real")).unwrap(), "keep");
@@ -233,7 +253,10 @@ mod tests {
         assert_eq!(std::fs::read_to_string(p.join("f")).unwrap(), "one two 3");
         assert_eq!(call(p, edit_file, json!({"path": "nope", "old_string": "a", "new_string": "b"})), "error: not found: nope");
         std::fs::write(p.join("bin"), b"\xff\xfe").unwrap();
-        assert_eq!(call(p, edit_file, json!({"path": "bin", "old_string": "a", "new_string": "b"})), "error: bin is not UTF-8 text; edit_file edits text files");
+        assert_eq!(
+            call(p, edit_file, json!({"path": "bin", "old_string": "a", "new_string": "b"})),
+            "error: bin is not UTF-8 text; edit_file edits text files"
+        );
         assert_eq!(names(p), ["bin", "f"]);
     }
 }

@@ -42,25 +42,18 @@ fn filters_and_the_omitted_tail() {
         "[2026-12-01 10:16] from: agent\nDeployed.\n\n\
          ────────── new since last session ──────────\n(1 new messages omitted by --last)\n"
     );
-    assert_eq!(
-        dialog(&mb, &DialogFilter::Since("2026-12-01T10:16".into()), &[]).unwrap(),
-        "[2026-12-01 10:16] from: agent\nDeployed.\n\n"
-    );
+    assert_eq!(dialog(&mb, &DialogFilter::Since("2026-12-01T10:16".into()), &[]).unwrap(), "[2026-12-01 10:16] from: agent\nDeployed.\n\n");
     assert_eq!(dialog(&mb, &DialogFilter::Since("2026-12-02".into()), &[]).unwrap(), "(no messages shown by --since 2026-12-02)\n");
     let all: Vec<String> =
         dialog_messages(&mb, &DialogFilter::All).unwrap().into_iter().map(|(f, m)| format!("{}:{}", f.as_str(), m.name)).collect();
     assert_eq!(all, ["inbox:b.md", "outbox:a.md", "inbox:c.md", "outbox:d.md"]);
-    let since: Vec<String> = dialog_messages(&mb, &DialogFilter::Since("2026-12-01 10:15:00".into()))
-        .unwrap()
-        .into_iter()
-        .map(|(_, m)| m.name)
-        .collect();
+    let since: Vec<String> =
+        dialog_messages(&mb, &DialogFilter::Since("2026-12-01 10:15:00".into())).unwrap().into_iter().map(|(_, m)| m.name).collect();
     assert_eq!(since, ["c.md", "d.md"]);
     match dialog(&mb, &DialogFilter::Since("tomorrow".into()), &[]) {
-        Err(e @ InboxError::BadSince { .. }) => assert_eq!(
-            e.to_string(),
-            "--since `tomorrow` is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] or YYYY-MM-DD HH:MM[:SS]"
-        ),
+        Err(e @ InboxError::BadSince { .. }) => {
+            assert_eq!(e.to_string(), "--since `tomorrow` is not a time: use YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] or YYYY-MM-DD HH:MM[:SS]")
+        }
         other => panic!("{other:?}"),
     }
 }

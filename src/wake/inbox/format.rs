@@ -71,8 +71,7 @@ pub fn subject_of(msg: &NewMessage) -> String {
 /// The subject slug (cryo A6): lowercased, each non-alphanumeric character (Unicode-aware)
 /// replaced by `-`, leading and trailing `-` trimmed.
 pub fn slug(subject: &str) -> String {
-    let mapped: String =
-        subject.to_lowercase().chars().map(|c| if c.is_alphanumeric() { c } else { '-' }).collect();
+    let mapped: String = subject.to_lowercase().chars().map(|c| if c.is_alphanumeric() { c } else { '-' }).collect();
     mapped.trim_matches('-').to_string()
 }
 
@@ -97,13 +96,7 @@ pub(super) fn render(msg: &NewMessage, at: NaiveDateTime, unique: Unique) -> Ren
     let from = sanitize_header(&msg.from);
     let subject = subject_of(msg);
     let base = name_base(&msg.body, &from, &subject);
-    let name = format!(
-        "{}_{base}_{:032x}_{:08x}_{:04x}.md",
-        at.format(LEGACY_TIMESTAMP_FORMAT),
-        unique.nanos,
-        unique.pid,
-        unique.seq
-    );
+    let name = format!("{}_{base}_{:032x}_{:08x}_{:04x}.md", at.format(LEGACY_TIMESTAMP_FORMAT), unique.nanos, unique.pid, unique.seq);
     let mut content = format!("---\nfrom: {from}\nsubject: {subject}\ntimestamp: {}\n", at.format(TIMESTAMP_FORMAT));
     if msg.question {
         content.push_str("question: true\n");
@@ -157,9 +150,7 @@ pub fn parse(name: &str, content: &str, mtime: Option<SystemTime>) -> Result<Mes
 }
 
 fn parse_timestamp(v: &str) -> Option<NaiveDateTime> {
-    NaiveDateTime::parse_from_str(v, TIMESTAMP_FORMAT)
-        .or_else(|_| NaiveDateTime::parse_from_str(v, LEGACY_TIMESTAMP_FORMAT))
-        .ok()
+    NaiveDateTime::parse_from_str(v, TIMESTAMP_FORMAT).or_else(|_| NaiveDateTime::parse_from_str(v, LEGACY_TIMESTAMP_FORMAT)).ok()
 }
 
 /// `t` as the local wall-clock time.

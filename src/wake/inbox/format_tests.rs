@@ -74,8 +74,7 @@ fn render_writes_the_a6_front_matter_byte_exact() {
             subject: "Status?".into(),
             timestamp: "2026-12-01T09:30:05".into(),
             question: true,
-            meta: [("conv".to_string(), "group:ops forged: x".to_string()), ("thread".to_string(), "t-1".to_string())]
-                .into(),
+            meta: [("conv".to_string(), "group:ops forged: x".to_string()), ("thread".to_string(), "t-1".to_string())].into(),
             body: "How is the build going?".into(),
         }
     );
@@ -127,9 +126,6 @@ fn parse_errors_say_why() {
 fn receive_text_is_the_a6_format() {
     let a = parse("a.md", "---\nfrom: ann\nsubject: Hi\n---\nhello", None).unwrap();
     let b = parse("b.md", "---\n---\nno headers", None).unwrap();
-    assert_eq!(
-        format_receive(&[a, b]),
-        "--- a.md ---\nFrom: ann\nSubject: Hi\n\nhello\n\n--- b.md ---\n\nno headers\n\n"
-    );
+    assert_eq!(format_receive(&[a, b]), "--- a.md ---\nFrom: ann\nSubject: Hi\n\nhello\n\n--- b.md ---\n\nno headers\n\n");
     assert_eq!(format_receive(&[]), "");
 }

@@ -42,7 +42,10 @@ enum Loaded {
     Parsed(MessageFile),
     /// Gone between listing and reading (claimed or moved meanwhile).
     Gone,
-    Bad { reason: String, mtime: Option<SystemTime> },
+    Bad {
+        reason: String,
+        mtime: Option<SystemTime>,
+    },
 }
 
 impl Mailbox {
@@ -109,7 +112,8 @@ impl Mailbox {
         let at = chrono::DateTime::from_timestamp_millis(i64::try_from(millis).unwrap_or(i64::MAX)).unwrap_or_default();
         let random = key.random();
         // The key's 80 random bits spread over the parts a clock would fill.
-        let unique = Unique { nanos: u128::from(millis) * 1_000_000 + random % 1_000_000, pid: (random >> 20) as u32, seq: (random >> 52) as u16 };
+        let unique =
+            Unique { nanos: u128::from(millis) * 1_000_000 + random % 1_000_000, pid: (random >> 20) as u32, seq: (random >> 52) as u16 };
         let rendered = format::render(msg, at.with_timezone(&Local).naive_local(), unique);
         let archive = match to {
             Folder::Inbox => self.archive_dir(),
@@ -216,9 +220,7 @@ impl Mailbox {
             Err(e) => return e.kind() != io::ErrorKind::NotFound,
         };
         entries.into_iter().any(|entry| match entry {
-            Ok(entry) => {
-                entry.file_name().to_str().is_some_and(is_listed_name) && !entry.file_type().is_ok_and(|t| t.is_dir())
-            }
+            Ok(entry) => entry.file_name().to_str().is_some_and(is_listed_name) && !entry.file_type().is_ok_and(|t| t.is_dir()),
             Err(_) => true,
         })
     }
@@ -497,10 +499,7 @@ fn free_target(from_dir: &Path, to_dir: &Path, name: &str, to: &str) -> PathBuf 
         return target;
     }
     let stem = to.strip_suffix(".md").unwrap_or(to);
-    (1u32..)
-        .map(|n| to_dir.join(format!("{stem}~{n}.md")))
-        .find(|p| !p.exists())
-        .unwrap_or(target)
+    (1u32..).map(|n| to_dir.join(format!("{stem}~{n}.md"))).find(|p| !p.exists()).unwrap_or(target)
 }
 
 /// Changed less than `grace` before `now` (a future mtime counts as now; none: not young).

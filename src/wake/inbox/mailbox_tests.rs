@@ -49,10 +49,7 @@ fn write_is_atomic_and_parses_back_as_written() {
     assert_name_shape(&written.name, "line-one");
     assert_eq!(names_in(&mb.inbox_dir()), [written.name.as_str()]);
     let on_disk = fs::read_to_string(mb.inbox_dir().join(&written.name)).unwrap();
-    let expect = format!(
-        "---\nfrom: human\nsubject: line one\ntimestamp: {}\nthread: t1\n---\n\nline one\nline two\n",
-        written.timestamp
-    );
+    let expect = format!("---\nfrom: human\nsubject: line one\ntimestamp: {}\nthread: t1\n---\n\nline one\nline two\n", written.timestamp);
     assert_eq!(on_disk, expect);
     assert_eq!(mb.read(&written.name).unwrap(), written);
     let second = mb.write(Folder::Outbox, &body("again")).unwrap();
@@ -122,16 +119,8 @@ fn unparsable_files_are_reported_young_or_old() {
         unparsed,
         [
             Unparsed { name: "bytes.md".into(), error: "not UTF-8 (invalid byte at offset 13)".into(), young: false },
-            Unparsed {
-                name: "fresh.md".into(),
-                error: "its front matter is not closed by a `---` line".into(),
-                young: true
-            },
-            Unparsed {
-                name: "old.md".into(),
-                error: "it does not start with a `---` front matter line".into(),
-                young: false
-            },
+            Unparsed { name: "fresh.md".into(), error: "its front matter is not closed by a `---` line".into(), young: true },
+            Unparsed { name: "old.md".into(), error: "it does not start with a `---` front matter line".into(), young: false },
         ]
     );
     mb.move_to_bad("old.md").unwrap();

@@ -147,11 +147,8 @@ pub fn select_claim(pending: &[MessageFile]) -> Vec<MessageFile> {
     };
     let conv = conversation_key(oldest);
     let thread = oldest.meta.get("thread");
-    let mut claim: Vec<MessageFile> = pending
-        .iter()
-        .filter(|m| conversation_key(m) == conv && m.meta.get("thread") == thread)
-        .cloned()
-        .collect();
+    let mut claim: Vec<MessageFile> =
+        pending.iter().filter(|m| conversation_key(m) == conv && m.meta.get("thread") == thread).cloned().collect();
     claim.sort_by(|a, b| order_key(a).cmp(&order_key(b)));
     claim
 }
@@ -208,11 +205,8 @@ mod tests {
 
     #[test]
     fn claim_of_the_main_stream_skips_threads() {
-        let pending = vec![
-            msg("1", "ann", &[("conv", "g")]),
-            msg("2", "bob", &[("conv", "g"), ("thread", "t1")]),
-            msg("3", "bob", &[("conv", "g")]),
-        ];
+        let pending =
+            vec![msg("1", "ann", &[("conv", "g")]), msg("2", "bob", &[("conv", "g"), ("thread", "t1")]), msg("3", "bob", &[("conv", "g")])];
         assert_eq!(names(&select_claim(&pending)), ["1", "3"]);
     }
 

@@ -39,7 +39,11 @@ pub struct FileStamp {
 
 impl FileStamp {
     pub fn of(meta: &Metadata) -> Self {
-        FileStamp { ino: meta.ino(), size: meta.size(), mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()) }
+        FileStamp {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+        }
     }
 }
 
