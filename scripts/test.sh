@@ -55,5 +55,13 @@ if ! command -v strace >/dev/null 2>&1; then
         || { "${sudo_cmd[@]}" apt-get update -qq >/dev/null && "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace >/dev/null; } \
         || { echo "error: could not install strace (apt-get, as root or with sudo)" >&2; exit 1; }
 fi
+# One format (rustfmt.toml): a file `cargo fmt` would change fails the run before any test.
+# A toolchain without rustfmt skips the check (say so) rather than the tests.
+if ! cargo fmt --version >/dev/null 2>&1; then
+    echo "warning: rustfmt is not installed (rustup component add rustfmt); the format check is skipped" >&2
+elif ! cargo fmt -- --check >/dev/null; then
+    echo "error: the code is not formatted as rustfmt.toml says; run \`cargo fmt\` (\`cargo fmt -- --check\` lists the changes)" >&2
+    exit 1
+fi
 # --no-fail-fast: every test binary runs even after one fails, and the run still fails at the end.
 HOME="$test_home" cargo test --all-targets -j 2 --no-fail-fast "$@"
