@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::{AgentError, Session};
 use crate::compact::{self, CompactError};
 use crate::conversation::message::Message;
-use crate::event::{Emitter, EventKind};
+use crate::event::{Emitter, ErrorKind, EventKind};
 use crate::gateway::GatewayError;
 use crate::prompt::window_start;
 
@@ -33,7 +33,7 @@ pub enum CommandEnd {
 /// Errors: the history could not be read or written, or the agent's materials not loaded.
 pub async fn compact(session: &mut Session, keep: usize, events: &Emitter, cancel: &CancellationToken) -> Result<CommandEnd, AgentError> {
     let failed = |message: String| {
-        events.emit(EventKind::Error { kind: "compact".to_string(), message });
+        events.emit(EventKind::Error { kind: ErrorKind::Compact, message });
     };
     match compact::compact_session(session, keep, events, cancel).await {
         Ok(done) => {

@@ -5,7 +5,7 @@
 mod common;
 
 use cicy::command::{self, CommandEnd};
-use cicy::event::EventKind;
+use cicy::event::{ErrorKind, EventKind};
 use common::fixture::{collector, kinds, TestHome};
 use common::gateway::*;
 use common::history::*;
@@ -45,7 +45,7 @@ async fn compact_with_nothing_to_do_or_cancelled_fails_saying_nothing_changed() 
     let cancelled = CancellationToken::new();
     cancelled.cancel();
     assert_eq!(command::compact(&mut s, 0, &em, &cancelled).await.unwrap(), CommandEnd::Cancelled);
-    let error = |message: &str| EventKind::Error { kind: "compact".into(), message: message.into() };
+    let error = |message: &str| EventKind::Error { kind: ErrorKind::Compact, message: message.into() };
     assert_eq!(
         kinds(&ev),
         [

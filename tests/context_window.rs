@@ -56,7 +56,10 @@ async fn a_message_larger_than_the_window_is_refused_before_sending_and_kept_as_
     let outcome = turn::run_turn(&mut s, &huge, &em, &CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 0, "no summary and no main request was sent");
-    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let error =
+        kinds(&ev)
+            .into_iter()
+            .find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind.to_string(), message)) } else { None });
     let (kind, message) = error.expect("an error event");
     assert_eq!(kind, "too_large");
     assert!(
@@ -205,7 +208,7 @@ async fn a_message_the_learned_window_cannot_hold_is_refused_without_a_summary_r
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 1, "the refused request only: no summary, no re-send");
     let errors: Vec<String> =
-        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind.to_string()) } else { None }).collect();
     assert_eq!(errors, ["too_large"]);
     assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })), "nothing was compacted");
     let hist = messages(&id, &t);
@@ -228,7 +231,7 @@ async fn a_second_overflow_after_the_resend_blocks_the_turn() {
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 3, "sent once more, not again and again");
     let errors: Vec<String> =
-        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind) } else { None }).collect();
+        kinds(&ev).into_iter().filter_map(|k| if let EventKind::Error { kind, .. } = k { Some(kind.to_string()) } else { None }).collect();
     assert_eq!(errors, ["http_status"]);
     assert_eq!(messages(&id, &t).last().unwrap().plain_text(), "(no reply this turn · blocked)");
 }
@@ -281,7 +284,10 @@ async fn an_agents_md_larger_than_the_window_is_named_and_nothing_is_sent() {
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 0);
-    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let error =
+        kinds(&ev)
+            .into_iter()
+            .find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind.to_string(), message)) } else { None });
     let (kind, message) = error.expect("an error event");
     assert_eq!(kind, "too_large");
     assert_eq!(
@@ -301,7 +307,10 @@ async fn a_window_too_small_for_any_request_names_the_setting_not_agents_md() {
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Blocked);
     assert_eq!(gw.requests().len(), 0);
-    let error = kinds(&ev).into_iter().find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None });
+    let error =
+        kinds(&ev)
+            .into_iter()
+            .find_map(|k| if let EventKind::Error { kind, message } = k { Some((kind.to_string(), message)) } else { None });
     let (kind, message) = error.expect("an error event");
     assert_eq!(kind, "too_large");
     assert_eq!(
@@ -363,7 +372,10 @@ fn hex_words(bytes: usize) -> String {
 }
 
 fn error_events(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>) -> Vec<(String, String)> {
-    kinds(ev).into_iter().filter_map(|k| if let EventKind::Error { kind, message } = k { Some((kind, message)) } else { None }).collect()
+    kinds(ev)
+        .into_iter()
+        .filter_map(|k| if let EventKind::Error { kind, message } = k { Some((kind.to_string(), message)) } else { None })
+        .collect()
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use cicy::agent::Session;
 use cicy::conversation::history::CurrentFile;
-use cicy::event::{Emitter, EventKind, TurnOutcome};
+use cicy::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use cicy::memory::backoff;
 use cicy::prompt::MEMORY_NOTE;
 use cicy::turn;
@@ -62,7 +62,7 @@ fn memory_errors(ev: &std::sync::Arc<std::sync::Mutex<Vec<cicy::event::Event>>>)
     kinds(ev)
         .into_iter()
         .filter_map(|k| match k {
-            EventKind::Error { kind, message } if kind == "memory" => Some(message),
+            EventKind::Error { kind: ErrorKind::Memory, message } => Some(message),
             _ => None,
         })
         .collect()
@@ -243,7 +243,7 @@ async fn a_failing_recognizer_never_fails_the_turn_and_keeps_the_buffer() {
         [
             EventKind::TurnEnded { outcome: TurnOutcome::Completed },
             EventKind::System { text: "memory: sending 1 buffered turn to the recognizer…".into() },
-            EventKind::Error { kind: "memory".into(), message: errors[0].clone() },
+            EventKind::Error { kind: ErrorKind::Memory, message: errors[0].clone() },
         ],
         "the flush runs after the turn has ended"
     );

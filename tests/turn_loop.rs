@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{ContentBlock, Message};
-use cicy::event::{EventKind, TurnOutcome};
+use cicy::event::{ErrorKind, EventKind, TurnOutcome};
 use cicy::prompt::WRAP_UP_NOTICE;
 use cicy::turn;
 use common::fixture::{cached_prefix, collector, collector_with, kinds, TestHome, TEST_SYSTEM};
@@ -265,7 +265,7 @@ async fn an_unreachable_gateway_fails_the_turn_clearly_and_keeps_history() {
         _ => None,
     });
     let (kind, message) = err.expect("an error event");
-    assert_eq!(kind, "connect");
+    assert_eq!(kind, ErrorKind::Connect);
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
     let hist = messages(&id, &t);
     assert_eq!(hist[0].plain_text(), "anyone there?");

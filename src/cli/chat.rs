@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use cicy::agent::{AgentError, Session};
 use cicy::command::{self, CommandEnd};
-use cicy::event::{Emitter, EventKind, TurnOutcome};
+use cicy::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
 use cicy::memory::FlushReason;
@@ -130,7 +130,7 @@ fn unset(current: &Current) {
 
 /// Refuses a mistyped command: nothing is sent or run.
 fn unknown_command(line: &str, events: &Emitter) -> u8 {
-    events.emit(EventKind::Error { kind: "command".to_string(), message: line::refusal(line) });
+    events.emit(EventKind::Error { kind: ErrorKind::Command, message: line::refusal(line) });
     1
 }
 
@@ -149,7 +149,7 @@ fn open_locked(home: &Home, id: &str, what: &str, events: &Emitter) -> Result<Op
         // A role that cannot be loaded (a bad hook in meta.yaml): the line fails with the event
         // and the exit code (1) that serve gives for it, so `--local` answers alike.
         Err(e @ AgentError::Role(_)) => {
-            events.emit(EventKind::Error { kind: "open".to_string(), message: e.to_string() });
+            events.emit(EventKind::Error { kind: ErrorKind::Open, message: e.to_string() });
             Ok(None)
         }
         Err(e) => Err(e.into()),
@@ -162,7 +162,7 @@ fn refused(what: &str, e: &LockError, events: &Emitter) {
 
 /// The event that says `what` was refused because the turn lock is held.
 pub(super) fn refusal(what: &str, e: &LockError) -> EventKind {
-    EventKind::Error { kind: "busy".to_string(), message: format!("{what} was NOT executed: {e}") }
+    EventKind::Error { kind: ErrorKind::Busy, message: format!("{what} was NOT executed: {e}") }
 }
 
 fn notes(session: &Session, events: &Emitter) {
@@ -441,14 +441,14 @@ async fn flush_memory(session: &Session, overdue: Option<FlushReason>, events: &
         Ok(None) if overdue.is_some() => {}
         Ok(None) => return,
         Err(e) => {
-            events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot read the memory buffer: {e}") });
+            events.emit(EventKind::Error { kind: ErrorKind::Memory, message: format!("cannot read the memory buffer: {e}") });
             return;
         }
     }
     let model = match session.materials() {
         Ok(m) => m.model,
         Err(e) => {
-            events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot flush memory: {e}") });
+            events.emit(EventKind::Error { kind: ErrorKind::Memory, message: format!("cannot flush memory: {e}") });
             return;
         }
     };

@@ -79,6 +79,7 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cicy::event::ErrorKind;
 
     #[test]
     fn the_worst_code_wins_whatever_the_order() {
@@ -102,7 +103,7 @@ mod tests {
     #[test]
     fn a_stream_exits_like_the_in_process_line() {
         let ended = |outcome| EventKind::TurnEnded { outcome };
-        let error = EventKind::Error { kind: "busy".into(), message: "x".into() };
+        let error = EventKind::Error { kind: ErrorKind::Busy, message: "x".into() };
         assert_eq!(code(false, &[ended(TurnOutcome::Completed), EventKind::Done]), 0);
         assert_eq!(code(false, &[ended(TurnOutcome::Cancelled), EventKind::Done]), 130);
         assert_eq!(code(false, &[error.clone(), ended(TurnOutcome::Failed)]), 1);

@@ -31,7 +31,7 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use cicy::event::{Event, EventKind};
+use cicy::event::{ErrorKind, Event, EventKind};
 use cicy::gateway::sse::{self, SseEvent};
 use cicy::home::Home;
 use cicy::lock::LockError;
@@ -470,7 +470,7 @@ impl<'a> Remote<'a> {
             }
             Line::Command(c) => self.command(*c, 0).await,
             Line::Unknown(word) => {
-                self.local(EventKind::Error { kind: "command".to_string(), message: line::refusal(word) });
+                self.local(EventKind::Error { kind: ErrorKind::Command, message: line::refusal(word) });
                 Ok(1)
             }
             Line::Message(text) => self.guarded(async |me| me.chat_line(text).await).await,

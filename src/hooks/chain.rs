@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::config::{HookName, HookSpec, OnError};
 use super::runner::{self, Ran};
 use super::Context;
-use crate::event::EventKind;
+use crate::event::{ErrorKind, EventKind};
 
 /// What a hook asked for.
 #[derive(Debug, Clone, PartialEq)]
@@ -243,7 +243,7 @@ async fn run_one(cx: &Context, name: HookName, spec: &HookSpec, payload: &Map<St
         }
         Ran::NotFound(e) | Ran::NotStarted(e) => e,
     };
-    cx.events.emit(EventKind::Error { kind: "hook".to_string(), message: format!("hook {} ({}): {failure}", spec.command, name.as_str()) });
+    cx.events.emit(EventKind::Error { kind: ErrorKind::Hook, message: format!("hook {} ({}): {failure}", spec.command, name.as_str()) });
     Some(match spec.on_error {
         OnError::Allow => Action::Allow,
         OnError::Deny if allowed(name, &Action::Deny(String::new())) => Action::Deny(failure),

@@ -28,7 +28,7 @@ pub use config::{HookName, HookSpec, HooksConfig, OnError};
 
 use crate::conversation::history::ReplyFile;
 use crate::conversation::message::ContentBlock;
-use crate::event::{Emitter, EventKind, TurnOutcome};
+use crate::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use crate::tools::{ToolContext, ToolOutput};
 
 /// CMDC `max_reviews`: at most 3 `before_finish` injects per turn; a 4th is ignored.
@@ -152,7 +152,7 @@ impl Hooks {
         let mut state = self.state();
         if state.aborted.is_none() {
             cx.events.emit(EventKind::Error {
-                kind: "hook".to_string(),
+                kind: ErrorKind::Hook,
                 message: format!("the turn was aborted by hook {} at {}: {}", denied.command, name.as_str(), denied.reason),
             });
             state.aborted = Some((name, denied.clone()));

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
 use crate::conversation::message::{ContentBlock, Message, Role, Usage};
-use crate::event::{Emitter, EventKind};
+use crate::event::{Emitter, ErrorKind, EventKind};
 use crate::gateway::{GatewayClient, GatewayError};
 
 pub use buffer::FlushReason;
@@ -307,7 +307,7 @@ impl Memory {
                         reason.as_str()
                     )
                 };
-                events.emit(EventKind::Error { kind: "memory".to_string(), message });
+                events.emit(EventKind::Error { kind: ErrorKind::Memory, message });
                 false
             }
         }
@@ -334,7 +334,7 @@ impl Memory {
                 None => true,
             },
             Err(e) => {
-                events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot read the memory buffer: {e}") });
+                events.emit(EventKind::Error { kind: ErrorKind::Memory, message: format!("cannot read the memory buffer: {e}") });
                 false
             }
         }
@@ -349,7 +349,7 @@ impl Memory {
         let appended = match buffer::append(&self.dir, buffer::PendingTurn::new(user, &answer, &tools, SystemTime::now())) {
             Ok(a) => a,
             Err(e) => {
-                events.emit(EventKind::Error { kind: "memory".into(), message: format!("cannot buffer the turn for memory: {e}") });
+                events.emit(EventKind::Error { kind: ErrorKind::Memory, message: format!("cannot buffer the turn for memory: {e}") });
                 return;
             }
         };

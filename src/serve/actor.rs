@@ -29,7 +29,7 @@ use crate::autonomy::priority::Class;
 use crate::autonomy::tick::{AutoJob, Tick};
 use crate::command::CommandEnd;
 use crate::conversation::outcome::marker_of;
-use crate::event::{AgentState, EventKind};
+use crate::event::{AgentState, ErrorKind, EventKind};
 use crate::eventlog::{AgentEvents, EventLogError, Subscription};
 use crate::fsutil;
 use crate::home::Home;
@@ -538,7 +538,7 @@ impl Actor {
             Ok(Some(p)) => self.start(Work::Wake(Box::new(p))),
             Ok(None) => {}
             Err(e) => self.emit(EventKind::Error {
-                kind: "wake".into(),
+                kind: ErrorKind::Wake,
                 message: format!("the wake cannot run (its messages and todos stay pending): {e}"),
             }),
         }
@@ -554,7 +554,7 @@ impl Actor {
                 }
                 self.shared.scheduler.changed(&id);
             }
-            Err(e) => self.emit(EventKind::Error { kind: "wake".into(), message: format!("recovering the last wake: {e}") }),
+            Err(e) => self.emit(EventKind::Error { kind: ErrorKind::Wake, message: format!("recovering the last wake: {e}") }),
         }
     }
 
@@ -753,7 +753,7 @@ impl Actor {
         let out = match out {
             Ok(out) => out,
             Err(e) => {
-                self.emit(EventKind::Error { kind: "internal".into(), message: format!("the job of {} stopped: {e}", self.record.id) });
+                self.emit(EventKind::Error { kind: ErrorKind::Internal, message: format!("the job of {} stopped: {e}", self.record.id) });
                 self.fail_replies("the job stopped");
                 self.end_run();
                 return;
@@ -779,14 +779,14 @@ impl Actor {
                 return;
             }
             JobEnd::Open(e) => {
-                self.emit(EventKind::Error { kind: "open".into(), message: e.to_string() });
+                self.emit(EventKind::Error { kind: ErrorKind::Open, message: e.to_string() });
                 self.fail_replies(&e.to_string());
                 if let Work::Wake(p) = &work {
                     // No turn can answer this wake's claims: they are pending again.
                     let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
                     if let Err(e) = fsutil::blocking(|| crate::wake::run::abandon(home, id, ws, p)) {
                         self.emit(EventKind::Error {
-                            kind: "wake".into(),
+                            kind: ErrorKind::Wake,
                             message: format!("releasing the claims of a wake that could not start: {e}"),
                         });
                     }
@@ -794,13 +794,13 @@ impl Actor {
             }
             JobEnd::Turn(Ok(_)) | JobEnd::Retry(Ok(Some(_))) => {}
             JobEnd::Turn(Err(e)) | JobEnd::Retry(Err(e)) => {
-                self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() });
+                self.emit(EventKind::Error { kind: ErrorKind::Turn, message: e.to_string() });
             }
             JobEnd::Wake(end) => {
                 match end {
                     WakeEnd::Ran => {}
-                    WakeEnd::TurnError(e) => self.emit(EventKind::Error { kind: "turn".into(), message: e.to_string() }),
-                    WakeEnd::Finalize(e) => self.emit(EventKind::Error { kind: "wake".into(), message: format!("ending the wake: {e}") }),
+                    WakeEnd::TurnError(e) => self.emit(EventKind::Error { kind: ErrorKind::Turn, message: e.to_string() }),
+                    WakeEnd::Finalize(e) => self.emit(EventKind::Error { kind: ErrorKind::Wake, message: format!("ending the wake: {e}") }),
                 }
                 // One conversation per wake: the next one wakes the agent again.
                 let inbox = crate::wake::inbox::Mailbox::of_workspace(&self.record.workspace);
@@ -810,10 +810,10 @@ impl Actor {
             }
             JobEnd::Auto(end) => match end {
                 AutoEnd::Ran(_) | AutoEnd::Refused | AutoEnd::Gone => {}
-                AutoEnd::Failed(e) => self.emit(EventKind::Error { kind: "autonomy".into(), message: e }),
+                AutoEnd::Failed(e) => self.emit(EventKind::Error { kind: ErrorKind::Autonomy, message: e }),
             },
             JobEnd::Retry(Ok(None)) => {
-                self.emit(EventKind::Error { kind: "retry".into(), message: "no turn to retry".into() });
+                self.emit(EventKind::Error { kind: ErrorKind::Retry, message: "no turn to retry".into() });
             }
             JobEnd::Compact(r) => {
                 let reply = match r {
@@ -821,7 +821,7 @@ impl Actor {
                     Ok(CommandEnd::Cancelled) => CompactReply { success: false, outcome: "cancelled", before: 0, after: 0 },
                     Ok(CommandEnd::Failed) => CompactReply { success: false, outcome: "failed", before: 0, after: 0 },
                     Err(e) => {
-                        self.emit(EventKind::Error { kind: "compact".into(), message: e.to_string() });
+                        self.emit(EventKind::Error { kind: ErrorKind::Compact, message: e.to_string() });
                         CompactReply { success: false, outcome: "failed", before: 0, after: 0 }
                     }
                 };
@@ -832,7 +832,7 @@ impl Actor {
             JobEnd::Clear(r) => {
                 let r = r.map_err(|e| e.to_string());
                 if let Err(e) = &r {
-                    self.emit(EventKind::Error { kind: "clear".into(), message: e.clone() });
+                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.clone() });
                 }
                 for (canceled, tx) in self.deferred_clear.drain(..) {
                     let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));

@@ -21,7 +21,7 @@ use super::sse::{self, gathered};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
-use crate::event::{Event, EventKind};
+use crate::event::{ErrorKind, Event, EventKind};
 use crate::eventlog::{Published, Subscription};
 use crate::fsutil;
 use crate::gateway::ApiStyle;
@@ -84,7 +84,7 @@ pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) ->
     let stream: std::pin::Pin<Box<dyn Stream<Item = Published> + Send>> = match ask(&handle, |reply| Op::Chat { text, reply }).await? {
         Admit::Started(sub) => Box::pin(until_done(sub)),
         Admit::Queued => Box::pin(local(&id, vec![EventKind::Queued { text: actor::QUEUED_TEXT.into() }, EventKind::Done])),
-        Admit::Refused(message) => Box::pin(local(&id, vec![EventKind::Error { kind: "busy".into(), message }, EventKind::Done])),
+        Admit::Refused(message) => Box::pin(local(&id, vec![EventKind::Error { kind: ErrorKind::Busy, message }, EventKind::Done])),
         Admit::Failed(message) => return Err(ApiError::internal(message)),
     };
     Ok(sse(sse::each(stream), &hub))

@@ -15,7 +15,7 @@ use super::job::JobCtx;
 use super::scheduler::Scheduler;
 use crate::agent::{AgentError, Session};
 use crate::conversation::message::Role;
-use crate::event::{Emitter, EventKind, EventSink, TurnOutcome};
+use crate::event::{Emitter, ErrorKind, EventKind, EventSink, TurnOutcome};
 use crate::fsutil;
 use crate::turn::{self, Steering};
 use crate::wake::run::{finalize, Ending, Left, Prepared};
@@ -131,7 +131,7 @@ pub async fn run(
     timer.abort();
     if wake_cancel.is_cancelled() && !cancel.is_cancelled() {
         turn_events.emit(EventKind::Error {
-            kind: "wake".into(),
+            kind: ErrorKind::Wake,
             message: format!("the wake turn was cancelled after {} s (the longest a wake may run)", ctx.wake_limits.max_wake.as_secs()),
         });
     }

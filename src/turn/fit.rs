@@ -12,7 +12,7 @@ use super::round::Turn;
 use crate::compact::{self, cut, window};
 use crate::conversation::message::Message;
 use crate::conversation::outcome::Outcome;
-use crate::event::EventKind;
+use crate::event::{ErrorKind, EventKind};
 use crate::gateway::overflow::Overflow;
 use crate::gateway::{GatewayError, Prompt, ToolSpec};
 
@@ -141,7 +141,7 @@ pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -
             w - fixed
         )
     };
-    t.events.emit(EventKind::Error { kind: "too_large".to_string(), message });
+    t.events.emit(EventKind::Error { kind: ErrorKind::TooLarge, message });
     Some(Outcome::Blocked)
 }
 

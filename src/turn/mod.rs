@@ -24,7 +24,7 @@ use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::compact::cut::turn_start;
 use crate::conversation::history::{CurrentFile, CurrentStatus, ReplyFile, ReplyStatus};
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
-use crate::event::{Emitter, EventKind, TurnOutcome};
+use crate::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use crate::fsutil;
 use crate::hooks::{Hooks, TurnIds};
 
@@ -196,7 +196,7 @@ async fn run_user_turn(
             Ok(text) => Start::New(text),
             Err(denied) => {
                 let message = format!("the prompt was refused by hook {}: {}", denied.command, denied.reason);
-                events.emit(EventKind::Error { kind: "hook".to_string(), message });
+                events.emit(EventKind::Error { kind: ErrorKind::Hook, message });
                 events.emit(EventKind::TurnEnded { outcome: TurnOutcome::Blocked });
                 return Ok(TurnOutcome::Blocked);
             }

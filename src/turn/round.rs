@@ -249,7 +249,7 @@ fn report_failure(events: &Emitter, e: &GatewayError, hint: Option<&str>) -> Out
         Some(hint) => format!("{e}; {hint}"),
         None => e.to_string(),
     };
-    events.emit(EventKind::Error { kind: error_kind(e).to_string(), message });
+    events.emit(EventKind::Error { kind: error_kind(e), message });
     match e {
         // A rate limit or a timeout that outlasted the budget is a failure, not a refusal.
         GatewayError::Status { status: 408 | 409 | 429, .. } => Outcome::Failed,

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Session;
 use crate::conversation::message::ContentBlock;
-use crate::event::{Emitter, EventKind};
+use crate::event::{Emitter, ErrorKind, EventKind};
 use crate::gateway::{CallOptions, GatewayError, GatewayEvent, Response, RoundFailure};
 
 /// cicy: a round whose stream failed after content began is re-run at most 2 times (decided,
@@ -57,15 +57,15 @@ pub(super) async fn send_with_reruns(
 }
 
 /// The `kind` of the `error` event for a failed request.
-pub(super) fn error_kind(e: &GatewayError) -> &'static str {
+pub(super) fn error_kind(e: &GatewayError) -> ErrorKind {
     match e {
-        GatewayError::Connect { .. } => "connect",
-        GatewayError::Status { .. } | GatewayError::NotFound { .. } => "http_status",
-        GatewayError::NoKey { .. } => "no_api_key",
-        GatewayError::StreamError { .. } => "stream_error",
-        GatewayError::Incomplete(_) => "incomplete_stream",
-        GatewayError::Decode(_) => "decode",
-        GatewayError::Timeout(_) => "timeout",
-        GatewayError::Cancelled => "cancelled",
+        GatewayError::Connect { .. } => ErrorKind::Connect,
+        GatewayError::Status { .. } | GatewayError::NotFound { .. } => ErrorKind::HttpStatus,
+        GatewayError::NoKey { .. } => ErrorKind::NoApiKey,
+        GatewayError::StreamError { .. } => ErrorKind::StreamError,
+        GatewayError::Incomplete(_) => ErrorKind::IncompleteStream,
+        GatewayError::Decode(_) => ErrorKind::Decode,
+        GatewayError::Timeout(_) => ErrorKind::Timeout,
+        GatewayError::Cancelled => ErrorKind::Cancelled,
     }
 }

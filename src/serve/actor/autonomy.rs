@@ -41,7 +41,7 @@ impl Actor {
             Tick::NotIdle(_) => {}
             Tick::Error(e) => {
                 if !self.resting {
-                    self.emit(EventKind::Error { kind: "autonomy".into(), message: e });
+                    self.emit(EventKind::Error { kind: ErrorKind::Autonomy, message: e });
                 }
                 self.resting = true;
             }
