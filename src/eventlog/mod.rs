@@ -52,6 +52,17 @@ pub const KEPT_ROTATED: usize = 4;
 /// DESIGN.md §9: `hwm` reserves seqs 1024 ahead.
 pub const RESERVE_CHUNK: u64 = 1024;
 
+/// The newest logged seq, for a writer (under the lock): when the last line of the newest file
+/// is not an event (the open cut one such line, another was before it), every such line is set
+/// aside ([`files::max_logged_setting_aside`]) and the highest seq left is the answer, so a
+/// hand-broken tail never stops the agent.
+fn last_logged_setting_aside(dir: &Path) -> Result<u64, EventLogError> {
+    match last_logged_in(dir) {
+        Err(EventLogError::Corrupt { .. }) => max_logged_setting_aside(dir),
+        other => other,
+    }
+}
+
 /// Errors of the event log; every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum EventLogError {
@@ -136,7 +147,7 @@ impl EventLog {
         let held = log.flock()?;
         let current = log_file(&log.dir, 0);
         let cut = cut_torn_tail(&current)?;
-        log.last_logged = if cut > 0 { cut } else { last_logged_in(&log.dir)? };
+        log.last_logged = if cut > 0 { cut } else { last_logged_setting_aside(&log.dir)? };
         drop(held);
         Ok(log)
     }
@@ -170,7 +181,7 @@ impl EventLog {
             }
             (lease::Marker::Unknown, _) => {
                 let hwm = self.recover_hwm()?;
-                self.reserve(hwm.max(last_logged_in(&self.dir)?))?
+                self.reserve(hwm.max(last_logged_setting_aside(&self.dir)?))?
             }
         };
         lease::write(&self.writer, None).map_err(io)?;

@@ -96,6 +96,30 @@ fn a_torn_line_left_by_another_writer_while_this_log_is_open_is_cut_before_the_n
 }
 
 #[test]
+fn two_lines_that_are_not_events_at_the_end_are_set_aside_at_open_and_numbering_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path();
+    let d = events_dir(ws);
+    fs::create_dir_all(&d).unwrap();
+    let good = format!("{}{}", line(&ev(1, "a")), line(&ev(2, "b")));
+    fs::write(d.join("events.jsonl"), format!("{good}junk1\njunk2\n")).unwrap();
+    fs::write(d.join("hwm"), "1024").unwrap();
+    let mut log = EventLog::open(ws, "w-1").unwrap();
+    assert_eq!(log.last_logged(), 2);
+    assert_eq!(fs::read_to_string(d.join("events.jsonl")).unwrap(), good);
+    let kept: Vec<String> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("events.jsonl.corrupt-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "the file as it was is kept");
+    assert_eq!(fs::read_to_string(d.join(&kept[0])).unwrap(), format!("{good}junk1\n"));
+    assert_eq!(log.lease(None).unwrap(), 1025..=2048);
+    log.append(&[ev(1025, "c")]).unwrap();
+    assert_eq!(seqs(&read_after(ws, 0, 10).unwrap().events), vec![1, 2, 1025]);
+}
+
+#[test]
 fn a_bad_line_with_hwm_missing_is_set_aside_and_numbering_goes_on_above_the_good_ones() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path();
