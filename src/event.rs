@@ -149,6 +149,42 @@ impl std::fmt::Display for ErrorKind {
     }
 }
 
+/// What became of a steer (the `status` of a `steered` event and of `POST …/steer`'s answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteerStatus {
+    /// Waiting for the running turn's next round.
+    Queued,
+    /// The agent was idle: the text started a turn of its own.
+    Prompted,
+    /// [`crate::turn::Steering::CAP`] texts already wait (CMDC's cap 3).
+    RejectedFull,
+    /// It went into a round's user message.
+    Delivered,
+    /// A `before_steering` hook refused it (the `hook` event before it gives the reason); it
+    /// is dropped.
+    Refused,
+}
+
+impl SteerStatus {
+    /// The wire name (`rejected_full`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SteerStatus::Queued => "queued",
+            SteerStatus::Prompted => "prompted",
+            SteerStatus::RejectedFull => "rejected_full",
+            SteerStatus::Delivered => "delivered",
+            SteerStatus::Refused => "refused",
+        }
+    }
+}
+
+impl std::fmt::Display for SteerStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What a resident agent is doing (DESIGN.md §9 states, from CMDC): `idle` → request `running`
 /// → first chunk `streaming` → tool calls `executing_tools` → batch done `running` … → `idle`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,10 +294,9 @@ pub enum EventKind {
     Flush {
         text: String,
     },
-    /// `serve`: what became of a steer: `queued`, `prompted` (the agent was idle),
-    /// `rejected_full` (cap 3, CMDC), `delivered` (it went into a round's user message).
+    /// `serve`: what became of a steer.
     Steered {
-        status: String,
+        status: SteerStatus,
     },
     /// `serve`: the run an input started (its turn and every follow-up) is over.
     Done,
@@ -443,6 +478,16 @@ pub fn preview(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_steer_status_is_written_under_its_wire_name() {
+        use SteerStatus::*;
+        for status in [Queued, Prompted, RejectedFull, Delivered, Refused] {
+            assert_eq!(serde_json::to_string(&status).unwrap(), format!("\"{}\"", status.as_str()));
+        }
+        let ev = Event { seq: 5, agent_id: "w-1".into(), kind: EventKind::Steered { status: RejectedFull } };
+        assert_eq!(serde_json::to_string(&ev).unwrap(), r#"{"seq":5,"agent_id":"w-1","type":"steered","status":"rejected_full"}"#);
+    }
 
     #[test]
     fn an_error_kind_is_its_wire_name_and_one_this_build_does_not_know_is_kept_as_it_came() {

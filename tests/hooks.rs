@@ -7,7 +7,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use cicy::event::{EventKind, TurnOutcome};
+use cicy::event::{EventKind, SteerStatus, TurnOutcome};
 use cicy::turn;
 use common::fixture::{collector, kinds, TestHome};
 use common::gateway::*;
@@ -409,8 +409,8 @@ echo '{"action":"modify","text":"rewritten steer"}'"#;
     assert_eq!(last.as_array().unwrap().len(), 2, "{last}");
     assert_eq!(last[1]["text"], json!("rewritten steer"));
     let k = kinds(&ev);
-    assert!(k.contains(&EventKind::Steered { status: "refused".into() }));
-    assert!(k.contains(&EventKind::Steered { status: "delivered".into() }));
+    assert!(k.contains(&EventKind::Steered { status: SteerStatus::Refused }));
+    assert!(k.contains(&EventKind::Steered { status: SteerStatus::Delivered }));
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message};
-use cicy::event::{EventKind, TurnOutcome};
+use cicy::event::{EventKind, SteerStatus, TurnOutcome};
 use cicy::turn::{self, SteerFull, Steering};
 use common::fixture::{cached_prefix, collector, collector_with, kinds, TestHome};
 use common::gateway::*;
@@ -87,7 +87,7 @@ async fn a_steer_pushed_while_a_tool_runs_lands_after_its_result_and_the_prefix_
     let k = kinds(&ev);
     let at = steered(&k);
     assert_eq!(at.len(), 1, "{k:?}");
-    assert_eq!(k[at[0]], EventKind::Steered { status: "delivered".into() });
+    assert_eq!(k[at[0]], EventKind::Steered { status: SteerStatus::Delivered });
     assert!(matches!(&k[at[0] - 1], EventKind::ToolFinished { id, .. } if id == "t1"), "{k:?}");
     assert_eq!(k[at[0] + 1], EventKind::RoundStarted { round: 1 });
     assert_eq!(steering.len(), 0);

@@ -29,7 +29,7 @@ use crate::autonomy::priority::Class;
 use crate::autonomy::tick::{AutoJob, Tick};
 use crate::command::CommandEnd;
 use crate::conversation::outcome::marker_of;
-use crate::event::{AgentState, ErrorKind, EventKind};
+use crate::event::{AgentState, ErrorKind, EventKind, SteerStatus};
 use crate::eventlog::{AgentEvents, EventLogError, Subscription};
 use crate::fsutil;
 use crate::home::Home;
@@ -140,9 +140,9 @@ pub enum Admit {
     Failed(String),
 }
 
-/// The answer to a steer: its `steered` status (`queued`, `prompted`, `rejected_full`).
+/// The answer to a steer: its `steered` status (`queued`, `prompted` or `rejected_full`).
 pub struct SteerReply {
-    pub status: &'static str,
+    pub status: SteerStatus,
 }
 
 /// `POST /api/cicy/retry` *(cicy)*.
@@ -429,7 +429,7 @@ impl Actor {
             }
             Op::Steer { text, interrupt, reply } => {
                 let status = self.steer(text, interrupt);
-                self.emit(EventKind::Steered { status: status.to_string() });
+                self.emit(EventKind::Steered { status });
                 let _ = reply.send(SteerReply { status });
             }
             Op::Cancel { reply } => {
@@ -615,24 +615,24 @@ impl Actor {
         Admit::Started(sub)
     }
 
-    fn steer(&mut self, text: String, interrupt: bool) -> &'static str {
+    fn steer(&mut self, text: String, interrupt: bool) -> SteerStatus {
         if !self.busy() {
             self.start(Work::Turn(text));
-            return "prompted";
+            return SteerStatus::Prompted;
         }
         if self.preemption.is_some() {
             // Not into the autonomy job's turn: a person's text starts its own turn after it.
             self.preempt(Class::Human);
             self.pending.push(text);
-            return "queued";
+            return SteerStatus::Queued;
         }
         if self.steering.push(text).is_err() {
-            return "rejected_full";
+            return SteerStatus::RejectedFull;
         }
         if interrupt && self.tracker.as_ref().is_some_and(|t| t.state() == AgentState::ExecutingTools) {
             self.steering.interrupt();
         }
-        "queued"
+        SteerStatus::Queued
     }
 
     /// §9 abort: cancel the job, clear `pending` and `steering`; whether a job was running.

@@ -21,7 +21,7 @@ use super::sse::{self, gathered};
 use super::Hub;
 use crate::agent::{self, CreateOptions};
 use crate::conversation::history::{CurrentFile, HistoryStore};
-use crate::event::{ErrorKind, Event, EventKind};
+use crate::event::{ErrorKind, Event, EventKind, SteerStatus};
 use crate::eventlog::{Published, Subscription};
 use crate::fsutil;
 use crate::gateway::ApiStyle;
@@ -292,7 +292,7 @@ pub async fn steer(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBod
     let handle = agent(&hub, &id)?;
     let (text, interrupt) = text_of(body)?;
     let r = ask(&handle, |reply| Op::Steer { text, interrupt, reply }).await?;
-    let status = if r.status == "rejected_full" { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
+    let status = if r.status == SteerStatus::RejectedFull { StatusCode::TOO_MANY_REQUESTS } else { StatusCode::OK };
     Ok((status, Json(json!({"status": r.status}))).into_response())
 }
 

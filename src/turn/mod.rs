@@ -29,7 +29,7 @@ use crate::fsutil;
 use crate::hooks::{Hooks, TurnIds};
 
 pub use send::ROUND_RERUNS;
-pub use steer::{SteerFull, Steering, DELIVERED, INTERRUPTED_RESULT};
+pub use steer::{SteerFull, Steering, INTERRUPTED_RESULT};
 pub(crate) use tools::tool_context;
 pub use tools::CANCELLED_RESULT;
 

@@ -17,19 +17,11 @@ use super::round::Turn;
 use super::tools::extend_last;
 use crate::agent::AgentError;
 use crate::conversation::message::ContentBlock;
-use crate::event::EventKind;
+use crate::event::{EventKind, SteerStatus};
 
 /// The result text of a tool call that a steer with `interrupt` stopped or kept from starting
 /// (DESIGN.md §9).
 pub const INTERRUPTED_RESULT: &str = "error: interrupted by steer";
-
-/// The `status` of the [`EventKind::Steered`] event emitted when queued texts went into a
-/// round's user message.
-pub const DELIVERED: &str = "delivered";
-
-/// The `status` of the [`EventKind::Steered`] event for a text a `before_steering` hook refused
-/// (the `hook` event before it gives the reason); it is dropped.
-pub const REFUSED: &str = "refused";
 
 /// A steer was refused: [`Steering::CAP`] texts already wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -186,14 +178,14 @@ pub(super) async fn deliver(t: &mut Turn<'_>) -> Result<(), AgentError> {
     for text in t.steering.take_all() {
         match t.hooks.before_steering(text).await {
             Ok(text) => texts.push(text),
-            Err(_) => t.events.emit(EventKind::Steered { status: REFUSED.to_string() }),
+            Err(_) => t.events.emit(EventKind::Steered { status: SteerStatus::Refused }),
         }
     }
     if texts.is_empty() {
         return Ok(());
     }
     extend_last(t, texts.into_iter().map(ContentBlock::text).collect())?;
-    t.events.emit(EventKind::Steered { status: DELIVERED.to_string() });
+    t.events.emit(EventKind::Steered { status: SteerStatus::Delivered });
     Ok(())
 }
 
