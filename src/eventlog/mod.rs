@@ -102,7 +102,7 @@ pub struct EventLog {
     out: Option<(File, u64)>,
     /// Appended since the last fsync.
     dirty: bool,
-    /// The length `events.jsonl` had after this process's last append (0: none yet).
+    /// The length `events.jsonl` had after this process's open or last append.
     appended_to: u64,
     /// The highest seq this process read from or wrote to `hwm` under the lease.
     reserved_to: u64,
@@ -148,6 +148,8 @@ impl EventLog {
         let current = log_file(&log.dir, 0);
         let cut = cut_torn_tail(&current)?;
         log.last_logged = if cut > 0 { cut } else { last_logged_setting_aside(&log.dir)? };
+        // The file is now as this process left it: the first append need not cut again.
+        log.appended_to = stat(&current)?.map_or(0, |(_, len)| len);
         drop(held);
         Ok(log)
     }
