@@ -112,15 +112,15 @@ pub(super) fn handler(signals: UnboundedSender<Signal>, backend: Backend) -> imp
 }
 
 /// The pending files `event` says a writer made or wrote to in place (inotify's create of a
-/// regular file, or its modify); a symlink has no close and is never recorded.
+/// regular file, or its modify). A symlink has no close and is never recorded: only a create
+/// can be one (a write through a link is reported on its target), so only a create is looked at.
 fn writing_paths(event: &Event) -> Vec<&Path> {
+    let pending = event.paths.iter().map(PathBuf::as_path).filter(|p| is_pending_path(p));
     match event.kind {
-        EventKind::Create(CreateKind::File) | EventKind::Modify(ModifyKind::Data(_)) => event
-            .paths
-            .iter()
-            .map(PathBuf::as_path)
-            .filter(|p| is_pending_path(p) && !fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()))
-            .collect(),
+        EventKind::Create(CreateKind::File) => {
+            pending.filter(|p| !fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())).collect()
+        }
+        EventKind::Modify(ModifyKind::Data(_)) => pending.collect(),
         _ => Vec::new(),
     }
 }

@@ -8,10 +8,12 @@
 //! (`crate::fsutil::write_grace`) — unless the watch saw it made or written in place and not
 //! closed since ([`note_writing`]): its writer still holds it, however long it pauses. A lost
 //! close (the event queue overflowed) puts every such file back on the grace
-//! ([`forget_writers`]); a writer that dies is closed by the kernel, which the watch sees. A file under a name cicy gives its own messages
-//! (`…_<nanos:032x>_<pid:08x>_<seq:04x>.md`) is whole at once: only `Mailbox::write` makes
-//! those, always aside and renamed in (so one left while serve was down waits for nothing). Owns the process-wide record of those sightings. Must not
-//! read, parse or move a file.
+//! ([`forget_writers`]); a writer that dies is closed by the kernel, which the watch sees.
+//!
+//! A file under a name cicy gives its own messages (`…_<nanos:032x>_<pid:08x>_<seq:04x>.md`) is
+//! whole at once: only `Mailbox::write` makes those, always aside and renamed in (so one left
+//! while serve was down waits for nothing). Owns the process-wide record of those sightings.
+//! Must not read, parse or move a file.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::Metadata;
