@@ -4,17 +4,18 @@
 //! `tool_result` → assistant text. Targets (issue 2): assembly + encoding under 2 ms;
 //! assembly + atomic persist of current.json under 10 ms.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
-
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use cicy::conversation::history::{CurrentFile, HistoryStore};
 use cicy::gateway::anthropic;
 use cicy::prompt::{assemble, PromptInputs};
+use cicy_test_support::sample;
 use criterion::{criterion_group, criterion_main, Criterion};
 
 fn bench(c: &mut Criterion) {
-    let history = common::history();
-    let tools = common::tools();
+    let history = sample::history();
+    let tools = sample::tools();
     let size = serde_json::to_vec(&history).map(|v| v.len()).unwrap_or(0);
     eprintln!("history: {} messages, {size} bytes of JSON", history.len());
     let memory = "- [preference★4] favourite colour: teal\n".repeat(40);

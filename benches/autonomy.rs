@@ -10,19 +10,17 @@
 //! Run: `cargo bench --bench autonomy [-- tick|preempt]`. Figures go to stdout; docs/benchmarks.md
 //! quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::time::{Duration, Instant};
 
 use cicy::autonomy::tick::{tick, Tick};
 use cicy::registry::Registry;
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::Serve;
-use common::wait::Fifo;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
+use cicy_test_support::wait::Fifo;
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;

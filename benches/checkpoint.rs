@@ -6,6 +6,8 @@
 //! place. The removal after each save is not timed. `load_600`: the before-load save plus the
 //! restore as a new conversation.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::time::{Duration, Instant};
 

@@ -10,9 +10,10 @@
 //!
 //! Printed once: the encoded request size before and after each kind of compaction.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-mod common;
-
+use cicy_test_support::sample;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use cicy::compact::{self, cut, summary, Settings};
@@ -56,8 +57,8 @@ fn fresh(history: &[Message]) -> (tempfile::TempDir, HistoryStore, CurrentFile) 
 }
 
 fn bench(c: &mut Criterion) {
-    let history = common::history();
-    let tools = common::tools();
+    let history = sample::history();
+    let tools = sample::tools();
     let summary = summary_text();
     let settings = Settings::new(&CompactionConfig::default(), None);
     let before = request_bytes(&history, &tools);

@@ -8,6 +8,8 @@
 //! `CICY_BENCH_BIN=<path>` to time another build of `cicy-agent`, e.g. an older one). Figures go
 //! to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -13,20 +13,18 @@
 //! Run: `cargo bench --bench dashboard` (needs chromium + chromium-driver, see
 //! `scripts/test.sh`). Figures go to stdout.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::io::Write;
 use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use common::browser::{Browser, LAPTOP};
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text_deltas, Reply, ScriptedGateway};
-use common::serve::Serve;
+use cicy_test_support::browser::{Browser, LAPTOP};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text_deltas, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
 
 /// Deltas in the render-rate answer.
 const DELTAS: usize = 20_000;

@@ -12,10 +12,6 @@
 //! Run: `cargo bench --bench mcp`. docs/benchmarks.md quotes the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
 use std::collections::BTreeMap;
 use std::process::Stdio;
 
@@ -79,7 +75,7 @@ impl Raw {
 
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let entry = common::mcp::server_entry();
+    let entry = cicy_test_support::mcp::server_entry();
     let dir = tempfile::tempdir().unwrap();
     let pool = Pool::new(dir.path().into(), Vec::new());
     let servers = BTreeMap::from([(

@@ -9,10 +9,8 @@
 //!
 //! Run: `cargo bench --bench outbox`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -88,14 +86,14 @@ const HOPS: usize = 20;
 
 /// A group send from an idle agent's outbox to the other member's `turn_started`.
 async fn send_to_turn_started() {
-    use common::gateway::{anthropic_text, Reply, ScriptedGateway};
+    use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
     let gw = ScriptedGateway::start().await;
     gw.fallback(|_| Reply::sse(anthropic_text("ok")));
-    let t = common::fixture::TestHome::new(&gw.url(), 0);
+    let t = cicy_test_support::fixture::TestHome::new(&gw.url(), 0);
     t.write_role("waker", "[core, wake]", 20);
     let (a, b) = (t.create("waker", None), t.create("waker", None));
     cicy::messages::groups::create(&t.home, "ada", "ops", "", &[a.clone(), b.clone()]).unwrap();
-    let s = common::serve::Serve::start(t.root(), &gw.url(), &[]).await;
+    let s = cicy_test_support::serve::Serve::start(t.root(), &gw.url(), &[]).await;
     let ob = Outbox::of_workspace(&t.workspace(&a));
     let mut events = s.events(&b, None).await;
     let mut took = Vec::with_capacity(HOPS);

@@ -9,17 +9,15 @@
 //!
 //! Run: `cargo bench --bench serve`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::time::{Duration, Instant};
 
-use common::cli::command;
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::Serve;
+use cicy_test_support::cli::command;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
 
 /// `VmHWM` and `VmRSS` of `pid` in MB.
 fn memory_mb(pid: i32) -> (f64, f64) {

@@ -6,10 +6,8 @@
 //!
 //! Run: `cargo bench --bench sse_clients`. Figures go to stdout.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,9 +15,9 @@ use std::time::Instant;
 
 use futures_util::StreamExt;
 
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text_deltas, Reply, ScriptedGateway};
-use common::serve::Serve;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text_deltas, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
 
 const DELTAS: usize = 20_000;
 const CLIENTS: usize = 200;

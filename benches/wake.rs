@@ -10,10 +10,8 @@
 //!
 //! Run: `cargo bench --bench wake [-- inbox|todo|10k]`. Figures go to stdout; docs/benchmarks.md quotes them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is how it fails
-
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
+// A bench reports its figures on the terminal.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -21,9 +19,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use cicy::wake::at::at_of_unix;
 use cicy::wake::db::WakeDb;
 use cicy::wake::inbox::{self, Mailbox, NewMessage};
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::Serve;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
 
 /// A `/proc/<pid>/status` field in its own unit (kB for memory).
 fn proc_status(pid: i32, key: &str) -> f64 {

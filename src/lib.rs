@@ -13,7 +13,7 @@ pub mod command;
 pub mod compact;
 pub mod config;
 pub mod conversation;
-pub mod event;
+pub use cicy_protocol::event;
 pub mod eventlog;
 pub mod fsutil;
 pub mod gateway;

@@ -3,15 +3,13 @@
 //! a chat session, refused in a one-shot chat, and timed out when no answer comes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use serde_json::{json, Value};
 
-use common::cli::cicy;
-use common::fixture::TestHome;
-use common::gateway::*;
-use common::history::wire_messages;
-use common::serve::{types, Serve};
+use cicy_test_support::cli::cicy;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::wire_messages;
+use cicy_test_support::serve::{types, Serve};
 
 use cicy::conversation::message::{Content, ContentBlock};
 

@@ -3,8 +3,6 @@
 //! `$CICY_HOME`, the scripted gateway as the guardrails' judge.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use cicy::autonomy::guard::{GuardCtx, Judge, JUDGE_SYSTEM_TEXT};
@@ -12,11 +10,11 @@ use cicy::autonomy::key::GuardKey;
 use cicy::autonomy::ledger::{By, Folded, Intent, Status};
 use cicy::autonomy::wish::{check_at_pickup, is_checked, refused, wish, WishError, WishInput, CHECKED_KEY};
 use cicy::gateway::{ApiStyle, GatewayClient, GatewaySettings};
-use common::cli::{cicy, Out};
-use common::fixture::{collector, TestHome};
-use common::gateway::*;
-use common::history::{body, split_aux};
-use common::serve::Serve;
+use cicy_test_support::cli::{cicy, Out};
+use cicy_test_support::fixture::{collector, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::{body, split_aux};
+use cicy_test_support::serve::Serve;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -5,14 +5,12 @@
 //! class `judge` — and `check` making no gateway call when the `run` line is refused.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
 use cicy::autonomy::guard::{self, GuardCtx, Judge, Refusal, JUDGE_SYSTEM_TEXT};
 use cicy::gateway::{ApiStyle, GatewayClient, GatewaySettings};
-use common::gateway::*;
+use cicy_test_support::gateway::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

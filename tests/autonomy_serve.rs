@@ -6,8 +6,6 @@
 //! leaves nothing running. The tick runs every second here (`autonomy.tick_secs: 1`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,10 +14,10 @@ use cicy::autonomy::ledger::ledger_path;
 use cicy::autonomy::log::{log_path, REST_LINE};
 use cicy::wake::db::WakeDb;
 
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
-use common::serve::{types, Frame, Serve, Sse};
-use common::wait::{Fifo, Pidfd};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use cicy_test_support::serve::{types, Frame, Serve, Sse};
+use cicy_test_support::wait::{Fifo, Pidfd};
 
 const ALLOW: &str = r#"{"verdict":"allow","class":"none","reason":"an ordinary task"}"#;
 
@@ -259,7 +257,7 @@ async fn a_killed_serve_leaves_no_intent_running_and_the_next_start_records_the_
     let (pgid, leader) = group_of(&fifo).await;
     // The shell can write the fifo before serve has recorded its group for the reaper.
     let record = cicy::autonomy::tick::running_dir(&t.workspace(&id)).join(format!("{pgid}.json"));
-    assert!(common::wait::appears_within(&record, Duration::from_secs(20)).await);
+    assert!(cicy_test_support::wait::appears_within(&record, Duration::from_secs(20)).await);
     s.kill9().await;
     assert_eq!(intent(&t, &id, "i1")["status"], "running");
     let s = Serve::start(t.root(), &gw.url(), &[]).await;

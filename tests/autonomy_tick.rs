@@ -4,8 +4,6 @@
 //! dry run writes nothing, and an empty tick reads no database and calls no gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::autonomy::ledger::{ledger_path, Ledger, Status};
 use cicy::autonomy::settings::set_switch;
 use cicy::autonomy::tick::{tick, tick_in, Mode, Tick};
@@ -16,8 +14,8 @@ use cicy::wake::inbox::settle::FileStamp;
 use cicy::wake::inbox::{Folder, Mailbox};
 use cicy::wake::obligation::ClaimedFile;
 
-use common::fixture::TestHome;
-use common::wake::note;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::wake::note;
 
 /// A home with no gateway listening (port 9: nothing answers) and one agent of `tester`.
 fn home() -> (TestHome, AgentRecord) {

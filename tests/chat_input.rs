@@ -3,13 +3,11 @@
 //! sends a whole file or all of stdin as one message.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
-use common::cli::cicy;
-use common::gateway::*;
-use common::history::wire_messages;
+use cicy_test_support::cli::cicy;
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::wire_messages;
 
 use cicy::conversation::message::{Content, ContentBlock};
 

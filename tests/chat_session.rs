@@ -5,14 +5,12 @@
 //! worst over its lines (DESIGN.md §8 "Write", docs/serve.md "Output, Ctrl-C and exit codes").
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cicy::memory::buffer::{self, PendingTurn};
-use common::cli::{cicy, command, event_types};
-use common::gateway::*;
+use cicy_test_support::cli::{cicy, command, event_types};
+use cicy_test_support::gateway::*;
 
 fn memory_dir(home: &Path) -> PathBuf {
     home.join("workers/w-1/.cicy/memory")

@@ -2,18 +2,16 @@
 //! temporary `$CICY_HOME`, the scripted gateway; a save killed with SIGKILL mid-way.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::cli::{command, event_types, Out};
-use common::gateway::*;
-use common::wait::Fifo;
+use cicy_test_support::cli::{command, event_types, Out};
+use cicy_test_support::gateway::*;
+use cicy_test_support::wait::Fifo;
 use serde_json::Value;
 
 async fn cicy(home: &Path, gateway: &str, args: &[&str]) -> Out {
-    common::cli::cicy(home, gateway, args, None).await
+    cicy_test_support::cli::cicy(home, gateway, args, None).await
 }
 
 fn ws(home: &Path) -> PathBuf {
@@ -95,7 +93,7 @@ async fn save_ls_load_rm_round_trip_the_messages_byte_for_byte() {
     let before_next = gw.requests().len();
     chat(h, &gw, "four").await;
     let req = &gw.requests()[before_next];
-    let texts: Vec<String> = common::history::wire_messages(req).iter().map(|m| m.plain_text()).collect();
+    let texts: Vec<String> = cicy_test_support::history::wire_messages(req).iter().map(|m| m.plain_text()).collect();
     assert_eq!(texts[0], "<role>\n# Role\n\nYou are Ada (agent w-1), the concierge.\n</role>\none");
     assert_eq!(texts[1..], ["answer 0", "two", "answer 1", "four"]);
 

@@ -2,14 +2,12 @@
 //! scripted gateway. Covers create/ls/roles/show/chat/history and bad input.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::cli::{cicy, cicy_bytes};
-use common::gateway::*;
+use cicy_test_support::cli::{cicy, cicy_bytes};
+use cicy_test_support::gateway::*;
 
 fn home() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
@@ -206,8 +204,8 @@ async fn history_prints_an_answer_cut_by_ctrl_c_as_one_line() {
     let (slow, _gate) = Reply::paused(anthropic_text_deltas(&deltas), 4);
     gw.push(slow);
     cicy(h.path(), &gw.url(), &["create", "Ada"], None).await;
-    let mut child = common::cli::command(h.path(), &gw.url(), &["chat", "w-1", "tell me"]).spawn().unwrap();
-    common::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
+    let mut child = cicy_test_support::cli::command(h.path(), &gw.url(), &["chat", "w-1", "tell me"]).spawn().unwrap();
+    cicy_test_support::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
     // SAFETY: SIGINT to the child this test started.
     assert_eq!(unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGINT) }, 0);
     let out = child.wait_with_output().await.unwrap();
@@ -240,7 +238,7 @@ async fn sighup_cancels_a_running_tool_writes_the_marker_and_exits_129() {
 /// has started; the test then holds it by a pidfd and waits for it to end.
 async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
     let h = home();
-    let started = common::wait::Fifo::new(h.path().join("started"));
+    let started = cicy_test_support::wait::Fifo::new(h.path().join("started"));
     let tool = format!("echo $$ > {}; sleep {secs}; touch finished", started.path.display());
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_tool_use("t1", "shell", &format!(r#"{{"command":"{tool}"}}"#))));
@@ -257,7 +255,7 @@ async fn signal_cancels_a_running_tool(sig: libc::c_int, code: i32, secs: u32) {
         .spawn()
         .unwrap();
     let tool_pid = started.read().await.trim().parse().expect("the tool writes its pid");
-    let tool_process = common::wait::Pidfd::open(tool_pid).expect("the tool runs");
+    let tool_process = cicy_test_support::wait::Pidfd::open(tool_pid).expect("the tool runs");
     let pid = child.id().unwrap() as libc::pid_t;
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await.unwrap().unwrap();

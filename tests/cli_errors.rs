@@ -3,12 +3,10 @@
 //! `max_tool_rounds: 0`, a role folder with an invalid name, no memories, a turn's outcome).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
-use common::cli::{cicy, command_with};
-use common::gateway::*;
+use cicy_test_support::cli::{cicy, command_with};
+use cicy_test_support::gateway::*;
 
 fn home() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
@@ -32,7 +30,7 @@ fn chmod_tree(root: &Path, dir_mode: u32, file_mode: u32) {
 /// Runs `cicy-agent <args>` as a user the file modes apply to: as root (which writes anything)
 /// the child runs as `nobody` (65534). The checkout may sit in a folder only root can enter
 /// (a `mktemp -d` clone), so `nobody` runs a link to the binary from a folder it can reach.
-async fn cicy_unprivileged(home: &Path, gateway: &str, args: &[&str]) -> common::cli::Out {
+async fn cicy_unprivileged(home: &Path, gateway: &str, args: &[&str]) -> cicy_test_support::cli::Out {
     use std::os::unix::fs::PermissionsExt;
     let exe = Path::new(env!("CARGO_BIN_EXE_cicy-agent"));
     let reachable = tempfile::tempdir().expect("tempdir");
@@ -47,7 +45,7 @@ async fn cicy_unprivileged(home: &Path, gateway: &str, args: &[&str]) -> common:
         cmd.uid(65534).gid(65534);
     }
     let out = cmd.output().await.expect("run cicy-agent");
-    common::cli::Out {
+    cicy_test_support::cli::Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),

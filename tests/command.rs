@@ -2,13 +2,11 @@
 //! and the exact events the CLI and `serve` report them with.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::command::{self, CommandEnd};
 use cicy::event::{ErrorKind, EventKind};
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
-use common::history::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::*;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]

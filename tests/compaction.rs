@@ -3,8 +3,6 @@
 //! summaries of a history too big to send, the hard cap, and the concrete inputs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::compact::{self, cut, summary, CompactError, Settings};
 use cicy::config::CompactionConfig;
 use cicy::conversation::invariants::{self, SYNTHETIC_RESULT};
@@ -12,9 +10,9 @@ use cicy::conversation::message::{Content, ContentBlock, Message, Role, SUMMARY_
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::gateway::{anthropic, GatewayError};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
-use common::history::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -51,7 +49,7 @@ fn text_blocks(m: &Message) -> Vec<String> {
 }
 
 fn role_block() -> String {
-    format!("<role>\n{}\n</role>", common::fixture::TEST_AGENTS_MD.trim())
+    format!("<role>\n{}\n</role>", cicy_test_support::fixture::TEST_AGENTS_MD.trim())
 }
 
 #[tokio::test]

@@ -3,15 +3,13 @@
 //! what `history` shows after a compaction.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use cicy::conversation::message::SUMMARY_PREFIX;
-use common::cli::{cicy, command};
-use common::gateway::*;
-use common::history::{assert_valid_request, body, wire_messages};
-use common::wait::Fifo;
+use cicy_test_support::cli::{cicy, command};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::{assert_valid_request, body, wire_messages};
+use cicy_test_support::wait::Fifo;
 
 const SUMMARY: &str = "1. User goals and requests: work.\n8. Next step: none";
 

@@ -5,15 +5,13 @@
 //! once more; warnings for AGENTS.md or a message over half the window.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::compact::{self, summary, window};
 use cicy::conversation::message::{Message, SUMMARY_PREFIX};
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
-use common::history::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -262,10 +260,13 @@ async fn the_cli_refuses_a_message_over_the_configured_window_with_exit_1() {
     let gw = ScriptedGateway::start().await;
     let h = tempfile::tempdir().unwrap();
     let url = gw.url();
-    assert_eq!(common::cli::cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
+    assert_eq!(cicy_test_support::cli::cicy(h.path(), &url, &["create", "Ada"], None).await.stdout, "w-1\n");
     let text = "y".repeat(120_000);
-    let out =
-        common::cli::command(h.path(), &url, &["chat", "w-1", &text]).env("CICY_CONTEXT_WINDOW", "8192").output().await.expect("run chat");
+    let out = cicy_test_support::cli::command(h.path(), &url, &["chat", "w-1", &text])
+        .env("CICY_CONTEXT_WINDOW", "8192")
+        .output()
+        .await
+        .expect("run chat");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("error (too_large): the message is too large to send: 120000 bytes, ~30004 tokens; the context window of model test-model is 8192 tokens"), "{stderr}");

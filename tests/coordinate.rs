@@ -8,8 +8,6 @@
 //! ([`Scripts`]); each agent's AGENTS.md names it, which is how a request is told apart.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,11 +18,11 @@ use cicy::conversation::message::ContentBlock;
 use cicy::messages::store::{CallState, MessageStore};
 use cicy::wake::inbox::{self, Mailbox};
 
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, anthropic_tool_uses, RecordedRequest, Reply, ScriptedGateway};
-use common::history::wire_messages;
-use common::serve::Serve;
-use common::wake::{last_user_text, mask_now, note};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, anthropic_tool_uses, RecordedRequest, Reply, ScriptedGateway};
+use cicy_test_support::history::wire_messages;
+use cicy_test_support::serve::Serve;
+use cicy_test_support::wake::{last_user_text, mask_now, note};
 
 /// Each agent's replies, in order; a request of an agent whose script ran out gets the
 /// gateway's HTTP 500 (the test fails loudly).
@@ -396,10 +394,10 @@ async fn fork_copies_the_template_agents_md_memory_and_conversation_under_a_new_
     std::fs::write(mem.join("notes.md"), "remember this\n").unwrap();
     std::fs::write(mem.join("_archive/old.md"), "old note\n").unwrap();
     std::fs::write(mem.join("backoff.json"), "{}").unwrap();
-    let seeded = common::history::seed(&t, &src, common::history::tool_turns(2));
+    let seeded = cicy_test_support::history::seed(&t, &src, cicy_test_support::history::tool_turns(2));
     let before = t.current_json(&src);
 
-    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--title", "Copy"], None).await;
+    let out = cicy_test_support::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--title", "Copy"], None).await;
     assert_eq!((out.code, out.stdout.as_str()), (0, "w-3\n"), "{}", out.stderr);
     let reg = cicy::registry::Registry::open(&t.home.db_path()).unwrap();
     let (a, b) = (reg.get(&src).unwrap(), reg.get("w-3").unwrap());
@@ -421,11 +419,11 @@ async fn fork_copies_the_template_agents_md_memory_and_conversation_under_a_new_
     assert_eq!(t.current_json(&src), before);
 
     // The tool's default master is the source's; `--master` names another.
-    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--master", &src], None).await;
+    let out = cicy_test_support::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", &src, "--master", &src], None).await;
     assert_eq!((out.code, out.stdout.as_str()), (0, "w-4\n"), "{}", out.stderr);
     let d = reg.get("w-4").unwrap();
     assert_eq!((d.title.as_str(), d.master_id.as_deref()), ("Tess (fork)", Some(src.as_str())));
-    let out = common::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", "w-99"], None).await;
+    let out = cicy_test_support::cli::cicy(t.root(), "http://127.0.0.1:9", &["fork", "w-99"], None).await;
     assert_eq!(out.code, 2, "{}", out.stderr);
 }
 
@@ -475,7 +473,7 @@ async fn the_msg_command_waits_for_the_answer_no_wait_queues_and_msgs_lists_the_
         let url = gw.url();
         async move {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            common::cli::cicy(&root, &url, &args, None).await
+            cicy_test_support::cli::cicy(&root, &url, &args, None).await
         }
     };
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();

@@ -6,18 +6,16 @@
 //! must finish cleanly.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
 use cicy::conversation::history::{CurrentFile, CurrentStatus};
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock};
-use common::cli::{cicy, command};
-use common::crash::{check_files, Rng};
-use common::gateway::*;
-use common::history::{assert_valid_request, split_aux};
+use cicy_test_support::cli::{cicy, command};
+use cicy_test_support::crash::{check_files, Rng};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::{assert_valid_request, split_aux};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// cicy's contract is about any point; 60 kills spread over start-up, streaming, tool runs,
@@ -58,10 +56,10 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
         // run's first request, so that a slow start on a busy machine still leaves them among
         // streams, tool runs and writes.
         if i % 5 == 4 {
-            tokio::time::sleep(Duration::from_millis(rng.next() % 40)).await;
+            tokio::time::sleep(Duration::from_millis(rng.next_u64() % 40)).await;
         } else {
             gw.wait_for_requests(before + 1).await;
-            tokio::time::sleep(Duration::from_millis(rng.next() % 700)).await;
+            tokio::time::sleep(Duration::from_millis(rng.next_u64() % 700)).await;
         }
         if let Some(status) = child.try_wait().expect("try_wait") {
             let out = child.wait_with_output().await.expect("output");
@@ -88,7 +86,7 @@ async fn kill_9_at_varied_moments_never_leaves_a_history_that_cannot_load_heal_a
     }
     for r in &main {
         assert_valid_request(r);
-        assert!(common::history::wire_messages(r).len() <= 31, "the window stays compacted");
+        assert!(cicy_test_support::history::wire_messages(r).len() <= 31, "the window stays compacted");
     }
     let current: CurrentFile = serde_json::from_slice(&std::fs::read(history.join("current.json")).unwrap()).unwrap();
     assert_eq!(invariants::check_history(&current.messages), Ok(()));

@@ -2,9 +2,7 @@
 //! is already taken, and parallel creates on one fresh `$CICY_HOME`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
-use common::cli::{cicy, command};
+use cicy_test_support::cli::{cicy, command};
 
 /// `cicy-agent ls` as (id, title, workspace) per agent.
 async fn roster(home: &std::path::Path) -> Vec<(String, String, String)> {

@@ -10,8 +10,6 @@
 //! chromium-driver when chromedriver is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -26,12 +24,12 @@ use futures_util::{stream, StreamExt};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use common::browser::{Browser, LAPTOP, PHONE};
-use common::fixture::{TestHome, TEST_AGENTS_MD};
-use common::gateway::{anthropic_text, anthropic_tool_use, pieces, Reply, ScriptedGateway};
-use common::history::wire_messages;
-use common::serve::{Frame, Serve};
-use common::wait;
+use cicy_test_support::browser::{Browser, LAPTOP, PHONE};
+use cicy_test_support::fixture::{TestHome, TEST_AGENTS_MD};
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, pieces, Reply, ScriptedGateway};
+use cicy_test_support::history::wire_messages;
+use cicy_test_support::serve::{Frame, Serve};
+use cicy_test_support::wait;
 
 /// Opens the page logged in through `/?token=` and waits for `n` agent rows.
 async fn open_logged_in(b: &Browser, base: &str, token: &str, n: usize) {
@@ -250,7 +248,7 @@ impl Squatter {
     /// The requests received once there are at least `n` (bounded by the browser's wait).
     async fn received(&self, n: usize) -> Vec<String> {
         let mut rx = self.requests.clone();
-        let got = match tokio::time::timeout(common::browser::WAIT, rx.wait_for(|r| r.len() >= n)).await {
+        let got = match tokio::time::timeout(cicy_test_support::browser::WAIT, rx.wait_for(|r| r.len() >= n)).await {
             Ok(got) => got.unwrap().clone(),
             Err(_) => panic!("the squatter received fewer than {n} requests: {:?}", *self.requests.borrow()),
         };
@@ -423,7 +421,7 @@ async fn relay(State(u): State<Upstream>, req: Request) -> Response {
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
     let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     if let Some(nonce) = path.strip_prefix("/api/health?proof=") {
-        let proof = common::serve::health_proof(&u.token, u.port, nonce);
+        let proof = cicy_test_support::serve::health_proof(&u.token, u.port, nonce);
         return axum::Json(json!({"ok": true, "proof": proof})).into_response();
     }
     let mut out = u.http.request(parts.method.clone(), format!("{}{path}", u.base)).body(body);
@@ -682,7 +680,7 @@ async fn the_live_pane_shows_the_past_across_a_seq_jump_after_a_crash() {
     s.chat(&id, "one").await.until("done").await;
     assert_eq!(s.stop().await, 0);
     // The seqs jump from about 12 to 1025, as after a crash.
-    common::serve::as_if_killed_holding_the_lease(&t.workspace(&id));
+    cicy_test_support::serve::as_if_killed_holding_the_lease(&t.workspace(&id));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let after = s.chat(&id, "two").await.until("done").await;
     assert!(after[0].id.unwrap() > 1024, "{:?}", after[0].id);

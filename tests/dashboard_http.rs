@@ -3,11 +3,9 @@
 //! itself, in a browser, is `tests/dashboard.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_text_deltas, Reply, ScriptedGateway};
-use common::serve::{Frame, Serve};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_text_deltas, Reply, ScriptedGateway};
+use cicy_test_support::serve::{Frame, Serve};
 
 const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
 
@@ -37,7 +35,7 @@ async fn the_page_and_its_files_load_without_a_token_under_a_strict_csp() {
     // The health proof: HMAC-SHA256 under the token, computed here on its own.
     let nonce = "0123456789abcdef".repeat(4);
     let health: serde_json::Value = plain.get(s.url(&format!("/api/health?proof={nonce}"))).send().await.unwrap().json().await.unwrap();
-    assert_eq!(health["proof"], common::serve::health_proof(&s.token, s.port, &nonce).as_str());
+    assert_eq!(health["proof"], cicy_test_support::serve::health_proof(&s.token, s.port, &nonce).as_str());
     assert_eq!(health["ok"], true);
     assert!(plain.get(s.url("/api/health")).send().await.unwrap().json::<serde_json::Value>().await.unwrap().get("proof").is_none());
     assert_eq!(plain.get(s.url("/api/health?proof=abc")).send().await.unwrap().status(), 400);
@@ -161,7 +159,7 @@ async fn a_client_that_stops_reading_never_slows_an_agent_and_resumes_without_a_
 async fn serve_refuses_a_token_no_header_can_carry() {
     let gw_url = "http://127.0.0.1:9";
     let t = TestHome::new(gw_url, 0);
-    let mut cmd = common::cli::command(t.root(), gw_url, &["serve", "--port", "0"]);
+    let mut cmd = cicy_test_support::cli::command(t.root(), gw_url, &["serve", "--port", "0"]);
     let out = cmd.env("CICY_API_TOKEN", "café token€").output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -180,7 +178,7 @@ async fn the_last_n_events_are_replayed_by_count_across_the_seq_jump_of_a_kill_9
     assert_eq!(s.stop().await, 0);
     // As a kill -9 between an emit and its write leaves the log, but with every event of the
     // first run written, so the test knows what is logged.
-    common::serve::as_if_killed_holding_the_lease(&t.workspace(&a));
+    cicy_test_support::serve::as_if_killed_holding_the_lease(&t.workspace(&a));
     gw.push(Reply::sse(anthropic_text("after the crash")));
     gw.push(Reply::sse(anthropic_text("live")));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;

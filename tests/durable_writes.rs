@@ -4,12 +4,10 @@
 //! check that the writes left are still enough.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
-use common::cli::{cicy, command_with};
-use common::gateway::*;
+use cicy_test_support::cli::{cicy, command_with};
+use cicy_test_support::gateway::*;
 
 /// The durable writes strace saw, in order, as `fsync <path>` with the home, the conversation
 /// id and temp-file names masked.

@@ -7,13 +7,11 @@
 //! prompt cache.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::fixture::cached_prefix;
-use common::proxy::RecordingProxy;
+use cicy_test_support::fixture::cached_prefix;
+use cicy_test_support::proxy::RecordingProxy;
 use serde_json::Value;
 
 /// Starts (or reuses) the local gateway and returns its base URL.

@@ -3,8 +3,6 @@
 //! real turn against the scripted gateway whose next request carries the tools' exact results.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -13,8 +11,8 @@ use cicy::event::TurnOutcome;
 use cicy::tools::files::call;
 use cicy::tools::ToolOutput;
 use cicy::turn;
-use common::fixture::{collector, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{collector, TestHome};
+use cicy_test_support::gateway::*;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -3,8 +3,6 @@
 //! unreachable gateways, and key hygiene. Split invariance is in `gateway_split.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,7 +11,7 @@ use cicy::gateway::{
     ApiStyle, AuxKind, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock, PromptMessage,
     Response, StopReason, SystemBlock, ToolSpec,
 };
-use common::gateway::*;
+use cicy_test_support::gateway::*;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 

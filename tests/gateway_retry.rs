@@ -4,8 +4,6 @@
 //! clock, so nothing here sleeps for real.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::io::Write;
 use std::time::Duration;
 
@@ -13,7 +11,7 @@ use cicy::conversation::message::{ContentBlock, Role};
 use cicy::gateway::{
     ApiStyle, CallOptions, GatewayClient, GatewayError, GatewayEvent, GatewaySettings, Prompt, PromptBlock, PromptMessage, Response,
 };
-use common::gateway::*;
+use cicy_test_support::gateway::*;
 use tokio_util::sync::CancellationToken;
 
 fn opts() -> CallOptions {

@@ -4,14 +4,12 @@
 //! HTTP through the scripted gateway — always give the same `Response`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
 use cicy::conversation::message::{ContentBlock, Role};
 use cicy::gateway::client::replay;
 use cicy::gateway::{ApiStyle, CallOptions, GatewayClient, GatewaySettings, Prompt, PromptBlock, PromptMessage};
-use common::gateway::*;
+use cicy_test_support::gateway::*;
 use proptest::prelude::*;
 use tokio_util::sync::CancellationToken;
 

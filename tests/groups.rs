@@ -5,8 +5,6 @@
 //! next start, and the `group` commands create, post, page and list.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use serde_json::{json, Value};
 
 use cicy::conversation::message::ContentBlock;
@@ -14,12 +12,12 @@ use cicy::messages::groups;
 use cicy::messages::store::{MessageStore, NewMessage};
 use cicy::wake::inbox::Mailbox;
 
-use common::cli::cicy;
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
-use common::history::wire_messages;
-use common::serve::Serve;
-use common::wake::{last_user_text, mask_now, waker};
+use cicy_test_support::cli::cicy;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use cicy_test_support::history::wire_messages;
+use cicy_test_support::serve::Serve;
+use cicy_test_support::wake::{last_user_text, mask_now, waker};
 
 fn reply_call(text: &str) -> Reply {
     Reply::sse(anthropic_tool_use("toolu_r", "reply", &json!({"text": text}).to_string()))

@@ -3,14 +3,12 @@
 //! history file and the events.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 
 use cicy::event::{EventKind, SteerStatus, TurnOutcome};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -151,7 +149,10 @@ async fn a_hook_past_its_timeout_is_killed_and_denies() {
     );
     assert_eq!(hook_errors(&k), ["hook hooks/slow.sh (before_tool): timed out after 1 s"]);
     let pid: i32 = std::fs::read_to_string(t.workspace(&id).join("sleep.pid")).unwrap().trim().parse().unwrap();
-    assert!(common::wait::exited_within(pid, std::time::Duration::from_secs(10)).await, "the hook's background sleep was not killed");
+    assert!(
+        cicy_test_support::wait::exited_within(pid, std::time::Duration::from_secs(10)).await,
+        "the hook's background sleep was not killed"
+    );
     assert!(!t.workspace(&id).join("ran").exists());
 }
 
@@ -309,7 +310,10 @@ async fn a_hook_that_leaves_a_background_child_answers_when_it_exits() {
     assert_eq!(hook_actions(&k), [("before_tool".into(), "hooks/bg.sh".into(), "allow".into(), None)]);
     assert!(hook_errors(&k).is_empty(), "{:?}", hook_errors(&k));
     let pid: i32 = std::fs::read_to_string(t.workspace(&id).join("sleep.pid")).unwrap().trim().parse().unwrap();
-    assert!(common::wait::exited_within(pid, std::time::Duration::from_secs(10)).await, "the hook's background sleep was not killed");
+    assert!(
+        cicy_test_support::wait::exited_within(pid, std::time::Duration::from_secs(10)).await,
+        "the hook's background sleep was not killed"
+    );
 }
 
 #[tokio::test]
@@ -376,7 +380,7 @@ async fn the_hook_environment_has_no_api_key() {
     std::fs::write(t.home.config_path(), format!("{config}  api_key_env: MY_HOOK_TEST_KEY\n")).unwrap();
     role_with_hooks(&t, "  before_prompt: [{command: hooks/env.sh}]\n", &[("env.sh", "env > hook-env.txt")]);
     let id = t.create("hooked", None);
-    let mut cmd = common::cli::command(t.root(), &gw.url(), &["chat", &id, "hello"]);
+    let mut cmd = cicy_test_support::cli::command(t.root(), &gw.url(), &["chat", &id, "hello"]);
     cmd.env("CICY_API_KEY", "sk-cicy-secret").env("MY_HOOK_TEST_KEY", "sk-other-secret");
     let out = cmd.output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -442,7 +446,7 @@ async fn session_hooks_run_at_the_first_turn_and_at_clear() {
     let hooks = "  session_start: [{command: hooks/log.sh}]\n  session_end: [{command: hooks/log.sh}]\n";
     role_with_hooks(&t, hooks, &[("log.sh", "cat >> sessions.jsonl")]);
     let id = t.create("hooked", None);
-    let o = common::cli::cicy(t.root(), &gw.url(), &["chat", &id], Some("hello\n/clear\n/exit\n")).await;
+    let o = cicy_test_support::cli::cicy(t.root(), &gw.url(), &["chat", &id], Some("hello\n/clear\n/exit\n")).await;
     assert_eq!(o.code, 0, "{}", o.stderr);
     let log = std::fs::read_to_string(t.workspace(&id).join("sessions.jsonl")).unwrap();
     let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -457,11 +461,11 @@ async fn before_compact_skip_leaves_the_history_uncompacted() {
     let gw = ScriptedGateway::start().await;
     gw.push(Reply::sse(anthropic_text("done")));
     let t = TestHome::new(&gw.url(), 0);
-    common::history::add_config(&t, "compaction:\n  max_messages: 12\n  keep_recent: 4\n");
+    cicy_test_support::history::add_config(&t, "compaction:\n  max_messages: 12\n  keep_recent: 4\n");
     let skip = r#"cat > compact.json; echo '{"action":"skip"}'"#;
     role_with_hooks(&t, "  before_compact: [{command: hooks/skip.sh}]\n", &[("skip.sh", skip)]);
     let id = t.create("hooked", None);
-    common::history::seed(&t, &id, common::history::tool_turns(3));
+    cicy_test_support::history::seed(&t, &id, cicy_test_support::history::tool_turns(3));
     let mut s = t.open(&id);
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "go", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
@@ -485,10 +489,10 @@ async fn a_hook_config_error_exits_1_through_serve_and_locally() {
     let text = std::fs::read_to_string(&meta).unwrap();
     std::fs::write(&meta, text.replace("{command: hooks/ok.sh}", "{command: hooks/ok.sh, priority: 0}")).unwrap();
     let expected = format!("error (open): {}: hooks.before_prompt[0].priority: 0 is outside 1–1000\n", meta.display());
-    let local = common::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello", "--local"], None).await;
+    let local = cicy_test_support::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello", "--local"], None).await;
     assert_eq!((local.code, local.stdout.as_str(), local.stderr.as_str()), (1, "", expected.as_str()));
-    let s = common::serve::Serve::start(t.root(), &gw.url(), &[]).await;
-    let remote = common::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello"], None).await;
+    let s = cicy_test_support::serve::Serve::start(t.root(), &gw.url(), &[]).await;
+    let remote = cicy_test_support::cli::cicy(t.root(), &gw.url(), &["chat", &id, "hello"], None).await;
     assert_eq!((remote.code, remote.stdout.as_str(), remote.stderr.as_str()), (1, "", expected.as_str()));
     assert!(gw.requests().is_empty(), "nothing was sent either way");
     assert_eq!(s.stop().await, 0);

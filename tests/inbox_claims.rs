@@ -4,8 +4,6 @@
 //! nothing and says so, and the messages wait for the wake that can run.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
@@ -13,9 +11,9 @@ use std::time::Duration;
 use cicy::wake::db::WakeDb;
 use cicy::wake::inbox::{Folder, Mailbox};
 
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::{Frame, Serve};
-use common::wake::{last_user_text, note, waker};
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::{Frame, Serve};
+use cicy_test_support::wake::{last_user_text, note, waker};
 
 /// **[chosen]** A grace no test step can outlast: only a writer's close makes a file whole.
 const NO_GRACE_RUNS_OUT: (&str, &str) = ("CICY_WRITE_GRACE_MS", "3600000");

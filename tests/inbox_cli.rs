@@ -2,18 +2,16 @@
 //! files written in the reference A6 format and what `inbox` prints, without moving a file.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use cicy::wake::inbox::Mailbox;
-use common::cli::Out;
+use cicy_test_support::cli::Out;
 
 const NO_GATEWAY: &str = "http://127.0.0.1:9";
 
 async fn cicy(home: &Path, args: &[&str]) -> Out {
-    common::cli::cicy(home, NO_GATEWAY, args, None).await
+    cicy_test_support::cli::cicy(home, NO_GATEWAY, args, None).await
 }
 
 async fn create(home: &Path) -> Mailbox {
@@ -100,7 +98,7 @@ async fn empty_inbox_and_history() {
 async fn stdin_body_is_written_exactly_with_question_and_thread() {
     let h = tempfile::tempdir().unwrap();
     let mb = create(h.path()).await;
-    let o = common::cli::cicy(
+    let o = cicy_test_support::cli::cicy(
         h.path(),
         NO_GATEWAY,
         &["send", "w-1", "--stdin", "--question", "--thread", "t-7", "--subject", "Q"],

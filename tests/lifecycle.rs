@@ -2,8 +2,6 @@
 //! the hard cap when no summary can be had, `/clear`, and retry after a compaction.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::compact::{self, CompactError};
 use cicy::conversation::history::HistoryStore;
 use cicy::conversation::invariants;
@@ -11,9 +9,9 @@ use cicy::conversation::message::{ContentBlock, Message, SUMMARY_PREFIX};
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::registry::Registry;
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
-use common::history::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::*;
 use tokio_util::sync::CancellationToken;
 
 fn messages(id: &str, t: &TestHome) -> Vec<Message> {
@@ -101,7 +99,10 @@ async fn compact_twice_in_a_row_and_again_after_a_turn() {
     }
     let wire = wire_messages(&reqs[3]);
     assert_eq!(wire.len(), 1);
-    assert_eq!(wire[0].plain_text(), format!("<role>\n{}\n</role>\n{SUMMARY_PREFIX}S2\nlast", common::fixture::TEST_AGENTS_MD.trim()));
+    assert_eq!(
+        wire[0].plain_text(),
+        format!("<role>\n{}\n</role>\n{SUMMARY_PREFIX}S2\nlast", cicy_test_support::fixture::TEST_AGENTS_MD.trim())
+    );
     let stored = messages(&id, &t);
     assert_eq!(invariants::check_history(&stored), Ok(()));
     let restored = t.open(&id);

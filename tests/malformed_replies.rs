@@ -5,16 +5,14 @@
 //! next round, the history, or the events.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
 use cicy::conversation::message::{ContentBlock, Message};
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::gateway::{ApiStyle, CallOptions, GatewayClient, GatewaySettings, Prompt, PromptBlock, PromptMessage, StopReason};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

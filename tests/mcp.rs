@@ -4,16 +4,14 @@
 //! without it the test runs the script itself). Turns run against the scripted gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::turn;
-use common::fixture::{collector, collector_with, kinds, TestHome};
-use common::gateway::*;
-use common::wait::Pidfd;
+use cicy_test_support::fixture::{collector, collector_with, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::wait::Pidfd;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -22,12 +20,12 @@ use tokio_util::sync::CancellationToken;
 const KEY_VAR: &str = "CICY_MCP_TEST_GATEWAY_KEY";
 const KEY: &str = "sk-mcp-test-secret-4711";
 
-/// The server's entry script ([`common::mcp::server_entry`]). Also sets [`KEY_VAR`] once,
+/// The server's entry script ([`cicy_test_support::mcp::server_entry`]). Also sets [`KEY_VAR`] once,
 /// before any test of this binary starts a process (every test calls this first).
 fn server_entry() -> &'static str {
     static KEY_SET: OnceLock<()> = OnceLock::new();
     KEY_SET.get_or_init(|| std::env::set_var(KEY_VAR, KEY));
-    common::mcp::server_entry()
+    cicy_test_support::mcp::server_entry()
 }
 
 /// A home whose `tester` role has server `everything` (with `timeout_secs`) and whose
@@ -365,7 +363,7 @@ async fn servers_start_together_within_their_own_timeouts_and_failed_starts_back
     // open), so they start only if they start together; `cat` and `yes` never answer.
     let servers = "  p:\n    command: sh\n    args: [-c, 'echo go > {dir}/rendezvous && exec python3 {dir}/fake.py']\n    env: {FAKE_TOOLS: x}\n    timeout_secs: 20\n  q:\n    command: sh\n    args: [-c, 'read x < {dir}/rendezvous && exec python3 {dir}/fake.py']\n    env: {FAKE_TOOLS: x}\n    timeout_secs: 20\n  cat:\n    command: cat\n    timeout_secs: 1\n  yes:\n    command: yes\n    timeout_secs: 1\n";
     let (t, dir) = fake_home(&gw, servers);
-    common::wait::Fifo::new(dir.join("rendezvous"));
+    cicy_test_support::wait::Fifo::new(dir.join("rendezvous"));
     let id = t.create("tester", None);
     let mut s = t.open(&id);
     let timed_out = [

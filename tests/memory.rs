@@ -4,8 +4,6 @@
 //! recognizer output that cannot write outside the memory folder.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -15,8 +13,8 @@ use cicy::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use cicy::memory::backoff;
 use cicy::prompt::MEMORY_NOTE;
 use cicy::turn;
-use common::fixture::{cached_prefix, collector, kinds, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{cached_prefix, collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

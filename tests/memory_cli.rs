@@ -2,19 +2,17 @@
 //! `$CICY_HOME`, the scripted gateway (DESIGN.md §8 "CLI", "Write").
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use cicy::memory::buffer::{self, PendingTurn};
-use common::cli::{command, event_types, Out};
-use common::gateway::*;
+use cicy_test_support::cli::{command, event_types, Out};
+use cicy_test_support::gateway::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 async fn cicy(home: &Path, gateway: &str, args: &[&str]) -> Out {
-    common::cli::cicy(home, gateway, args, None).await
+    cicy_test_support::cli::cicy(home, gateway, args, None).await
 }
 
 fn memory_dir(home: &Path) -> PathBuf {

@@ -4,13 +4,11 @@
 //! `cicy-agent chat` runs a scripted `shell` call and is killed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
-use common::cli::{cicy, command};
-use common::gateway::*;
-use common::wait::{appears_within, exited_within, Fifo, Pidfd};
+use cicy_test_support::cli::{cicy, command};
+use cicy_test_support::gateway::*;
+use cicy_test_support::wait::{appears_within, exited_within, Fifo, Pidfd};
 
 /// The tool call: bash writes its pid (the group id) into the FIFO `tool.pid`, which blocks it
 /// until the test reads, and becomes `sleep 600`.

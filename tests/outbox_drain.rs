@@ -4,8 +4,6 @@
 //! into `new/` as a script running beside the agent would.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::io::Write;
 use std::time::Duration;
 
@@ -15,9 +13,9 @@ use cicy::messages::groups;
 use cicy::outbox::Outbox;
 use cicy::wake::inbox::{Folder, Mailbox};
 
-use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
-use common::serve::{Frame, Serve};
-use common::wake::{last_user_text, note, waker};
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use cicy_test_support::serve::{Frame, Serve};
+use cicy_test_support::wake::{last_user_text, note, waker};
 
 fn shell(command: &str) -> Reply {
     Reply::sse(anthropic_tool_use("toolu_sh", "shell", &json!({ "command": command }).to_string()))
@@ -168,7 +166,7 @@ async fn a_command_written_in_place_in_two_parts_with_a_send_landing_between_run
     let mut writer = std::fs::File::create(&half).unwrap();
     writer.write_all(br#"{"type":"send","group":"first","#).unwrap();
 
-    let sent = common::cli::command(t.root(), &gw.url(), &["outbox-send", r#"{"type":"send","group":"beside","content":"x"}"#])
+    let sent = cicy_test_support::cli::command(t.root(), &gw.url(), &["outbox-send", r#"{"type":"send","group":"beside","content":"x"}"#])
         .env("CICY_OUTBOX_DIR", outbox.new_dir().parent().unwrap())
         .output()
         .await

@@ -2,8 +2,6 @@
 //! real processes on a temporary outbox, plus a shell tool that queues through `$CICY_SEND`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -12,8 +10,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, SystemTime};
 
 use cicy::outbox::{shim, Outbox};
-use common::cli::cicy;
-use common::gateway::*;
+use cicy_test_support::cli::cicy;
+use cicy_test_support::gateway::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_cicy-agent");
 

@@ -2,13 +2,11 @@
 //! the plan file and the result the model reads, the `plan_change` event.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::event::EventKind;
 use cicy::tools::plan::{Status, Todo};
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
-use common::history::body;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::body;
 use tokio_util::sync::CancellationToken;
 
 #[tokio::test]

@@ -3,11 +3,9 @@
 //! block early or open another one. Checked on the exact request bytes the gateway receives.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::turn;
-use common::fixture::{collector, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{collector, TestHome};
+use cicy_test_support::gateway::*;
 use tokio_util::sync::CancellationToken;
 
 /// An AGENTS.md as a hand edit or a pasted file could leave it.

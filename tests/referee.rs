@@ -2,10 +2,8 @@
 //! keeps it passes and one that breaks it is refused with a message naming the rule and where.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::referee::{check, Api};
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::referee::{check, Api};
 use serde_json::{json, Value};
 
 /// A valid Anthropic body with every kind of block: a tool round, signed thinking, and four

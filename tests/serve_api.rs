@@ -4,15 +4,13 @@
 //! Each test runs a real serve process against the scripted gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use serde_json::{json, Value};
 
-use common::cli::command;
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
-use common::history::{body, wire_messages};
-use common::serve::{types, Frame, Serve};
+use cicy_test_support::cli::command;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use cicy_test_support::history::{body, wire_messages};
+use cicy_test_support::serve::{types, Frame, Serve};
 
 fn states(frames: &[Frame]) -> Vec<String> {
     frames.iter().filter(|f| f.event == "state").map(|f| f.data["state"].as_str().unwrap().to_string()).collect()

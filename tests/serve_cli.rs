@@ -4,14 +4,12 @@
 //! cancels through the API. Real `cicy-agent` processes against the scripted gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
-use common::cli::{command, Out};
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::Serve;
+use cicy_test_support::cli::{command, Out};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
 
 /// Runs `cicy-agent <args>` with no gateway in its own environment or config: only a serve
 /// (which has one) can answer, so a success proves the command went through it.
@@ -225,7 +223,7 @@ async fn an_impostor_on_serves_port_gets_neither_the_token_nor_the_message() {
 async fn serve_killed_mid_answer_is_reported_as_stopped_and_exits_1() {
     let gw = ScriptedGateway::start().await;
     let deltas = ["Half an ".to_string(), "answer".to_string()];
-    let (slow, _gate) = Reply::paused(common::gateway::anthropic_text_deltas(&deltas), 4);
+    let (slow, _gate) = Reply::paused(cicy_test_support::gateway::anthropic_text_deltas(&deltas), 4);
     gw.push(slow);
     let t = home(&gw);
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
@@ -233,7 +231,7 @@ async fn serve_killed_mid_answer_is_reported_as_stopped_and_exits_1() {
     let mut cmd = command(t.root(), "unused", &["chat", "w-1", "tell me"]);
     cmd.env_remove("CICY_GATEWAY_URL");
     let mut child = cmd.spawn().unwrap();
-    let seen = common::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
+    let seen = cicy_test_support::cli::read_until(child.stdout.as_mut().unwrap(), "Half an ").await;
     s.kill9().await;
     let out = child.wait_with_output().await.unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -268,7 +266,7 @@ async fn the_watch_fallback_warning_is_printed_by_default() {
     let mut child = cmd.spawn().unwrap();
     let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
     // Once serve.json is written serve stops cleanly on SIGTERM.
-    assert!(common::wait::appears_within(&t.root().join("serve.json"), std::time::Duration::from_secs(60)).await);
+    assert!(cicy_test_support::wait::appears_within(&t.root().join("serve.json"), std::time::Duration::from_secs(60)).await);
     let inbox = t.workspace("w-2").join(".cicy/messages/inbox");
     let warning = format!(
         "inbox watch: the cap of 1 inotify watches (CICY_WATCH_MAX) is reached; {} and every later inbox are polled every 2s",

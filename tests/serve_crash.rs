@@ -16,8 +16,6 @@
 //! `CICY_CRASH_KEEP=1` keeps its home for a look afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -31,12 +29,12 @@ use cicy::wake::todo::{Todo, TodoStatus};
 use regex::Regex;
 use serde_json::Value;
 
-use common::cli::{cicy, command};
-use common::crash::{check_history_files, Faults, Rng};
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::Serve;
-use common::wake::last_user_text;
+use cicy_test_support::cli::{cicy, command};
+use cicy_test_support::crash::{check_history_files, Faults, Rng};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::Serve;
+use cicy_test_support::wake::last_user_text;
 
 const AGENTS: usize = 4;
 const KILLS: usize = 32;
@@ -510,7 +508,7 @@ async fn kill_9_of_serve_at_random_moments_loses_nothing_and_does_nothing_twice(
         let mut plans = Vec::new();
         for _ in 0..rng.range(1, 3) {
             let msgs: Vec<(usize, bool)> =
-                (0..rng.range(1, 5)).map(|_| (rng.range(0, AGENTS as u64) as usize, rng.next().is_multiple_of(2))).collect();
+                (0..rng.range(1, 5)).map(|_| (rng.range(0, AGENTS as u64) as usize, rng.next_u64().is_multiple_of(2))).collect();
             let n = next_msg;
             next_msg += msgs.len();
             plans.push((rng.range(0, kill_at + 1), n, Plan::Burst(msgs)));

@@ -4,18 +4,16 @@
 //! Each test runs a real serve process against the scripted gateway.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
-use common::history::{add_config, wire_messages};
-use common::serve::{types, Serve};
-use common::wait;
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_use, Reply, ScriptedGateway};
+use cicy_test_support::history::{add_config, wire_messages};
+use cicy_test_support::serve::{types, Serve};
+use cicy_test_support::wait;
 
 /// A shell call that writes its shell's pid to `tool.pid` in the workspace, then sleeps.
 fn sleeper(id: &str) -> Reply {
@@ -246,7 +244,7 @@ async fn serve_and_a_local_cli_logging_the_same_agent_number_strictly_upward_in_
 
     // A second writer process: the CLI's turn runs (its answer held) while serve logs the
     // same agent's events (the run waiting for the turn lock says so).
-    let cli = common::cli::command(t.root(), &gw.url(), &["chat", "--local", "--json", &id, "two"]).spawn().unwrap();
+    let cli = cicy_test_support::cli::command(t.root(), &gw.url(), &["chat", "--local", "--json", &id, "two"]).spawn().unwrap();
     gw.wait_for_requests(2).await;
     let mut waiting = s.chat(&id, "three").await;
     let mut second = Vec::new();

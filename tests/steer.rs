@@ -5,17 +5,15 @@
 //! through timing.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message};
 use cicy::event::{EventKind, SteerStatus, TurnOutcome};
 use cicy::turn::{self, SteerFull, Steering};
-use common::fixture::{cached_prefix, collector, collector_with, kinds, TestHome};
-use common::gateway::*;
-use common::wait::Fifo;
+use cicy_test_support::fixture::{cached_prefix, collector, collector_with, kinds, TestHome};
+use cicy_test_support::gateway::*;
+use cicy_test_support::wait::Fifo;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 

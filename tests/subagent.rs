@@ -5,14 +5,12 @@
 //! stream.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::conversation::message::{ContentBlock, Message};
 use cicy::event::{EventKind, SubagentOutcome, TurnOutcome};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome, TEST_SYSTEM};
-use common::gateway::*;
-use common::history::{body, wire_messages};
+use cicy_test_support::fixture::{collector, kinds, TestHome, TEST_SYSTEM};
+use cicy_test_support::gateway::*;
+use cicy_test_support::history::{body, wire_messages};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -2,12 +2,10 @@
 //! `$CICY_HOME`, `TZ=UTC` (DESIGN.md §10 "CLI", "Tests").
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
 use chrono::{DateTime, Utc};
-use common::cli::{command, Out};
+use cicy_test_support::cli::{command, Out};
 
 const NO_GATEWAY: &str = "http://127.0.0.1:9";
 
@@ -198,7 +196,7 @@ async fn run_unprivileged(home: &Path, args: &[&str]) -> (i32, String, String) {
     if std::fs::hard_link(env!("CARGO_BIN_EXE_cicy-agent"), &link).is_err() {
         std::fs::copy(env!("CARGO_BIN_EXE_cicy-agent"), &link).unwrap();
     }
-    let mut cmd = common::cli::command_with(&link, home, NO_GATEWAY, args);
+    let mut cmd = cicy_test_support::cli::command_with(&link, home, NO_GATEWAY, args);
     cmd.env("TZ", "UTC");
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {

@@ -3,8 +3,6 @@
 //! well-formed history.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::time::Duration;
 
 use cicy::conversation::invariants;
@@ -12,9 +10,9 @@ use cicy::conversation::message::{ContentBlock, Message};
 use cicy::event::{ErrorKind, EventKind, TurnOutcome};
 use cicy::prompt::WRAP_UP_NOTICE;
 use cicy::turn;
-use common::fixture::{cached_prefix, collector, collector_with, kinds, TestHome, TEST_SYSTEM};
-use common::gateway::*;
-use common::wait::{Fifo, Pidfd};
+use cicy_test_support::fixture::{cached_prefix, collector, collector_with, kinds, TestHome, TEST_SYSTEM};
+use cicy_test_support::gateway::*;
+use cicy_test_support::wait::{Fifo, Pidfd};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 

@@ -4,14 +4,12 @@
 //! paused clock.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message};
 use cicy::event::{EventKind, TurnOutcome};
 use cicy::turn;
-use common::fixture::{collector, kinds, TestHome};
-use common::gateway::*;
+use cicy_test_support::fixture::{collector, kinds, TestHome};
+use cicy_test_support::gateway::*;
 use tokio_util::sync::CancellationToken;
 
 fn messages(id: &str, t: &TestHome) -> Vec<Message> {

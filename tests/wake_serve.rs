@@ -5,8 +5,6 @@
 //! so, and an unreadable `cicy.db` stops the start.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use std::path::Path;
 
 use serde_json::Value;
@@ -17,10 +15,10 @@ use cicy::wake::inbox::settle::FileStamp;
 use cicy::wake::inbox::{self, Mailbox, MessageFile};
 use cicy::wake::obligation::ClaimedFile;
 
-use common::fixture::TestHome;
-use common::gateway::{anthropic_text, Reply, ScriptedGateway};
-use common::serve::{types, Frame, Serve};
-use common::wake::{last_user_text, mask_now, note, waker};
+use cicy_test_support::fixture::TestHome;
+use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
+use cicy_test_support::serve::{types, Frame, Serve};
+use cicy_test_support::wake::{last_user_text, mask_now, note, waker};
 
 fn mailbox(t: &TestHome, id: &str) -> Mailbox {
     Mailbox::of_workspace(&t.workspace(id))
@@ -291,7 +289,7 @@ async fn a_truncated_cicy_db_stops_serve_with_exit_1_naming_the_file() {
     let db = t.home.db_path();
     let bytes = std::fs::read(&db).unwrap();
     std::fs::write(&db, &bytes[..100]).unwrap();
-    let out = common::cli::command(t.root(), &gw.url(), &["serve", "--port", "0"]).output().await.unwrap();
+    let out = cicy_test_support::cli::command(t.root(), &gw.url(), &["serve", "--port", "0"]).output().await.unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&db.display().to_string()), "{err}");
@@ -303,7 +301,7 @@ async fn the_wake_tools_refuse_to_sleep_over_unread_mail_and_reply_answers_the_c
     let gw = ScriptedGateway::start().await;
     let (t, id) = waker(&gw);
     let mb = mailbox(&t, &id);
-    use common::gateway::{anthropic_tool_use, anthropic_tool_uses};
+    use cicy_test_support::gateway::{anthropic_tool_use, anthropic_tool_uses};
     // Round 1: sleep with the claim unanswered → refused; reply; sleep again → accepted.
     gw.push(Reply::sse(anthropic_tool_use("toolu_1", "sleep_until", r#"{"at": "+1 hour"}"#)));
     gw.push(Reply::sse(anthropic_tool_uses(&[
@@ -362,7 +360,7 @@ async fn serves_fallback_to_an_agent_sender_is_a_record_and_wakes_nobody() {
     let gw = ScriptedGateway::start().await;
     let (t, a) = waker(&gw);
     let b = t.create("waker", None);
-    gw.push(Reply::sse(common::gateway::anthropic_empty()));
+    gw.push(Reply::sse(cicy_test_support::gateway::anthropic_empty()));
     let s = Serve::start(t.root(), &gw.url(), &[]).await;
     let mut events = s.events(&b, None).await;
     mailbox(&t, &b).write(inbox::Folder::Inbox, &note(&a, "for bob")).unwrap();

@@ -4,16 +4,14 @@
 //! and ends as a crash, and the messages route and `status` show the result.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
-mod common;
-
 use cicy::wake::at::at_of_unix;
 use cicy::wake::db::WakeDb;
 use cicy::wake::inbox::{Folder, Mailbox};
 use cicy::wake::todo::TodoStatus;
 
-use common::gateway::{anthropic_text, anthropic_tool_uses, Reply, ScriptedGateway};
-use common::serve::{Frame, Serve};
-use common::wake::{note, waker};
+use cicy_test_support::gateway::{anthropic_text, anthropic_tool_uses, Reply, ScriptedGateway};
+use cicy_test_support::serve::{Frame, Serve};
+use cicy_test_support::wake::{note, waker};
 
 fn results(frames: &[Frame]) -> Vec<(String, String, bool)> {
     frames
@@ -154,14 +152,14 @@ async fn a_wake_past_its_cap_is_cancelled_and_ends_as_a_crash_with_its_todo_retr
     // The status row and the CLI say when it wakes next.
     let (_, row) = s.get(&format!("/api/agents/{id}")).await;
     assert_eq!(row["wake_at"], todos[0].at_local.as_str());
-    let status = common::cli::command(t.root(), &gw.url(), &["status", &id]).output().await.unwrap();
+    let status = cicy_test_support::cli::command(t.root(), &gw.url(), &["status", &id]).output().await.unwrap();
     assert_eq!(status.status.code(), Some(0));
     assert_eq!(
         String::from_utf8_lossy(&status.stdout),
         format!("{id}  Tess\nstate: idle (serve)\nnext wake: {}\nunanswered: 0\ninbox: 0 pending\n", todos[0].at_local)
     );
     assert_eq!(s.stop().await, 0);
-    let local = common::cli::command(t.root(), &gw.url(), &["status", &id]).output().await.unwrap();
+    let local = cicy_test_support::cli::command(t.root(), &gw.url(), &["status", &id]).output().await.unwrap();
     assert_eq!(
         String::from_utf8_lossy(&local.stdout),
         format!("{id}  Tess\nstate: idle (no serve running)\nnext wake: {}\nunanswered: 0\ninbox: 0 pending\n", todos[0].at_local)

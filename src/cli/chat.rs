@@ -176,7 +176,7 @@ fn notes(session: &Session, events: &Emitter) {
 
 /// Where `chat` takes its input from.
 #[derive(Debug)]
-pub enum Input {
+pub(super) enum Input {
     /// The text argument: one line, which may be a command.
     Text(String),
     /// `--file F` (`-`: stdin): the whole content is one message, never a command.
@@ -217,7 +217,7 @@ pub(super) fn first_line(input: &Input) -> Result<Option<Line>> {
     Ok(line)
 }
 
-pub fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
+pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<ExitCode> {
     let line = first_line(&input)?;
     let rt = runtime()?;
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
@@ -379,7 +379,7 @@ fn command_exit_code(end: CommandEnd) -> u8 {
     }
 }
 
-pub fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
+pub(super) fn retry(home: &Home, id: &str, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();
@@ -412,7 +412,7 @@ pub(super) fn nothing_to_retry(id: &str) -> String {
 }
 
 /// `cicy-agent compact <id>` and `cicy-agent clear <id>`.
-pub fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<ExitCode> {
+pub(super) fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();

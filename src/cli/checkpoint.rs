@@ -16,7 +16,7 @@ use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
 
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub(super) enum Action {
     /// Save a checkpoint now; prints its id.
     Save {
         #[arg(long)]
@@ -31,7 +31,7 @@ pub enum Action {
     Rm { checkpoint: String },
 }
 
-pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Result<ExitCode> {
     let ws = super::open_registry(home)?.get(id)?.workspace;
     // A busy agent is a refusal (exit 1, as `chat` gives), not a command that could not run.
     let lock = || match TurnLock::try_acquire(&ws, id) {

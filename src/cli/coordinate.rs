@@ -20,7 +20,7 @@ use cicy::messages::store::{CallState, MessageStore};
 
 /// `msg` arguments.
 #[derive(Debug, Args)]
-pub struct MsgArgs {
+pub(super) struct MsgArgs {
     /// The agent to message (w-<n>).
     to: String,
     text: String,
@@ -40,7 +40,7 @@ pub struct MsgArgs {
 
 /// `msgs` arguments: the calls from or to `id`, newest first.
 #[derive(Debug, Args)]
-pub struct MsgsArgs {
+pub(super) struct MsgsArgs {
     id: String,
     /// Only calls from this principal.
     #[arg(long)]
@@ -59,7 +59,7 @@ pub struct MsgsArgs {
 }
 
 /// `msg`: exit 0 with the answer, 1 when the wait timed out (the call stays queued).
-pub fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
     let from = principal(&a.from)?;
     let id = coordinate::send(home, &from, &a.to, &a.text, !a.no_wait, !a.no_callback, 0)?;
     if a.no_wait {
@@ -95,7 +95,7 @@ pub fn msg(home: &Home, a: MsgArgs, out: &mut impl Write) -> Result<ExitCode> {
 }
 
 /// `msgs`: one line per call, `#<id> <from> → <to> [<state>] <text>` and the answer below it.
-pub fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> {
     if let Some(s) = a.status.as_deref().filter(|s| !matches!(*s, "waiting" | "queued" | "done")) {
         anyhow::bail!("--status `{s}` is not a call state: use waiting, queued or done");
     }
@@ -126,7 +126,7 @@ pub fn msgs(home: &Home, a: MsgsArgs, out: &mut impl Write) -> Result<ExitCode> 
 }
 
 /// `broadcast <master> <text> [--timeout ms]`.
-pub fn broadcast(home: &Home, master: &str, text: &str, timeout_ms: Option<u64>, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn broadcast(home: &Home, master: &str, text: &str, timeout_ms: Option<u64>, out: &mut impl Write) -> Result<ExitCode> {
     super::open_registry(home)?.get(master)?;
     let timeout = timeout_ms.map_or(BROADCAST_TIMEOUT, Duration::from_millis);
     let rt = super::chat::runtime()?;
@@ -136,7 +136,7 @@ pub fn broadcast(home: &Home, master: &str, text: &str, timeout_ms: Option<u64>,
 }
 
 /// `fork <src> [--title T] [--master M]`: prints the new id.
-pub fn fork(home: &Home, src: &str, title: Option<&str>, master: Option<&str>, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn fork(home: &Home, src: &str, title: Option<&str>, master: Option<&str>, out: &mut impl Write) -> Result<ExitCode> {
     let rec = coordinate::fork(home, src, title, master)?;
     writeln!(out, "{}", rec.id)?;
     Ok(ExitCode::SUCCESS)

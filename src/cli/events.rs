@@ -47,7 +47,7 @@ impl RunEvents {
     /// Opens agent `id`'s log; call inside the runtime. An unknown agent or a log that cannot
     /// be opened (a read-only home) numbers this run's events 1, 2, 3, … instead: the command
     /// then reports its own error, and a run that cannot write its log still prints.
-    pub fn open(home: &Home, id: &str, json: bool) -> Self {
+    pub(super) fn open(home: &Home, id: &str, json: bool) -> Self {
         let log = Registry::open_read_only(&home.db_path()).ok().and_then(|r| r.get(id).ok()).and_then(|record| {
             match AgentEvents::open(&record.workspace, id, None) {
                 Ok(log) => Some(log),
@@ -67,7 +67,7 @@ impl RunEvents {
     }
 
     /// Writes and fsyncs what the run logged.
-    pub async fn close(self) {
+    pub(super) async fn close(self) {
         if let Some(log) = self.log {
             if let Err(e) = log.close().await {
                 tracing::warn!(error = %e, "cannot finish writing the event log");

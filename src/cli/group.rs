@@ -15,7 +15,7 @@ use cicy::messages::groups;
 
 /// `group` actions.
 #[derive(Debug, Subcommand)]
-pub enum GroupAction {
+pub(super) enum GroupAction {
     /// Create a group; prints its conversation id.
     Create {
         name: String,
@@ -61,7 +61,7 @@ pub enum GroupAction {
 }
 
 /// Runs one `group` action.
-pub fn run(home: &Home, action: GroupAction, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn run(home: &Home, action: GroupAction, out: &mut impl Write) -> Result<ExitCode> {
     // A person runs these: `--from` names a person, never an agent.
     let from = match &action {
         GroupAction::Create { from, .. }

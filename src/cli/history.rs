@@ -16,7 +16,7 @@ use cicy::conversation::message::{Content, ContentBlock, Message, Role, SUMMARY_
 use cicy::home::Home;
 use cicy::prompt::window_start;
 
-pub fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode> {
+pub(super) fn history(home: &Home, id: &str, all: bool, json: bool) -> Result<ExitCode> {
     let a = super::open_registry(home)?.get(id)?;
     let store = HistoryStore::new(&a.workspace);
     let Some(conv) = store.active_conversation() else {

@@ -16,7 +16,7 @@ use cicy::wake::inbox::{self, DialogFilter, Folder, Mailbox, MessageFile, NewMes
 
 /// `send` arguments.
 #[derive(Debug, Args)]
-pub struct SendArgs {
+pub(super) struct SendArgs {
     /// The agent to write to.
     id: String,
     /// The message body.
@@ -42,7 +42,7 @@ pub struct SendArgs {
 /// Which dialog messages `inbox` shows (mutually exclusive; default `--last 20`).
 #[derive(Debug, Args)]
 #[group(multiple = false)]
-pub struct DialogArgs {
+pub(super) struct DialogArgs {
     /// The last N dialog messages.
     #[arg(long, value_name = "N")]
     last: Option<usize>,
@@ -66,7 +66,7 @@ impl DialogArgs {
 }
 
 /// `cicy-agent send`: prints `Sent to <id>: <file name>`.
-pub fn send(home: &Home, args: SendArgs) -> Result<ExitCode> {
+pub(super) fn send(home: &Home, args: SendArgs) -> Result<ExitCode> {
     if args.from.trim() == cicy::wake::deliver::SERVE_SENDER {
         anyhow::bail!("`--from cicy` is the runtime's own name (its notices are never answered); choose another sender");
     }
@@ -107,7 +107,7 @@ struct DialogEntry {
 }
 
 /// `cicy-agent inbox`: the pending messages (reference A6 receive format), then the dialog.
-pub fn show(home: &Home, id: &str, dialog: DialogArgs, json: bool) -> Result<ExitCode> {
+pub(super) fn show(home: &Home, id: &str, dialog: DialogArgs, json: bool) -> Result<ExitCode> {
     let agent = super::open_registry(home)?.get(id)?;
     let mb = Mailbox::of_workspace(&agent.workspace);
     let filter = dialog.filter();

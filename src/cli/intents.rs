@@ -22,7 +22,7 @@ use cicy::home::Home;
 
 /// `cicy-agent wish`.
 #[derive(Debug, Args)]
-pub struct WishArgs {
+pub(super) struct WishArgs {
     /// The agent.
     id: String,
     /// What the agent should do when it is idle (at most 2000 characters).
@@ -71,7 +71,7 @@ fn parse_gap(s: &str) -> Result<Duration, String> {
 
 /// `cicy-agent intents <id> <action>`.
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub(super) enum Action {
     /// Every intent's latest state, in the order first wished.
     Ls {
         /// `{"ledger", "intents": [...], "skipped": [...]}`.
@@ -106,7 +106,7 @@ pub enum Action {
 ///
 /// Errors (exit 2, nothing written): an unknown agent, no gateway or model configured, a bad
 /// field, an unreadable ledger.
-pub fn wish(home: &Home, args: WishArgs, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn wish(home: &Home, args: WishArgs, out: &mut impl Write) -> Result<ExitCode> {
     // The judge runs on the agent's gateway and model, as a memory recognizer call does;
     // opening the conversation is not needed (and must not happen while a turn may run).
     let agent = AgentMemory::open(home, &args.id)?;
@@ -143,7 +143,7 @@ pub fn wish(home: &Home, args: WishArgs, out: &mut impl Write) -> Result<ExitCod
 ///
 /// Errors (exit 2): an unknown agent or intent, a finished intent for approve/drop, `tick`
 /// without `--dry-run`, files that cannot be read or written.
-pub fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn run(home: &Home, id: &str, action: Action, out: &mut impl Write) -> Result<ExitCode> {
     let record = super::open_registry(home)?.get(id)?;
     let ws = &record.workspace;
     match action {

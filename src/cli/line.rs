@@ -4,7 +4,7 @@
 
 /// A conversation command typed as a chat line (`/compact`, `/clear`, `/exit`, the whole line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChatCommand {
+pub(super) enum ChatCommand {
     Compact,
     Clear,
     Exit,
@@ -14,7 +14,7 @@ impl ChatCommand {
     const ALL: [ChatCommand; 3] = [ChatCommand::Compact, ChatCommand::Clear, ChatCommand::Exit];
 
     /// The command as typed, e.g. `/compact`.
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             ChatCommand::Compact => "/compact",
             ChatCommand::Clear => "/clear",
@@ -25,7 +25,7 @@ impl ChatCommand {
 
 /// What one chat line (a one-shot text or a stdin line) asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Line {
+pub(super) enum Line {
     Command(ChatCommand),
     /// Text for the model (a leading `//` is sent as `/`).
     Message(String),
@@ -38,7 +38,7 @@ impl Line {
     /// Parses a line. A command is the exact, whole (trimmed) line; a line whose first word is
     /// `/` and ASCII letters, `-` or `_` is a mistyped command, so `/compat` cannot reach the model
     /// and `/clera` cannot clear anything; other text (`/usr/bin is…`) is a message.
-    pub fn parse(text: &str) -> Line {
+    pub(super) fn parse(text: &str) -> Line {
         let trimmed = text.trim();
         if let Some(c) = ChatCommand::ALL.into_iter().find(|c| c.as_str() == trimmed) {
             return Line::Command(c);
@@ -56,7 +56,7 @@ impl Line {
     }
 
     /// Names what the line asks for, for a refusal ("… was NOT executed").
-    pub fn what(&self) -> &str {
+    pub(super) fn what(&self) -> &str {
         match self {
             Line::Command(c) => c.as_str(),
             Line::Message(_) => "the message",
@@ -67,7 +67,7 @@ impl Line {
 
 /// The refusal of a mistyped command `line`: what it is not, the commands, and that nothing
 /// happened.
-pub fn refusal(line: &str) -> String {
+pub(super) fn refusal(line: &str) -> String {
     let list = ChatCommand::ALL.map(ChatCommand::as_str).join(", ");
     format!(
         "`{line}` is not a command (a command is the whole line: {list}); it was NOT sent and NOT executed. To send a message that starts with `/`, begin it with `//`"

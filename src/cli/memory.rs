@@ -16,7 +16,7 @@ use cicy::home::Home;
 use cicy::memory::{buffer, index, store, AuxTarget, FlushReason};
 
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub(super) enum Action {
     /// List the memories, strongest first: mem_id, type, salience, title.
     Ls,
     /// Print one memory file as it is on disk.
@@ -35,7 +35,7 @@ pub enum Action {
     Forget { mem_id: String },
 }
 
-pub fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
+pub(super) fn run(home: &Home, id: &str, action: Action) -> Result<ExitCode> {
     let agent = AgentMemory::open(home, id)?;
     let memory = &agent.memory;
     let dir = memory.dir();

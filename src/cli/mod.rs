@@ -263,7 +263,7 @@ fn parse_style(s: &str) -> Result<ApiStyle, String> {
 }
 
 /// Runs the CLI; errors are printed to stderr with their causes.
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = Cli::parse();
     // The shim's hot path: no logging, home or registry (target < 5 ms per call).
     if let Command::OutboxSend { json } = &cli.command {

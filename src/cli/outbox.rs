@@ -11,7 +11,7 @@ use cicy::outbox::OutboxError;
 /// Queues `json`; prints nothing on success. Exit 2: not a command (bad JSON, no `type`) or
 /// no outbox to write to, nothing written; exit 1: anything else (an unreadable `.seq`, a
 /// failed write), the error naming the file.
-pub fn send(json: &str) -> ExitCode {
+pub(super) fn send(json: &str) -> ExitCode {
     let var = std::env::var_os;
     let sent = resolve_dir(var("CICY_OUTBOX_DIR").as_deref(), var(SHIM_ENV).as_deref(), var("CICY_WORKSPACE").as_deref())
         .and_then(|outbox| outbox.send(json));

@@ -9,7 +9,7 @@ use cicy::event::{Event, EventKind};
 
 /// Prints events in human form.
 #[derive(Debug, Default)]
-pub struct Human {
+pub(super) struct Human {
     /// Answer text was printed since the last `text_end`: stdout is in the middle of a line.
     text_open: AtomicBool,
     /// The reason of the retry line printed last, while only retries followed it: a run of
@@ -19,7 +19,7 @@ pub struct Human {
 
 impl Human {
     /// Prints one event: answer text to stdout, the rest to stderr.
-    pub fn print(&self, ev: &Event) {
+    pub(super) fn print(&self, ev: &Event) {
         // A closed stdout or stderr (e.g. `| head`) must not abort the turn, so write errors
         // are ignored.
         let _ = self.write(ev, &mut std::io::stdout().lock(), &mut std::io::stderr().lock());
@@ -152,7 +152,7 @@ fn subagent_outcome_name(o: cicy::event::SubagentOutcome) -> &'static str {
 }
 
 /// Prints one event as a JSON line on stdout.
-pub fn json(ev: &Event) {
+pub(super) fn json(ev: &Event) {
     let mut out = std::io::stdout().lock();
     if let Ok(line) = serde_json::to_string(ev) {
         let _ = writeln!(out, "{line}").and_then(|_| out.flush());

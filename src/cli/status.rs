@@ -16,7 +16,7 @@ use cicy::wake::db::WakeDb;
 use cicy::wake::inbox::Mailbox;
 
 /// Prints the status of `id`.
-pub fn run(home: &Home, id: &str, json_out: bool, out: &mut impl Write) -> Result<ExitCode> {
+pub(super) fn run(home: &Home, id: &str, json_out: bool, out: &mut impl Write) -> Result<ExitCode> {
     let record = Registry::open(&home.db_path())?.get(id)?;
     let pending_inbox = Mailbox::of_workspace(&record.workspace).pending()?.0.len();
     let row = match request(home, Method::Get, &["api", "agents", id])? {

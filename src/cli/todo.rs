@@ -18,7 +18,7 @@ use cicy::wake::db::WakeDb;
 use cicy::wake::todo::todo_line;
 
 #[derive(Debug, Subcommand)]
-pub enum Action {
+pub(super) enum Action {
     /// Add a todo due at --at; a pending todo with the same text and time is kept instead.
     Add {
         text: String,
@@ -42,7 +42,7 @@ pub enum Action {
 /// database is opened, so nothing is written.
 ///
 /// Errors: the time expression, an unknown agent (the registry's error), an unknown todo, SQL.
-pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Result<()> {
+pub(super) fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Result<()> {
     match action {
         Action::Add { text, at: expr } => {
             let at = parse_at(expr, chrono::Local::now())?;
@@ -90,7 +90,7 @@ pub fn run(home: &Home, id: &str, action: &Action, out: &mut impl Write) -> Resu
 
 /// `cicy-agent time [expr]`: one line, now (`YYYY-MM-DDTHH:MM:SS`) or the expression's local
 /// minute. The words of `expr` are joined by one space, so `time +30 min` works unquoted.
-pub fn time(expr: &[String], out: &mut impl Write) -> Result<()> {
+pub(super) fn time(expr: &[String], out: &mut impl Write) -> Result<()> {
     let joined = (!expr.is_empty()).then(|| expr.join(" "));
     writeln!(out, "{}", time_command(joined.as_deref())?)?;
     Ok(())

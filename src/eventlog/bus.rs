@@ -25,7 +25,7 @@ use super::{events_dir, files::log_file, read_after, seq_before_last, EventLog, 
 use crate::event::{Emitter, Event, EventKind, EventSink};
 
 /// DESIGN.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
-pub const RING: usize = 2048;
+pub(super) const RING: usize = 2048;
 /// Slots of the live channel; a subscriber further behind lags and is refilled.
 const LIVE_CAPACITY: usize = 2048;
 /// Queue entries the writer takes at once.

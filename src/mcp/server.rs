@@ -75,7 +75,7 @@ impl Connection {
     /// the program cannot be started, [`McpError::ExitedAtStart`] when the server closed its
     /// pipes (it exited) before answering, [`McpError::Initialize`] when the handshake fails
     /// otherwise and [`McpError::Timeout`] when it does not finish in time.
-    pub async fn start(name: &str, config: &McpServerConfig, workspace: &Path, hidden_env: &[String]) -> Result<Self, McpError> {
+    pub(super) async fn start(name: &str, config: &McpServerConfig, workspace: &Path, hidden_env: &[String]) -> Result<Self, McpError> {
         let path = log_path(workspace, name);
         let header = format!("--- {} starting {} {}\n", crate::fsutil::now_rfc3339(), config.command, config.args.join(" "));
         let log = crate::fsutil::blocking(|| open_log(&path, &header)).map_err(|source| McpError::Log { path, source })?;
@@ -107,17 +107,17 @@ impl Connection {
 
     /// Whether the session still runs: the process has not closed its end and rmcp has not
     /// stopped the session.
-    pub fn alive(&self) -> bool {
+    pub(super) fn alive(&self) -> bool {
         !self.service.is_closed() && !self.service.peer().is_transport_closed()
     }
 
     /// A handle to send requests on; requests need no lock on the connection.
-    pub fn peer(&self) -> Peer<RoleClient> {
+    pub(super) fn peer(&self) -> Peer<RoleClient> {
         self.service.peer().clone()
     }
 
     /// The server's process id, when the OS gave one.
-    pub fn pid(&self) -> Option<u32> {
+    pub(super) fn pid(&self) -> Option<u32> {
         self.group.as_ref().map(|g| g.pid)
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use super::store::{MemoryType, Record};
 
 /// A record with fixed tags (none) and `updated` time.
-pub fn rec(id: &str, kind: MemoryType, title: &str, salience: u8, content: &str) -> Record {
+pub(super) fn rec(id: &str, kind: MemoryType, title: &str, salience: u8, content: &str) -> Record {
     Record {
         mem_id: id.into(),
         kind,
@@ -19,7 +19,7 @@ pub fn rec(id: &str, kind: MemoryType, title: &str, salience: u8, content: &str)
 }
 
 /// Sets the modification time of `p` to `secs_ago` seconds before now.
-pub fn set_mtime(p: &Path, secs_ago: u64) {
+pub(super) fn set_mtime(p: &Path, secs_ago: u64) {
     let f = std::fs::File::options().write(true).open(p).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
 }

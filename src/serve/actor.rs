@@ -56,7 +56,7 @@ const PREEMPT_POLL: Duration = Duration::from_millis(500);
 const NEVER_KILLED_GRACE: Duration = Duration::from_secs(10);
 
 /// A request to an agent's actor; each carries where its answer goes.
-pub enum Op {
+pub(super) enum Op {
     /// `POST /api/cicy/chat`: start a run (the stream follows it) or queue the text.
     Chat {
         text: String,
@@ -129,7 +129,7 @@ pub enum Op {
 }
 
 /// How a chat was taken.
-pub enum Admit {
+pub(super) enum Admit {
     /// A run started; the subscription begins just before its first event.
     Started(Subscription),
     /// The agent is busy: the text waits in `pending`.
@@ -141,13 +141,13 @@ pub enum Admit {
 }
 
 /// The answer to a steer: its `steered` status (`queued`, `prompted` or `rejected_full`).
-pub struct SteerReply {
+pub(super) struct SteerReply {
     pub status: SteerStatus,
 }
 
 /// `POST /api/cicy/retry` *(cicy)*.
 #[derive(Debug, Serialize)]
-pub struct RetryReply {
+pub(super) struct RetryReply {
     pub success: bool,
     pub started: bool,
     pub reason: Option<String>,
@@ -155,7 +155,7 @@ pub struct RetryReply {
 
 /// `POST /api/cicy/clear` *(cicy)*.
 #[derive(Debug, Serialize)]
-pub struct ClearReply {
+pub(super) struct ClearReply {
     pub success: bool,
     pub canceled: bool,
     pub conv_id: String,
@@ -164,7 +164,7 @@ pub struct ClearReply {
 /// `POST /api/cicy/compact` **[chosen]**: message counts of the window before and after;
 /// `outcome` is `done`, `cancelled` or `failed` (then `after` = `before`).
 #[derive(Debug, Serialize)]
-pub struct CompactReply {
+pub(super) struct CompactReply {
     pub success: bool,
     pub outcome: &'static str,
     pub before: usize,
@@ -173,13 +173,13 @@ pub struct CompactReply {
 
 /// `/compact` refused because the agent is busy (409).
 #[derive(Debug)]
-pub struct Busy;
+pub(super) struct Busy;
 
 /// What `POST /api/cicy/cancel` did: whether a job was running, and how many inputs the
 /// cancel dropped with it, queued prompts and waiting steers both (DESIGN.md §9 abort clears
 /// the pending queue and the steering queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CancelReply {
+pub(super) struct CancelReply {
     pub canceled: bool,
     pub dropped: usize,
 }
@@ -188,7 +188,7 @@ pub struct CancelReply {
 /// minute) and `unanswered` (unresolved reply obligations) are filled in by the route from
 /// `cicy.db`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Status {
+pub(super) struct Status {
     pub id: String,
     pub title: String,
     pub role: String,
@@ -204,7 +204,7 @@ pub struct Status {
 
 /// Where a subscription of `GET /api/agents/{id}/events` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventsFrom {
+pub(super) enum EventsFrom {
     /// Live, from now.
     Now,
     /// Every event with a seq above this (`Last-Event-ID`).
@@ -215,21 +215,21 @@ pub enum EventsFrom {
 
 /// The address of a running actor.
 #[derive(Clone)]
-pub struct AgentHandle {
+pub(super) struct AgentHandle {
     pub id: String,
     tx: mpsc::UnboundedSender<Op>,
 }
 
 impl AgentHandle {
     /// Sends `op`; false when the actor has ended (serve is shutting down).
-    pub fn send(&self, op: Op) -> bool {
+    pub(super) fn send(&self, op: Op) -> bool {
         self.tx.send(op).is_ok()
     }
 }
 
 /// What an actor needs from the server.
 #[derive(Clone)]
-pub struct Shared {
+pub(super) struct Shared {
     pub home: Home,
     pub http: reqwest::Client,
     pub global: Arc<crate::eventlog::GlobalFeed>,
@@ -244,7 +244,7 @@ pub struct Shared {
 }
 
 /// Starts the actor of `record`.
-pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
+pub(super) fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let handle = AgentHandle { id: record.id.clone(), tx };
     let actor = Actor {

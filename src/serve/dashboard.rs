@@ -12,11 +12,11 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 /// DESIGN.md §14: nothing but this origin; no inline script or style, no frames, no plugins.
-pub const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
+pub(super) const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
 
 /// The page's files, `(path, content type, bytes)`. Their sum is the page weight the
 /// dashboard bench reports (DESIGN.md §14: < 40 KB; issue 13: < 60 KB).
-pub const FILES: [(&str, &str, &str); 4] = [
+pub(super) const FILES: [(&str, &str, &str); 4] = [
     ("/", "text/html; charset=utf-8", include_str!("dashboard/index.html")),
     ("/app.js", "text/javascript; charset=utf-8", include_str!("dashboard/app.js")),
     ("/app.css", "text/css; charset=utf-8", include_str!("dashboard/app.css")),
@@ -41,22 +41,22 @@ fn file(path: &str) -> Response {
 }
 
 /// `GET /`: the page (no token: the page asks for it).
-pub async fn index() -> Response {
+pub(super) async fn index() -> Response {
     file("/")
 }
 
 /// `GET /app.js`.
-pub async fn script() -> Response {
+pub(super) async fn script() -> Response {
     file("/app.js")
 }
 
 /// `GET /app.css`.
-pub async fn style() -> Response {
+pub(super) async fn style() -> Response {
     file("/app.css")
 }
 
 /// `GET /favicon.svg` (and `/favicon.ico`, which browsers ask for on their own).
-pub async fn icon() -> Response {
+pub(super) async fn icon() -> Response {
     file("/favicon.svg")
 }
 

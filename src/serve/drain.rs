@@ -31,14 +31,14 @@ use crate::wake::state::{AfterBatch, WakeTurn};
 
 /// How often the outboxes of agents without a running turn are looked at (DESIGN.md §11
 /// "every 2 s").
-pub const IDLE_POLL: Duration = Duration::from_secs(2);
+pub(super) const IDLE_POLL: Duration = Duration::from_secs(2);
 
 /// The cron task never sleeps longer than this, so a job another process stored is seen.
 const CRON_SLICE: Duration = Duration::from_secs(60);
 
 /// Where serve takes what a drain changed.
 #[derive(Clone)]
-pub struct DrainTargets {
+pub(super) struct DrainTargets {
     /// Notified when a `set_cron` stored a job ([`start_cron`]).
     pub cron: Arc<Notify>,
     /// Agents a `provision_agent` created, for serve to start their actors.
@@ -47,7 +47,7 @@ pub struct DrainTargets {
 
 /// Drains `w`'s outbox and reports it on `events`; a stored cron job wakes the cron task, a
 /// provisioned agent goes to serve.
-pub fn drain_and_report(w: &WakeTurn, events: &Emitter, to: &DrainTargets) {
+pub(super) fn drain_and_report(w: &WakeTurn, events: &Emitter, to: &DrainTargets) {
     let drained = commands::drain(w, PROCESSING_STALE_AFTER);
     if drained.cron_changed {
         to.cron.notify_one();
@@ -59,7 +59,7 @@ pub fn drain_and_report(w: &WakeTurn, events: &Emitter, to: &DrainTargets) {
 }
 
 /// The hook a job's turns run after each tool batch.
-pub fn after_batch(events: Emitter, to: DrainTargets) -> AfterBatch {
+pub(super) fn after_batch(events: Emitter, to: DrainTargets) -> AfterBatch {
     Arc::new(move |w: &WakeTurn| drain_and_report(w, &events, &to))
 }
 
@@ -85,7 +85,7 @@ fn has_commands(ws: &std::path::Path) -> bool {
 /// `new/` (agents created later, events the watcher missed or could not watch). Each
 /// non-empty or changed `new/` gives `drain(id)`; the actor drains it unless a turn runs,
 /// which drains it itself.
-pub fn start_idle_drain(
+pub(super) fn start_idle_drain(
     agents: impl Fn() -> Vec<(String, PathBuf)> + Send + 'static,
     drain: impl Fn(&str) + Send + 'static,
     stop: CancellationToken,
@@ -155,7 +155,7 @@ fn watch_new_dirs(agents: &[(String, PathBuf)], tx: mpsc::UnboundedSender<String
 }
 
 /// Starts the cron task; `changed` is notified when a job is stored.
-pub fn start_cron(home: Home, changed: Arc<Notify>, stop: CancellationToken) {
+pub(super) fn start_cron(home: Home, changed: Arc<Notify>, stop: CancellationToken) {
     tokio::spawn(async move {
         loop {
             let h = home.clone();

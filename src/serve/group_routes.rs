@@ -44,7 +44,7 @@ fn person_or_default(from: Option<String>) -> Result<String, ApiError> {
 }
 
 #[derive(Deserialize)]
-pub struct CreateGroup {
+pub(super) struct CreateGroup {
     name: Option<String>,
     members: Option<Vec<String>>,
     description: Option<String>,
@@ -53,7 +53,7 @@ pub struct CreateGroup {
 
 /// `POST /api/groups {name, members: [w-<n> | person name], description?, from? (human)}` →
 /// 201 `{id, name}`.
-pub async fn create(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateGroup>) -> Result<(StatusCode, Json<Value>), ApiError> {
+pub(super) async fn create(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateGroup>) -> Result<(StatusCode, Json<Value>), ApiError> {
     let name = body.name.ok_or_else(|| ApiError::bad_request("name and members required"))?;
     let members = body.members.ok_or_else(|| ApiError::bad_request("name and members required"))?;
     let from = person_or_default(body.from)?;
@@ -63,7 +63,7 @@ pub async fn create(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateGroup
 }
 
 #[derive(Deserialize)]
-pub struct PostBody {
+pub(super) struct PostBody {
     text: Option<String>,
     from: Option<String>,
     thread: Option<String>,
@@ -71,7 +71,7 @@ pub struct PostBody {
 
 /// `POST /api/groups/{name}/messages {text, from? (human), thread?}` → 201 `{id, seq,
 /// thread_root, delivered: [w-<n>…]}`.
-pub async fn post(
+pub(super) async fn post(
     State(hub): State<Hub>,
     ApiPath(name): ApiPath<String>,
     JsonBody(body): JsonBody<PostBody>,
@@ -90,7 +90,7 @@ pub async fn post(
 }
 
 #[derive(Deserialize)]
-pub struct PageQuery {
+pub(super) struct PageQuery {
     from: Option<String>,
     before: Option<String>,
     limit: Option<u32>,
@@ -98,7 +98,7 @@ pub struct PageQuery {
 
 /// `GET /api/groups/{name}/messages?from=&before=<cursor>&limit=1..100` → `{conv_id, name,
 /// messages (oldest first), before (the older page's cursor, or null)}`.
-pub async fn messages(
+pub(super) async fn messages(
     State(hub): State<Hub>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<PageQuery>,
@@ -110,12 +110,12 @@ pub async fn messages(
 }
 
 #[derive(Deserialize)]
-pub struct TasksQuery {
+pub(super) struct TasksQuery {
     from: Option<String>,
 }
 
 /// `GET /api/groups/{name}/tasks?from=` → `{conv_id, name, tasks}`.
-pub async fn tasks(
+pub(super) async fn tasks(
     State(hub): State<Hub>,
     ApiPath(name): ApiPath<String>,
     ApiQuery(q): ApiQuery<TasksQuery>,

@@ -19,30 +19,30 @@ use serde_json::json;
 use super::Hub;
 
 /// DESIGN.md §9: a body over 1 MiB is refused with 413.
-pub const BODY_LIMIT: usize = 1 << 20;
+pub(super) const BODY_LIMIT: usize = 1 << 20;
 
 /// An error answer: `{"error": code, "message": text}` with `status`.
 #[derive(Debug)]
-pub struct ApiError {
+pub(super) struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, code, message: message.into() }
     }
 
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
     }
 
-    pub fn not_found(message: impl Into<String>) -> Self {
+    pub(super) fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
-    pub fn internal(message: impl Into<String>) -> Self {
+    pub(super) fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
     }
 }
@@ -55,7 +55,7 @@ impl IntoResponse for ApiError {
 
 /// A JSON request body whose every failure is an [`ApiError`]: 413 over [`BODY_LIMIT`], 400
 /// for what does not parse (the message says where).
-pub struct JsonBody<T>(pub T);
+pub(super) struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
@@ -77,7 +77,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 
 /// A query string whose failure to parse is an [`ApiError`] (400, JSON) rather than axum's
 /// plain-text rejection.
-pub struct ApiQuery<T>(pub T);
+pub(super) struct ApiQuery<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
@@ -88,7 +88,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
 }
 
 /// Path parameters whose failure to parse is an [`ApiError`] (400, JSON).
-pub struct ApiPath<T>(pub T);
+pub(super) struct ApiPath<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
@@ -100,7 +100,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
 
 /// Refuses a `Host` that is not this server's loopback address (403), then a missing or
 /// wrong bearer token (401) on every route but `GET /api/health` and the page at `/`.
-pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Response {
+pub(super) async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Response {
     if !host_allowed(req.headers(), hub.port) {
         return ApiError::new(StatusCode::FORBIDDEN, "forbidden_host", "the Host header must name this server on 127.0.0.1 or localhost")
             .into_response();
@@ -124,7 +124,7 @@ pub async fn guard(State(hub): State<Hub>, req: Request<Body>, next: Next) -> Re
 /// token without revealing it; with the port in it, a program on another port cannot relay the
 /// question to serve and pass the answer off as its own. `None` when `nonce` is not 32–128
 /// lowercase hex characters (a short or reused nonce would make the proof replayable).
-pub fn token_proof(token: &str, port: u16, nonce: &str) -> Option<String> {
+pub(super) fn token_proof(token: &str, port: u16, nonce: &str) -> Option<String> {
     use hmac::Mac;
     Some(proof_mac(token, port, nonce)?.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -186,7 +186,7 @@ fn token_ok(headers: &HeaderMap, token: &str) -> bool {
 }
 
 /// The answer to a route that does not exist.
-pub async fn not_found() -> ApiError {
+pub(super) async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
 

@@ -35,13 +35,13 @@ use crate::turn::{self, Steering};
 /// ran to its end. Setting it also ends a guardrail check that has not finished, so a job
 /// still being checked at pickup gives way at once.
 #[derive(Debug, Clone, Default)]
-pub struct Preemption {
+pub(super) struct Preemption {
     by: Arc<Mutex<Option<String>>>,
     stopped: CancellationToken,
 }
 
 impl Preemption {
-    pub fn set(&self, by: &str) {
+    pub(super) fn set(&self, by: &str) {
         let mut slot = self.by.lock().unwrap_or_else(|p| p.into_inner());
         slot.get_or_insert_with(|| by.to_string());
         self.stopped.cancel();
@@ -57,7 +57,7 @@ const RESULT_MAX_CHARS: usize = 200;
 
 /// How the job ended, for the actor.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AutoEnd {
+pub(super) enum AutoEnd {
     /// It ran; the status written.
     Ran(Status),
     /// The guardrails refused a hand-written line at pickup.
@@ -70,7 +70,7 @@ pub enum AutoEnd {
 }
 
 /// Runs `job` in `session`; `cancel` stops a command (a preemption or a person's cancel).
-pub async fn run(
+pub(super) async fn run(
     ctx: &JobCtx,
     session: &mut Session,
     job: &AutoJob,

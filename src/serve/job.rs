@@ -81,7 +81,7 @@ pub(super) struct JobCtx {
 
 impl JobCtx {
     /// The hook every turn of this agent runs after a tool batch: the outbox drain.
-    pub fn after_batch(&self) -> crate::wake::state::AfterBatch {
+    pub(super) fn after_batch(&self) -> crate::wake::state::AfterBatch {
         super::drain::after_batch(self.tracker.emitter(), self.drained.clone())
     }
 }
@@ -157,7 +157,7 @@ pub(super) struct FlushCtx {
 }
 
 impl FlushCtx {
-    pub fn of(session: &Session) -> Self {
+    pub(super) fn of(session: &Session) -> Self {
         let model = if session.current.model.is_empty() {
             session.materials().map(|m| m.model).unwrap_or_default()
         } else {
@@ -167,12 +167,12 @@ impl FlushCtx {
     }
 
     /// Whether the buffer is due now (a file read).
-    pub fn due(&self) -> bool {
+    pub(super) fn due(&self) -> bool {
         fsutil::blocking(|| matches!(self.memory.due(SystemTime::now()), Ok(Some(_))))
     }
 
     /// Flushes a due buffer (DESIGN.md §8), reporting through `events`; never holds the turn lock.
-    pub async fn flush(self, events: Emitter, cancel: CancellationToken) {
+    pub(super) async fn flush(self, events: Emitter, cancel: CancellationToken) {
         if self.model.is_empty() {
             return;
         }

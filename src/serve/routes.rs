@@ -70,13 +70,13 @@ fn no_agent(id: &str) -> ApiError {
 }
 
 #[derive(Deserialize)]
-pub struct ChatBody {
+pub(super) struct ChatBody {
     agent_id: Option<String>,
     text: Option<String>,
 }
 
 /// `POST /api/cicy/chat` *(cicy)*.
-pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) -> Result<SseResponse, ApiError> {
+pub(super) async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) -> Result<SseResponse, ApiError> {
     let (Some(id), Some(text)) = (body.agent_id, body.text.filter(|t| !t.trim().is_empty())) else {
         return Err(ApiError::bad_request("agent_id and text required"));
     };
@@ -91,7 +91,7 @@ pub async fn chat(State(hub): State<Hub>, JsonBody(body): JsonBody<ChatBody>) ->
 }
 
 #[derive(Deserialize)]
-pub struct AgentBody {
+pub(super) struct AgentBody {
     agent_id: Option<String>,
     #[serde(default)]
     keep: usize,
@@ -104,26 +104,26 @@ fn agent_of(hub: &Hub, body: &AgentBody) -> Result<AgentHandle, ApiError> {
 
 /// `POST /api/cicy/cancel` *(cicy)* → `{success, canceled, agent_id, dropped}`; `dropped`
 /// **[chosen]** counts the queued inputs the cancel dropped.
-pub async fn cancel(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn cancel(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<Value>, ApiError> {
     let handle = agent_of(&hub, &body)?;
     let r = ask(&handle, |reply| Op::Cancel { reply }).await?;
     Ok(Json(json!({"success": true, "canceled": r.canceled, "agent_id": handle.id, "dropped": r.dropped})))
 }
 
 /// `POST /api/cicy/retry` *(cicy)* → `{success, started, reason}`.
-pub async fn retry(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::RetryReply>, ApiError> {
+pub(super) async fn retry(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::RetryReply>, ApiError> {
     let handle = agent_of(&hub, &body)?;
     Ok(Json(ask(&handle, |reply| Op::Retry { reply }).await?))
 }
 
 /// `POST /api/cicy/clear` *(cicy)* → `{success, canceled, conv_id}`.
-pub async fn clear(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::ClearReply>, ApiError> {
+pub(super) async fn clear(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::ClearReply>, ApiError> {
     let handle = agent_of(&hub, &body)?;
     ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(ApiError::internal)
 }
 
 /// `POST /api/cicy/compact` **[chosen]** → `{success, outcome, before, after}`; 409 busy.
-pub async fn compact(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::CompactReply>, ApiError> {
+pub(super) async fn compact(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::CompactReply>, ApiError> {
     let handle = agent_of(&hub, &body)?;
     let keep = body.keep;
     ask(&handle, |reply| Op::Compact { keep, reply }).await?.map(Json).map_err(|actor::Busy| {
@@ -139,7 +139,7 @@ pub async fn compact(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>
 }
 
 #[derive(Deserialize)]
-pub struct HistoryQuery {
+pub(super) struct HistoryQuery {
     agent_id: Option<String>,
     #[serde(default)]
     all: Option<String>,
@@ -148,7 +148,7 @@ pub struct HistoryQuery {
 /// `GET /api/cicy/history?agent_id=&all=` *(cicy)* → `{agent_id, conv_id, messages}`: the
 /// window the model sees, or with `all=1|true` every message of the active conversation.
 /// Read-only: it heals nothing.
-pub async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>) -> Result<Json<Value>, ApiError> {
     let id = q.agent_id.ok_or_else(|| ApiError::bad_request("agent_id required"))?;
     let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
     let all = match q.all.as_deref() {
@@ -178,7 +178,7 @@ pub async fn history(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HistoryQuery>
 }
 
 /// `GET /api/memory/templates/agent/{id}` *(cicy)*: the agent's AGENTS.md.
-pub async fn agents_md(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn agents_md(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
     let workspace = hub.workspace(&id).ok_or_else(|| no_agent(&id))?;
     let path = workspace.join("AGENTS.md");
     let (content, exists) = match fsutil::blocking(|| std::fs::read(&path)) {
@@ -190,13 +190,13 @@ pub async fn agents_md(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> 
 }
 
 #[derive(Deserialize)]
-pub struct ContentBody {
+pub(super) struct ContentBody {
     content: Option<String>,
 }
 
 /// `PUT /api/memory/templates/agent/{id}` *(cicy)* `{content}`: writes AGENTS.md atomically;
 /// the next round reads it.
-pub async fn put_agents_md(
+pub(super) async fn put_agents_md(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<ContentBody>,
@@ -209,7 +209,7 @@ pub async fn put_agents_md(
 }
 
 /// `GET /api/agents`: one status row per agent, in id order.
-pub async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Status>>, ApiError> {
+pub(super) async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Status>>, ApiError> {
     let asks = hub.handles().into_iter().map(|h| async move { ask(&h, |reply| Op::Status { reply }).await });
     let rows = futures_util::future::join_all(asks).await;
     let mut rows = rows.into_iter().collect::<Result<Vec<_>, _>>()?;
@@ -218,7 +218,7 @@ pub async fn list_agents(State(hub): State<Hub>) -> Result<Json<Vec<actor::Statu
 }
 
 /// `GET /api/agents/{id}`.
-pub async fn get_agent(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<actor::Status>, ApiError> {
+pub(super) async fn get_agent(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<actor::Status>, ApiError> {
     let handle = agent(&hub, &id)?;
     let mut row = [ask(&handle, |reply| Op::Status { reply }).await?];
     super::wake_routes::fill_status(&hub, &mut row)?;
@@ -227,7 +227,7 @@ pub async fn get_agent(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> 
 }
 
 #[derive(Deserialize)]
-pub struct CreateBody {
+pub(super) struct CreateBody {
     title: Option<String>,
     role_template: Option<String>,
     role: Option<String>,
@@ -239,7 +239,7 @@ pub struct CreateBody {
 
 /// `POST /api/agents` `{title, role_template?, role?, model?, master_id?, workspace?,
 /// api_style?}` → 201 `{id}`; the new agent's actor starts at once.
-pub async fn create_agent(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateBody>) -> Result<Response, ApiError> {
+pub(super) async fn create_agent(State(hub): State<Hub>, JsonBody(body): JsonBody<CreateBody>) -> Result<Response, ApiError> {
     let title = body.title.ok_or_else(|| ApiError::bad_request("title required"))?;
     let api_style = match body.api_style.as_deref() {
         None => None,
@@ -262,7 +262,7 @@ pub async fn create_agent(State(hub): State<Hub>, JsonBody(body): JsonBody<Creat
 }
 
 #[derive(Deserialize)]
-pub struct TextBody {
+pub(super) struct TextBody {
     text: Option<String>,
     #[serde(default)]
     interrupt: bool,
@@ -276,7 +276,7 @@ fn text_of(body: TextBody) -> Result<(String, bool), ApiError> {
 }
 
 /// `POST /api/agents/{id}/prompt` *(CMDC prompt/2)* → `{queued}`.
-pub async fn prompt(
+pub(super) async fn prompt(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<TextBody>,
@@ -288,7 +288,11 @@ pub async fn prompt(
 }
 
 /// `POST /api/agents/{id}/steer` *(CMDC)* `{text, interrupt?}` → `{status}`; 429 when 3 wait.
-pub async fn steer(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBody(body): JsonBody<TextBody>) -> Result<Response, ApiError> {
+pub(super) async fn steer(
+    State(hub): State<Hub>,
+    ApiPath(id): ApiPath<String>,
+    JsonBody(body): JsonBody<TextBody>,
+) -> Result<Response, ApiError> {
     let handle = agent(&hub, &id)?;
     let (text, interrupt) = text_of(body)?;
     let r = ask(&handle, |reply| Op::Steer { text, interrupt, reply }).await?;
@@ -297,7 +301,7 @@ pub async fn steer(State(hub): State<Hub>, ApiPath(id): ApiPath<String>, JsonBod
 }
 
 #[derive(Deserialize)]
-pub struct RespondBody {
+pub(super) struct RespondBody {
     #[serde(rename = "ref")]
     reference: Option<String>,
     response: Option<String>,
@@ -307,7 +311,7 @@ pub struct RespondBody {
 /// answers the agent's open `ask_user` question `ref` → `{success, ref}`; 400 when a field is
 /// missing or blank, 404 for an unknown agent or a `ref` that is not open (never asked,
 /// answered, timed out).
-pub async fn respond(
+pub(super) async fn respond(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<RespondBody>,
@@ -322,14 +326,14 @@ pub async fn respond(
 }
 
 #[derive(Deserialize)]
-pub struct EventsQuery {
+pub(super) struct EventsQuery {
     last: Option<usize>,
 }
 
 /// `GET /api/agents/{id}/events[?last=N]`: the agent's events as SSE; `Last-Event-ID: N`
 /// replays every event after N first (or a `gap` for what is no longer kept); without it,
 /// `?last=N` replays the N newest logged events first (a count: seqs jump after a crash).
-pub async fn agent_events(
+pub(super) async fn agent_events(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<EventsQuery>,
@@ -350,7 +354,7 @@ pub async fn agent_events(
 /// gseq N once, then goes live; when that cannot be done (N older than the ring, or from
 /// another run of serve) an `event: gap` frame `{"from", "to"}` without `id:` comes first. A
 /// client that falls behind is refilled the same way; it never slows an agent.
-pub async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
+pub(super) async fn all_events(State(hub): State<Hub>, headers: HeaderMap) -> Result<SseResponse, ApiError> {
     let after = last_event_id(&headers)?;
     let sub = hub.shared.global.subscribe(after);
     Ok(sse(gathered(sub), &hub))
@@ -371,7 +375,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 /// [`crate::autonomy::report::Report`] (`enabled`, `off_reason`, `tick_secs`, `lease`, `mine`,
 /// `mine_total`, `now`, `waiting`, `squeezed`, `skipped`) plus `intents`, every intent's latest
 /// state. Read from the files and `cicy.db`, as `intents <id> status --json` does.
-pub async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let now = i64::try_from(fsutil::unix_now()).unwrap_or(i64::MAX);
     let (report, folded) = fsutil::blocking(|| crate::autonomy::report::of_agent(&hub.shared.home, &id, now))
@@ -380,7 +384,7 @@ pub async fn autonomy(State(hub): State<Hub>, ApiPath(id): ApiPath<String>) -> R
 }
 
 #[derive(Deserialize)]
-pub struct HealthQuery {
+pub(super) struct HealthQuery {
     proof: Option<String>,
 }
 
@@ -388,7 +392,7 @@ pub struct HealthQuery {
 /// `proof` when asked: [`super::http::token_proof`] of the nonce (32–128 lowercase hex
 /// characters, else 400). The dashboard checks it before it sends the token, so a program that
 /// took the port after serve stopped never gets the token.
-pub async fn health(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HealthQuery>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn health(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HealthQuery>) -> Result<Json<Value>, ApiError> {
     let mut answer = json!({"ok": true, "instance_id": &*hub.instance_id, "pid": std::process::id(), "agents": hub.handles().len()});
     if let Some(nonce) = q.proof {
         let proof = super::http::token_proof(&hub.token, hub.port, &nonce)
@@ -399,7 +403,7 @@ pub async fn health(State(hub): State<Hub>, ApiQuery(q): ApiQuery<HealthQuery>) 
 }
 
 /// Registry rows at boot; an absent registry is no agents.
-pub fn boot_agents(home: &crate::home::Home) -> Result<Vec<crate::registry::AgentRecord>, crate::registry::RegistryError> {
+pub(super) fn boot_agents(home: &crate::home::Home) -> Result<Vec<crate::registry::AgentRecord>, crate::registry::RegistryError> {
     if !home.db_path().exists() {
         return Ok(Vec::new());
     }

@@ -20,32 +20,32 @@ use crate::wake::db::{WakeDb, WakeDbError};
 use crate::wake::message::Reason;
 
 /// cryo: the scheduler never sleeps longer than this before looking at the clock again.
-pub const SLICE: Duration = Duration::from_secs(60);
+pub(super) const SLICE: Duration = Duration::from_secs(60);
 
 /// The address of the scheduler task.
 #[derive(Clone)]
-pub struct Scheduler {
+pub(super) struct Scheduler {
     tx: mpsc::UnboundedSender<String>,
 }
 
 impl Scheduler {
     /// `agent`'s todos changed: its earliest pending todo is read again.
-    pub fn changed(&self, agent: &str) {
+    pub(super) fn changed(&self, agent: &str) {
         let _ = self.tx.send(agent.to_string());
     }
 }
 
 /// What the scheduler asks of an agent's actor.
-pub type WakeFn = Arc<dyn Fn(&str, Reason) + Send + Sync>;
+pub(super) type WakeFn = Arc<dyn Fn(&str, Reason) + Send + Sync>;
 
 /// The scheduler's queue before its task starts: changes sent meanwhile wait in it.
-pub struct Unstarted {
+pub(super) struct Unstarted {
     rx: mpsc::UnboundedReceiver<String>,
 }
 
 /// The scheduler's address and its queue, so that actors can hold the address before the
 /// task starts (it must start after them: its first act may be to wake one).
-pub fn channel() -> (Scheduler, Unstarted) {
+pub(super) fn channel() -> (Scheduler, Unstarted) {
     let (tx, rx) = mpsc::unbounded_channel();
     (Scheduler { tx }, Unstarted { rx })
 }
@@ -54,7 +54,7 @@ pub fn channel() -> (Scheduler, Unstarted) {
 /// wake with reason `recovery` *(cryo: on restart an overdue todo runs now)*.
 ///
 /// Errors: `cicy.db` cannot be read (serve must not start without its schedule).
-pub fn start(queue: Unstarted, db: WakeDb, wake: WakeFn, stop: CancellationToken) -> Result<(), WakeDbError> {
+pub(super) fn start(queue: Unstarted, db: WakeDb, wake: WakeFn, stop: CancellationToken) -> Result<(), WakeDbError> {
     let initial = db.todo_next_due_all()?;
     let rx = queue.rx;
     let boot = unix_now();

@@ -28,12 +28,12 @@ use crate::eventlog::{GlobalSubscription, Published, Subscription};
 
 /// cicy: a `: ping` comment after 15 s without a frame keeps proxies from closing an idle
 /// stream.
-pub const PING: Duration = Duration::from_secs(15);
+pub(super) const PING: Duration = Duration::from_secs(15);
 
 /// **[chosen]** How long a stream in a burst waits before it takes what gathered: 200 clients
 /// that each woke and wrote per event made one 20,000-delta answer 10–20× slower; at 20 ms a
 /// client wakes 50 times a second at most, and a live view lags by no more than that.
-pub const GATHER: Duration = Duration::from_millis(20);
+pub(super) const GATHER: Duration = Duration::from_millis(20);
 
 /// **[chosen]** A chunk is cut once it holds this much, so a client far behind (a replay of
 /// thousands of events) is written in pieces instead of one buffer of everything.
@@ -42,7 +42,7 @@ const CHUNK: usize = 64 * 1024;
 const PING_FRAME: &[u8] = b": ping\n\n";
 
 /// Appends one frame. `data` is one line (compact JSON never holds a raw newline).
-pub fn put_frame(buf: &mut BytesMut, event: &str, data: &str, id: Option<u64>) {
+pub(super) fn put_frame(buf: &mut BytesMut, event: &str, data: &str, id: Option<u64>) {
     buf.extend_from_slice(b"event: ");
     buf.extend_from_slice(event.as_bytes());
     buf.extend_from_slice(b"\ndata: ");
@@ -57,13 +57,13 @@ pub fn put_frame(buf: &mut BytesMut, event: &str, data: &str, id: Option<u64>) {
 
 /// Appends an event's frame; an event in the agent's log carries its seq as `id:`, one about
 /// a single request (seq 0) none.
-pub fn put_event(buf: &mut BytesMut, ev: &Published) {
+pub(super) fn put_event(buf: &mut BytesMut, ev: &Published) {
     put_frame(buf, ev.type_name(), ev.json(), (ev.seq != 0).then_some(ev.seq));
 }
 
 /// The response: `text/event-stream`, `no-cache`, the chunks of `body` with a ping after
 /// each [`PING`] without one, ending when `body` does or `shutdown` fires.
-pub fn response(body: impl Stream<Item = Bytes> + Send + 'static, shutdown: WaitForCancellationFutureOwned) -> Response {
+pub(super) fn response(body: impl Stream<Item = Bytes> + Send + 'static, shutdown: WaitForCancellationFutureOwned) -> Response {
     let body = Box::pin(body);
     let pinged = stream::unfold(body, |mut body| async move {
         match tokio::time::timeout(PING, body.next()).await {
@@ -77,7 +77,7 @@ pub fn response(body: impl Stream<Item = Bytes> + Send + 'static, shutdown: Wait
 }
 
 /// Each event of `events` as a chunk of its own, as soon as it comes (a chat's own stream).
-pub fn each(events: impl Stream<Item = Published> + Send + 'static) -> impl Stream<Item = Bytes> + Send {
+pub(super) fn each(events: impl Stream<Item = Published> + Send + 'static) -> impl Stream<Item = Bytes> + Send {
     events.map(|ev| {
         let mut buf = BytesMut::new();
         put_event(&mut buf, &ev);
@@ -86,7 +86,7 @@ pub fn each(events: impl Stream<Item = Published> + Send + 'static) -> impl Stre
 }
 
 /// A subscription an event route can pace.
-pub trait Feed: Send + 'static {
+pub(super) trait Feed: Send + 'static {
     type Item: Send + 'static;
     /// An item that is ready now, without waiting.
     fn ready(&mut self) -> Option<Self::Item>;
@@ -139,7 +139,7 @@ fn take_ready<F: Feed>(feed: &mut F, buf: &mut BytesMut) {
 /// The frames of `feed` in chunks: what is ready at once, then, while the burst goes on,
 /// what gathered in each [`GATHER`]; the first item after a quiet spell goes out as soon as
 /// it comes.
-pub fn gathered<F: Feed>(feed: F) -> impl Stream<Item = Bytes> + Send {
+pub(super) fn gathered<F: Feed>(feed: F) -> impl Stream<Item = Bytes> + Send {
     stream::unfold((feed, false), |(mut feed, in_burst)| async move {
         let mut buf = BytesMut::new();
         take_ready(&mut feed, &mut buf);

@@ -25,7 +25,7 @@ struct Request {
 
 /// The address of the tick thread.
 #[derive(Clone)]
-pub struct TickWorker {
+pub(super) struct TickWorker {
     tx: mpsc::Sender<Request>,
 }
 
@@ -33,7 +33,7 @@ impl TickWorker {
     /// Starts the thread; it ends when every address is dropped.
     ///
     /// Errors: the thread could not be spawned.
-    pub fn start() -> std::io::Result<Self> {
+    pub(super) fn start() -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Request>();
         std::thread::Builder::new().name("cicy-autonomy-ticks".into()).spawn(move || {
             while let Ok(req) = rx.recv() {
@@ -51,7 +51,7 @@ impl TickWorker {
     }
 
     /// Queues a tick of `record`; the answer comes on the receiver (`None`: the thread is gone).
-    pub fn ask(&self, home: &Home, record: &AgentRecord, resting: bool) -> Option<oneshot::Receiver<TickOut>> {
+    pub(super) fn ask(&self, home: &Home, record: &AgentRecord, resting: bool) -> Option<oneshot::Receiver<TickOut>> {
         let (reply, rx) = oneshot::channel();
         let req = Request { home: home.clone(), record: record.clone(), resting, reply };
         self.tx.send(req).ok().map(|()| rx)

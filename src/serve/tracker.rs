@@ -12,32 +12,32 @@ use crate::event::{AgentState, Emitter, EventKind, EventSink};
 use crate::eventlog::AgentEvents;
 
 /// The state of one agent and its event log.
-pub struct Tracker {
+pub(super) struct Tracker {
     events: AgentEvents,
     state: Mutex<AgentState>,
 }
 
 impl Tracker {
-    pub fn new(events: AgentEvents) -> Arc<Self> {
+    pub(super) fn new(events: AgentEvents) -> Arc<Self> {
         Arc::new(Self { events, state: Mutex::new(AgentState::Idle) })
     }
 
     /// The agent's event log.
-    pub fn events(&self) -> &AgentEvents {
+    pub(super) fn events(&self) -> &AgentEvents {
         &self.events
     }
 
     /// An emitter for the turn loop that keeps the state.
-    pub fn emitter(self: &Arc<Self>) -> Emitter {
+    pub(super) fn emitter(self: &Arc<Self>) -> Emitter {
         Emitter::from_sink(self.clone())
     }
 
-    pub fn state(&self) -> AgentState {
+    pub(super) fn state(&self) -> AgentState {
         *self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Moves to `state`, emitting a `state` event when it changed.
-    pub fn set(&self, state: AgentState) {
+    pub(super) fn set(&self, state: AgentState) {
         let mut current = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if *current != state {
             *current = state;

@@ -23,11 +23,11 @@ use crate::wake::state::{Notify, WakeNote, WakeTurn};
 use crate::wake::todo::todo_line;
 
 /// cryo: a failed wake turn that sent nothing is run again at most this many times.
-pub const MAX_WAKE_RETRIES: u32 = 10;
+pub(super) const MAX_WAKE_RETRIES: u32 = 10;
 
 /// How a wake job ended.
 #[derive(Debug)]
-pub enum WakeEnd {
+pub(super) enum WakeEnd {
     Ran,
     /// The turn could not start or its files could not be written; the wake was still ended
     /// (fallbacks written, todos rescheduled).
@@ -70,7 +70,7 @@ impl EventSink for Recording {
 
 /// The [`Notify`] of an agent's turns in serve: each note becomes an event, and a todo change
 /// reaches the scheduler.
-pub fn notifier(id: &str, events: Emitter, scheduler: Scheduler) -> Notify {
+pub(super) fn notifier(id: &str, events: Emitter, scheduler: Scheduler) -> Notify {
     let id = id.to_string();
     let events = Arc::new(events);
     Arc::new(move |note| {
@@ -82,7 +82,7 @@ pub fn notifier(id: &str, events: Emitter, scheduler: Scheduler) -> Notify {
 }
 
 /// The event of a [`WakeNote`].
-pub fn note_event(note: WakeNote) -> EventKind {
+pub(super) fn note_event(note: WakeNote) -> EventKind {
     match note {
         WakeNote::Todo { action, id, line } => EventKind::TodoChange { action: action.to_string(), id, line },
         WakeNote::MessageOut { from, to, text, file } => EventKind::MessageOut { from, to, text, file },
@@ -92,7 +92,7 @@ pub fn note_event(note: WakeNote) -> EventKind {
 }
 
 /// Runs the wake `p` on `session` and ends it.
-pub async fn run(
+pub(super) async fn run(
     ctx: &JobCtx,
     session: &mut Session,
     p: &Prepared,

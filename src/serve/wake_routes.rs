@@ -54,13 +54,13 @@ fn changed(hub: &Hub, id: &str, note: WakeNote) {
 }
 
 #[derive(Deserialize)]
-pub struct TodoQuery {
+pub(super) struct TodoQuery {
     all: Option<bool>,
 }
 
 /// `GET /api/agents/{id}/todos[?all=true]` → `{agent_id, todos: [{id, text, at_local, at_unix,
 /// status, attempt, created, done_at, line}]}`.
-pub async fn todos(
+pub(super) async fn todos(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<TodoQuery>,
@@ -71,14 +71,14 @@ pub async fn todos(
 }
 
 #[derive(Deserialize)]
-pub struct AddTodo {
+pub(super) struct AddTodo {
     text: Option<String>,
     at: Option<String>,
 }
 
 /// `POST /api/agents/{id}/todos {text, at}` → 201 `{todo, existed}`; a bad `at` → 400 with the
 /// list of accepted forms.
-pub async fn add_todo(
+pub(super) async fn add_todo(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<AddTodo>,
@@ -101,7 +101,7 @@ pub async fn add_todo(
 }
 
 /// `POST /api/agents/{id}/todos/{n}/done` → `{todo}`; 404 for no such pending todo.
-pub async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_done(&id, n).map_err(db_error))?;
     changed(&hub, &id, WakeNote::Todo { action: "done", id: n, line: todo_line(&t) });
@@ -109,7 +109,7 @@ pub async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String
 }
 
 /// `DELETE /api/agents/{id}/todos/{n}` → `{todo}`; 404 for no such todo.
-pub async fn remove_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
+pub(super) async fn remove_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_remove(&id, n).map_err(db_error))?;
     changed(&hub, &id, WakeNote::Todo { action: "remove", id: n, line: todo_line(&t) });
@@ -117,7 +117,7 @@ pub async fn remove_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(Stri
 }
 
 #[derive(Deserialize)]
-pub struct PageQuery {
+pub(super) struct PageQuery {
     before: Option<String>,
     limit: Option<usize>,
 }
@@ -125,7 +125,7 @@ pub struct PageQuery {
 /// `GET /api/agents/{id}/messages[?before=<cursor>&limit=1..100]` → `{agent_id, messages:
 /// [{box, cursor, name, from, subject, timestamp, question, meta, body}]}`, oldest first; the
 /// first row's `cursor` pages back *(cryo hub: `"<file name>|<inbox|outbox>"`)*.
-pub async fn messages(
+pub(super) async fn messages(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PageQuery>,
@@ -155,7 +155,7 @@ pub async fn messages(
 }
 
 #[derive(Deserialize)]
-pub struct PostMessage {
+pub(super) struct PostMessage {
     text: Option<String>,
     from: Option<String>,
     subject: Option<String>,
@@ -165,7 +165,7 @@ pub struct PostMessage {
 
 /// `POST /api/agents/{id}/messages {text, from? (human), subject?, question?, thread?}` → 201
 /// `{file}`: one file in the agent's inbox, which wakes it (cryo hub's send).
-pub async fn send_message(
+pub(super) async fn send_message(
     State(hub): State<Hub>,
     ApiPath(id): ApiPath<String>,
     JsonBody(body): JsonBody<PostMessage>,
@@ -197,7 +197,7 @@ pub async fn send_message(
 }
 
 /// Fills `wake_at` and `unanswered` of status rows from `cicy.db` (one open for all rows).
-pub fn fill_status(hub: &Hub, rows: &mut [Status]) -> Result<(), ApiError> {
+pub(super) fn fill_status(hub: &Hub, rows: &mut [Status]) -> Result<(), ApiError> {
     fsutil::blocking(|| {
         let db = open_db(hub)?;
         let next: BTreeMap<String, i64> = db.todo_next_due_all().map_err(db_error)?.into_iter().map(|(at, a)| (a, at)).collect();

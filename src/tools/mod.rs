@@ -47,12 +47,6 @@ pub mod shell;
 pub mod skill;
 pub mod skill_guard;
 pub mod task;
-/// The integration tests' waits on events (a FIFO a tool signals through, a process's end),
-/// shared so the unit tests here (and `crate::hooks::runner`'s) wait the same way instead of polling.
-#[cfg(test)]
-#[allow(dead_code)] // the unit tests use part of it
-#[path = "../../tests/common/wait.rs"]
-pub(crate) mod wait;
 pub(crate) mod watchdog;
 pub mod wish;
 

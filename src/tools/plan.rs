@@ -12,6 +12,8 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use cicy_protocol::plan::{Status, Todo};
+
 use super::{Tool, ToolContext, ToolOutput};
 use crate::event::EventKind;
 use crate::fsutil;
@@ -20,39 +22,6 @@ pub const NAME: &str = "write_todos";
 
 /// CMDC: what the model reads after a successful call (a one-line summary follows it).
 pub const APPLIED: &str = "[effect applied]";
-
-/// The status of one plan item (CMDC: pending / in_progress / completed / cancelled).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Pending,
-    InProgress,
-    Completed,
-    Cancelled,
-}
-
-impl Status {
-    const ALL: [Status; 4] = [Status::Pending, Status::InProgress, Status::Completed, Status::Cancelled];
-
-    /// The wire name (`in_progress`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::InProgress => "in_progress",
-            Status::Completed => "completed",
-            Status::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// One plan item as the model gave it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Todo {
-    pub id: String,
-    pub content: String,
-    pub status: Status,
-}
 
 /// `plan.json`: `{"todos": [...]}` in the order the model gave them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -75,7 +75,7 @@ pub(super) struct Counted {
 
 impl Counted {
     /// The count `over` states for `prompt`, the request it refused; `None` when it states none.
-    pub fn of(over: &Overflow, prompt: &Prompt) -> Option<Self> {
+    pub(super) fn of(over: &Overflow, prompt: &Prompt) -> Option<Self> {
         let estimated = compact::prompt_tokens(prompt).max(1);
         over.prompt_tokens.map(|stated| Counted { stated, estimated })
     }

@@ -31,7 +31,7 @@ use crate::tools::{ToolContext, ToolOutput};
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
 
 /// The result text of a call not run because a hook aborted the turn earlier in its batch.
-pub const ABORTED_RESULT: &str = "error: not run: a hook aborted the turn";
+pub(super) const ABORTED_RESULT: &str = "error: not run: a hook aborted the turn";
 
 /// One `tool_use` of a response.
 pub(super) struct ToolCall {

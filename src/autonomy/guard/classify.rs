@@ -19,7 +19,7 @@ use super::Refusal;
 
 /// The places the rules protect, lexically normalised.
 #[derive(Debug, Clone)]
-pub struct Places {
+pub(super) struct Places {
     pub workspace: PathBuf,
     pub home: PathBuf,
     /// `<workspace>/.cicy`
@@ -29,21 +29,21 @@ pub struct Places {
 }
 
 impl Places {
-    pub fn new(workspace: &Path, home: &Path) -> Self {
+    pub(super) fn new(workspace: &Path, home: &Path) -> Self {
         let workspace = paths::normalize(workspace);
         let cicy = workspace.join(".cicy");
         Self { memory: cicy.join("memory"), cicy, home: paths::normalize(home), workspace }
     }
 
     /// The escaped workspace: the first working directory of a `run` line.
-    pub fn start_cwd(&self) -> String {
+    pub(super) fn start_cwd(&self) -> String {
         globset::escape(&self.workspace.to_string_lossy())
     }
 }
 
 /// What one simple command does.
 #[derive(Debug, Clone)]
-pub enum Effect {
+pub(super) enum Effect {
     /// Refused whatever its targets.
     Refuse(Refusal),
     /// The program run (basename, after wrappers).
@@ -54,16 +54,16 @@ pub enum Effect {
     Nested(Vec<Item>),
 }
 
-pub fn refusal(class: &str, reason: String) -> Refusal {
+pub(super) fn refusal(class: &str, reason: String) -> Refusal {
     Refusal { class: class.to_string(), reason }
 }
 
-pub fn unparsed(reason: String) -> Effect {
+pub(super) fn unparsed(reason: String) -> Effect {
     Effect::Refuse(refusal("unparsed", reason))
 }
 
 /// Shells whose `-c` text (or stdin) is classified in turn.
-pub const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
+pub(super) const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"];
 
 /// Programs that run the rest of their arguments as a command, and how their own options look.
 fn wrapper(name: &str) -> Option<Spec> {
@@ -95,7 +95,7 @@ fn base(prog: &str) -> &str {
 }
 
 /// What `sc` does; its redirects come first.
-pub fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
+pub(super) fn effects(sc: &Simple, places: &Places, depth: usize) -> Vec<Effect> {
     // Bash itself opens `/dev/tcp/HOST/PORT` and `/dev/udp/…` as sockets.
     let socket = sc.writes.iter().map(|(_, a)| a).chain(&sc.reads).find(|a| {
         let lead = a.leading_text();
@@ -409,7 +409,7 @@ fn link_to_runtime(src: &Arg, dest: Option<&Arg>, name: &str, sc: &Simple, place
 }
 
 /// The rules on one path a command writes (first match wins): memory, gates, config, kernel.
-pub fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: &Places) -> Result<(), Refusal> {
+pub(super) fn check_target(how: Write, arg: &Arg, cwds: &[String], what: &str, places: &Places) -> Result<(), Refusal> {
     for cwd in cwds {
         let Some(raw) = arg.raw_pattern(cwd) else {
             return Err(refusal("unparsed", format!("{what} on `{}`: the path is only known when it runs", arg.source)));

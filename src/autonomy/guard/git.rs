@@ -38,12 +38,12 @@ const RUNS_COMMANDS: &[&str] = &[
 const MOVES_TREE: &[&str] = &["GIT_WORK_TREE", "GIT_DIR"];
 
 /// Whether assigning `name` may make a later `git` run a command (see [`RUNS_COMMANDS`]).
-pub fn runs_commands(name: &str) -> bool {
+pub(super) fn runs_commands(name: &str) -> bool {
     RUNS_COMMANDS.iter().any(|v| if v.ends_with('_') { name.starts_with(v) } else { name == *v })
 }
 
 /// The name of a `NAME=VALUE` word, when it has that shape.
-pub fn assigned_name(word: &str) -> Option<&str> {
+pub(super) fn assigned_name(word: &str) -> Option<&str> {
     let (name, _) = word.split_once('=')?;
     let name = name.strip_suffix('+').unwrap_or(name);
     let ok =
@@ -52,14 +52,14 @@ pub fn assigned_name(word: &str) -> Option<&str> {
 }
 
 /// The refusal for assigning `name` where git will see it.
-pub fn env_refusal(name: &str) -> Effect {
+pub(super) fn env_refusal(name: &str) -> Effect {
     unparsed(format!("`{name}=…` names a command git would run, which the guard cannot follow"))
 }
 
 /// `git ARGS` run with the variables `assigns` set for it: push, the network subcommands,
 /// config overrides, and what `clean`/`rm`/`mv`/`checkout`/`restore`/`reset`/`stash`/`switch`
 /// remove or overwrite.
-pub fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
+pub(super) fn git(args: &[Arg], sc: &Simple, assigns: &[String]) -> Vec<Effect> {
     let g = scan(
         args,
         &Spec {

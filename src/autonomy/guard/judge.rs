@@ -46,12 +46,12 @@ Answer with one JSON object only:
 {\"verdict\":\"allow\"|\"refuse\",\"class\":\"<one class above, or none>\",\"reason\":\"<one short sentence>\"}";
 
 /// The user text: `what: <what>` and `why: <why>` (`why: (none)` when absent), one line each.
-pub fn user_text(what: &str, why: Option<&str>) -> String {
+pub(super) fn user_text(what: &str, why: Option<&str>) -> String {
     format!("what: {what}\nwhy: {}\n", why.unwrap_or("(none)"))
 }
 
 /// The request: [`SYSTEM_TEXT`] and one user message; no tools, no cache breakpoints.
-pub fn prompt(what: &str, why: Option<&str>) -> Prompt {
+pub(super) fn prompt(what: &str, why: Option<&str>) -> Prompt {
     Prompt {
         system: vec![SystemBlock { text: SYSTEM_TEXT.to_string(), cache: false }],
         tools: Vec::new(),
@@ -69,7 +69,7 @@ fn failed(reason: String) -> Refusal {
 
 /// The call. Errors: a refusal with the judge's class; class `judge` for a failed call (HTTP
 /// error, timeout after [`TIMEOUT`], cancel, no gateway) or an answer [`verdict`] cannot read.
-pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &CancellationToken) -> Result<(), Refusal> {
+pub(super) async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &CancellationToken) -> Result<(), Refusal> {
     let opts = CallOptions {
         model: target.model.to_string(),
         max_tokens: MAX_TOKENS,
@@ -89,7 +89,7 @@ pub async fn judge(target: &Judge<'_>, what: &str, why: Option<&str>, cancel: &C
 /// Reads an answer leniently: the first JSON object in the text (prose or a code fence around
 /// it are fine). `allow` → `Ok`; `refuse` → the judge's class (a class it made up is kept as
 /// written; none → `judge`) and reason; anything else → class `judge`.
-pub fn verdict(answer: &str) -> Result<(), Refusal> {
+pub(super) fn verdict(answer: &str) -> Result<(), Refusal> {
     let object = answer.match_indices('{').find_map(|(i, _)| {
         serde_json::Deserializer::from_str(&answer[i..]).into_iter::<Value>().next().and_then(Result::ok).filter(Value::is_object)
     });

@@ -7,7 +7,7 @@ use super::shell::Arg;
 
 /// What a program's options look like.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Spec {
+pub(super) struct Spec {
     /// Short letters that take a value, attached (`-tDIR`) or as the next argument (`-t DIR`).
     pub short_value: &'static str,
     /// Short letters whose value, if any, is attached (`sed -i.bak`, `xargs -i`).
@@ -21,7 +21,7 @@ pub struct Spec {
 
 /// An option's value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Val {
+pub(super) enum Val {
     Attached(String),
     /// The index of the argument holding it.
     Next(usize),
@@ -29,14 +29,14 @@ pub enum Val {
 
 /// One option: `name` is the short letter or the long name without `--`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Opt {
+pub(super) struct Opt {
     pub name: String,
     pub value: Option<Val>,
 }
 
 /// The options and positionals of an argument list.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Scan {
+pub(super) struct Scan {
     pub opts: Vec<Opt>,
     /// Indices of positional arguments (an argument that cannot be known is positional).
     pub positionals: Vec<usize>,
@@ -44,17 +44,17 @@ pub struct Scan {
 
 impl Scan {
     /// Whether option `name` (short letter or long name) was given.
-    pub fn has(&self, name: &str) -> bool {
+    pub(super) fn has(&self, name: &str) -> bool {
         self.opts.iter().any(|o| o.name == name)
     }
 
     /// The value of the last option `name`, as an argument.
-    pub fn value(&self, args: &[Arg], name: &str) -> Option<Arg> {
+    pub(super) fn value(&self, args: &[Arg], name: &str) -> Option<Arg> {
         self.values(args, name).last()
     }
 
     /// The values of every option `name`, in order.
-    pub fn values<'a>(&'a self, args: &'a [Arg], name: &'a str) -> impl Iterator<Item = Arg> + 'a {
+    pub(super) fn values<'a>(&'a self, args: &'a [Arg], name: &'a str) -> impl Iterator<Item = Arg> + 'a {
         self.opts.iter().filter(move |o| o.name == name).filter_map(|o| match &o.value {
             Some(Val::Attached(t)) => Some(Arg::lit(t)),
             Some(Val::Next(i)) => args.get(*i).cloned(),
@@ -64,7 +64,7 @@ impl Scan {
 }
 
 /// Scans `args` (the arguments after the program name).
-pub fn scan(args: &[Arg], spec: &Spec) -> Scan {
+pub(super) fn scan(args: &[Arg], spec: &Spec) -> Scan {
     let mut out = Scan::default();
     let mut i = 0;
     while i < args.len() {

@@ -13,7 +13,7 @@ use globset::{GlobBuilder, GlobMatcher};
 
 /// `path` with `.` and `..` resolved lexically (`..` above `/` stays at `/`); relative paths
 /// stay relative.
-pub fn normalize(path: &Path) -> PathBuf {
+pub(super) fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {
@@ -29,7 +29,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 
 /// Normalises a glob pattern's components the same way: empty and `.` components dropped,
 /// `..` pops the previous one. The result starts with `/` when `pattern` does.
-pub fn normalize_pattern(pattern: &str) -> String {
+pub(super) fn normalize_pattern(pattern: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for c in pattern.split('/') {
         match c {
@@ -50,7 +50,7 @@ pub fn normalize_pattern(pattern: &str) -> String {
 
 /// Whether an unquoted piece of a word has glob syntax (`*`, `?`, `[`, or a `{a,b}` brace
 /// expansion, which bash expands before the command runs and a glob alternation matches alike).
-pub fn has_glob(s: &str) -> bool {
+pub(super) fn has_glob(s: &str) -> bool {
     s.contains(['*', '?', '[']) || (s.contains('{') && s.contains('}') && (s.contains(',') || s.contains("..")))
 }
 
@@ -60,7 +60,7 @@ pub fn has_glob(s: &str) -> bool {
 /// below `/dev/stdin|stdout|stderr`. Lexical normalisation would read `/dev/fd/../.cicy` as
 /// `/dev/.cicy`, which it is not. A component with wildcards counts when it may match; `**`
 /// (a home directory) never does.
-pub fn through_alias(raw: &str) -> bool {
+pub(super) fn through_alias(raw: &str) -> bool {
     let comps: Vec<&str> = raw.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     let mut stack: Vec<&str> = Vec::new();
     for (i, c) in comps.iter().enumerate() {
@@ -98,7 +98,7 @@ fn may_be(comp: &str, name: &str) -> bool {
 
 /// A path a command names, as a glob over absolute normalised paths.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(super) struct Target {
     /// The normalised pattern, e.g. `/ws/.cicy/mem*`.
     pub pattern: String,
     matcher: GlobMatcher,
@@ -113,7 +113,7 @@ pub struct Target {
 impl Target {
     /// Errors: the pattern's text, when it is not a glob globset can compile (e.g. an
     /// unbalanced `{`).
-    pub fn new(pattern: &str) -> Result<Self, String> {
+    pub(super) fn new(pattern: &str) -> Result<Self, String> {
         let pattern = normalize_pattern(pattern);
         // A brace with a `/` inside spans components; such a word is rare and cut into pieces
         // by the component split below, so it is not guessed at.
@@ -138,17 +138,17 @@ impl Target {
     }
 
     /// The last component when it is literal (e.g. `config.yaml` of `/**/config.yaml`).
-    pub fn file_name(&self) -> Option<&str> {
+    pub(super) fn file_name(&self) -> Option<&str> {
         self.last.as_deref()
     }
 
     /// Whether the pattern may name `path` itself.
-    pub fn matches(&self, path: &Path) -> bool {
+    pub(super) fn matches(&self, path: &Path) -> bool {
         self.matcher.is_match(path)
     }
 
     /// Whether the pattern may name `path` or one of its ancestors (up to `/`).
-    pub fn at_or_above(&self, path: &Path) -> bool {
+    pub(super) fn at_or_above(&self, path: &Path) -> bool {
         path.ancestors().any(|a| self.matches(a))
     }
 
@@ -156,12 +156,12 @@ impl Target {
     /// inside `dir`, or is `dir` with wildcards after it. The prefix alone decides: `~/x`
     /// (`/**/x`) is not taken to be inside the workspace, since a home directory is never
     /// inside an agent's `.cicy/`.
-    pub fn inside(&self, dir: &Path) -> bool {
+    pub(super) fn inside(&self, dir: &Path) -> bool {
         self.prefix.starts_with(dir) && (self.prefix != dir || !self.literal)
     }
 
     /// [`Target::matches`] or [`Target::inside`].
-    pub fn at_or_inside(&self, dir: &Path) -> bool {
+    pub(super) fn at_or_inside(&self, dir: &Path) -> bool {
         self.matches(dir) || self.inside(dir)
     }
 }

@@ -7,7 +7,7 @@ use super::opts::{scan, Spec};
 use super::shell::Arg;
 
 /// Programs that only reach other machines (DESIGN.md §13 "network egress").
-pub const NETWORK: &[&str] = &[
+pub(super) const NETWORK: &[&str] = &[
     "curl",
     "wget",
     "ssh",
@@ -37,7 +37,7 @@ pub const NETWORK: &[&str] = &[
 /// Programs that run another program (given as arguments, a string, stdin, a schedule or a
 /// session) in a way the guard does not follow: refused as `unparsed`. The simple wrappers
 /// (`env`, `nice`, `setsid`, `ionice`, `busybox`, …) are looked through instead.
-pub const RUNS_OTHERS: &[&str] = &[
+pub(super) const RUNS_OTHERS: &[&str] = &[
     "chrt",
     "taskset",
     "flock",
@@ -91,7 +91,7 @@ fn words(name: &str, args: &[Arg]) -> Vec<Option<String>> {
 
 /// The command line `name args` names when it publishes a package or image, e.g. `npm
 /// publish`, `cargo publish`, `twine upload`, `docker push`.
-pub fn publishes(name: &str, args: &[Arg]) -> Option<String> {
+pub(super) fn publishes(name: &str, args: &[Arg]) -> Option<String> {
     let w = words(name, args);
     let sub = w.first().cloned().flatten()?;
     let hit = match name {
@@ -109,7 +109,7 @@ pub fn publishes(name: &str, args: &[Arg]) -> Option<String> {
 /// The package-manager command line `name args` names when it installs something, e.g.
 /// `pip install`, `python3 -m pip install`, `npm ci`, `cargo add`, bare `yarn`, `npx`,
 /// `apt-get update`.
-pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
+pub(super) fn installs(name: &str, args: &[Arg]) -> Option<String> {
     let w = words(name, args);
     let word = |n: usize| w.get(n).cloned().flatten();
     let sub = word(0);
@@ -162,7 +162,7 @@ pub fn installs(name: &str, args: &[Arg]) -> Option<String> {
 }
 
 /// `cicy-agent`: only the read-only subcommands may run.
-pub fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
+pub(super) fn cicy_agent(args: &[Arg]) -> Vec<Effect> {
     if args.iter().filter_map(Arg::literal).any(|t| matches!(t.as_str(), "-h" | "--help" | "-V" | "--version")) {
         return Vec::new();
     }

@@ -18,22 +18,22 @@ use super::paths;
 /// How deep `$(…)` and `bash -c` texts may nest, and how many wrapper programs may stand
 /// around one command, before the line is refused as unparsed [chosen: no real command line
 /// nests this deep].
-pub const MAX_DEPTH: usize = 8;
+pub(super) const MAX_DEPTH: usize = 8;
 
 /// How deep brackets and compound commands may nest in one text before it is refused unparsed
 /// without being parsed [chosen: the parser recurses per level; 128 levels overflow a 2 MiB
 /// thread stack in a debug build, 64 do not].
-pub const MAX_NESTING: usize = 32;
+pub(super) const MAX_NESTING: usize = 32;
 
 /// The longest text parsed [chosen: 64 KiB; a wish's `run` is one command line].
-pub const MAX_BYTES: usize = 64 * 1024;
+pub(super) const MAX_BYTES: usize = 64 * 1024;
 
 /// The source shown for a process substitution argument.
-pub const PROCESS_SUBSTITUTION: &str = "<(…)";
+pub(super) const PROCESS_SUBSTITUTION: &str = "<(…)";
 
 /// One piece of an evaluated word.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Piece {
+pub(super) enum Piece {
     /// Quoted or escaped text: taken as it is.
     Lit(String),
     /// Unquoted text: may hold glob or brace syntax.
@@ -48,7 +48,7 @@ pub enum Piece {
 
 /// A word of a command as bash would see it before expansion, evaluated as far as possible.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Arg {
+pub(super) struct Arg {
     /// The word as written (for reasons).
     pub source: String,
     pub pieces: Vec<Piece>,
@@ -56,22 +56,22 @@ pub struct Arg {
 
 impl Arg {
     /// A word of fixed text (e.g. an option's attached value).
-    pub fn lit(text: &str) -> Self {
+    pub(super) fn lit(text: &str) -> Self {
         Self { source: text.to_string(), pieces: vec![Piece::Lit(text.to_string())] }
     }
 
     /// An argument nobody can know at write time (what `xargs` appends).
-    pub fn unknown(source: &str) -> Self {
+    pub(super) fn unknown(source: &str) -> Self {
         Self { source: source.to_string(), pieces: vec![Piece::Unknown] }
     }
 
     /// Whether the word is a process substitution's `/dev/fd/N` (`<(…)`, `>(…)`).
-    pub fn is_process_substitution(&self) -> bool {
+    pub(super) fn is_process_substitution(&self) -> bool {
         self.source == PROCESS_SUBSTITUTION && self.pieces == [Piece::Unknown]
     }
 
     /// The fixed text before the first piece that expands (all of it for a fixed word).
-    pub fn leading_text(&self) -> String {
+    pub(super) fn leading_text(&self) -> String {
         let mut s = String::new();
         for p in &self.pieces {
             match p {
@@ -83,7 +83,7 @@ impl Arg {
     }
 
     /// The text when no piece expands; glob syntax is kept as written.
-    pub fn text(&self) -> Option<String> {
+    pub(super) fn text(&self) -> Option<String> {
         let mut s = String::new();
         for p in &self.pieces {
             match p {
@@ -95,7 +95,7 @@ impl Arg {
     }
 
     /// [`Arg::text`] when it is one fixed word: no expansion and no unquoted glob syntax.
-    pub fn literal(&self) -> Option<String> {
+    pub(super) fn literal(&self) -> Option<String> {
         let fixed = self.pieces.iter().all(|p| match p {
             Piece::Lit(_) => true,
             Piece::Glob(t) => !paths::has_glob(t),
@@ -111,12 +111,12 @@ impl Arg {
     /// The absolute glob pattern this word names when run in `cwd` (itself a pattern), or
     /// `None` when part of it cannot be known. Quoted text is escaped; unquoted text keeps its
     /// glob syntax.
-    pub fn pattern(&self, cwd: &str) -> Option<String> {
+    pub(super) fn pattern(&self, cwd: &str) -> Option<String> {
         self.raw_pattern(cwd).map(|s| paths::normalize_pattern(&s))
     }
 
     /// [`Arg::pattern`] before `.`/`..` are resolved (`/dev/fd/../x` stays so).
-    pub fn raw_pattern(&self, cwd: &str) -> Option<String> {
+    pub(super) fn raw_pattern(&self, cwd: &str) -> Option<String> {
         let mut s = String::new();
         for (i, p) in self.pieces.iter().enumerate() {
             match p {
@@ -136,7 +136,7 @@ impl Arg {
 
 /// How a redirect or a command writes a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
+pub(super) enum Write {
     /// Removes it (`rm`, `mv`'s source, `find -delete`, …).
     Delete,
     /// Replaces its content (`>`, `cp`'s destination, `tee`, `sed -i`, …).
@@ -150,7 +150,7 @@ pub enum Write {
 
 /// A simple command as it would run.
 #[derive(Debug, Clone, Default)]
-pub struct Simple {
+pub(super) struct Simple {
     /// Words after the assignments; may be empty (`> file` alone).
     pub argv: Vec<Arg>,
     /// Writing redirects, in order.
@@ -167,7 +167,7 @@ pub struct Simple {
 
 /// What the walk found, in source order.
 #[derive(Debug, Clone)]
-pub enum Item {
+pub(super) enum Item {
     Run(Simple),
     /// A construct that cannot be classified safely, and why.
     Unparsed(String),
@@ -176,7 +176,7 @@ pub enum Item {
 /// Parses `text` (bash syntax) and lists what it runs. `cwds` are the candidate working
 /// directories at its start (escaped absolute patterns); `home` is `$CICY_HOME` (`$CICY_HOME`
 /// in a word is that text). A syntax error is one [`Item::Unparsed`].
-pub fn walk(text: &str, cwds: &[String], home: &str, depth: usize) -> Vec<Item> {
+pub(super) fn walk(text: &str, cwds: &[String], home: &str, depth: usize) -> Vec<Item> {
     let mut w = Walker { items: Vec::new(), cwds: cwds.to_vec(), home: home.to_string(), depth };
     w.text(text);
     w.items

@@ -10,7 +10,7 @@ use super::opts::{scan, Spec};
 use super::shell::{Arg, Item, Simple, Write};
 
 /// The paths `name args` writes, or `None` when `name` is not one of these programs.
-pub fn writes(name: &str, args: &[Arg], sc: &Simple) -> Option<Vec<Effect>> {
+pub(super) fn writes(name: &str, args: &[Arg], sc: &Simple) -> Option<Vec<Effect>> {
     let w = Writer { name, sc };
     Some(match name {
         "perl" => w.perl(args),
@@ -280,7 +280,7 @@ impl Writer<'_> {
 /// `find START… EXPR`: `-delete` removes what is under each start; `-exec`/`-execdir`/`-ok`
 /// commands run with `{}` standing for each start (the whole tree they may reach);
 /// `-fprint`-style actions write a file.
-pub fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
+pub(super) fn find(args: &[Arg], sc: &Simple) -> Vec<Effect> {
     let mut i = 0;
     // Leading options -H -L -P -D … -O…
     while args.get(i).and_then(Arg::text).is_some_and(|t| matches!(t.as_str(), "-H" | "-L" | "-P") || t.starts_with("-O")) {

@@ -146,7 +146,7 @@ pub(crate) mod testutil {
     use super::*;
 
     /// A store on a fresh `cicy.db` with agents `w-1`… titled `titles`.
-    pub fn store_with(titles: &[&str]) -> (tempfile::TempDir, MessageStore) {
+    pub(crate) fn store_with(titles: &[&str]) -> (tempfile::TempDir, MessageStore) {
         let dir = tempfile::tempdir().unwrap();
         let store = MessageStore::open(&Home::at(dir.path())).unwrap();
         for (i, t) in titles.iter().enumerate() {

@@ -52,7 +52,7 @@ pub(super) struct Watchers {
 impl Watchers {
     /// Makes the inotify watcher (none with `force_poll`, or if the kernel refuses one: then
     /// the poller is made at once). Errors: the poller cannot be made.
-    pub fn new(opts: &WatchOptions, signals: UnboundedSender<Signal>) -> Result<Self, WatchError> {
+    pub(super) fn new(opts: &WatchOptions, signals: UnboundedSender<Signal>) -> Result<Self, WatchError> {
         let notify = if opts.force_poll {
             None
         } else {
@@ -87,7 +87,7 @@ impl Watchers {
     /// Watches `dir` (made with its parents if missing) for `agent`. A folder already watched
     /// just gains the agent. On error the inbox stays registered, unwatched, and the first full
     /// scan that finds its folder watches it. Errors: making or watching the folder.
-    pub fn insert(&mut self, agent: &str, dir: &Path) -> Result<(), WatchError> {
+    pub(super) fn insert(&mut self, agent: &str, dir: &Path) -> Result<(), WatchError> {
         if let Some(inbox) = self.inboxes.get_mut(dir) {
             if !inbox.agents.iter().any(|a| a == agent) {
                 inbox.agents.push(agent.to_string());
@@ -102,7 +102,7 @@ impl Watchers {
     /// Drops the watch of `dir` and adds it again: after the folder was removed, moved away or
     /// replaced. A missing folder is made again only while its parent exists (so a deleted
     /// workspace is not brought back); otherwise it stays unwatched until a full scan finds it.
-    pub fn rewatch(&mut self, dir: &Path) -> Result<(), WatchError> {
+    pub(super) fn rewatch(&mut self, dir: &Path) -> Result<(), WatchError> {
         let Some(inbox) = self.inboxes.get_mut(dir) else {
             return Ok(());
         };
@@ -138,27 +138,27 @@ impl Watchers {
     }
 
     /// Every inbox with the identity it was watched with (`None`: unwatched).
-    pub fn snapshot(&self) -> Vec<Seen> {
+    pub(super) fn snapshot(&self) -> Vec<Seen> {
         self.inboxes.iter().map(|(dir, inbox)| Seen { dir: dir.clone(), agents: inbox.agents.clone(), id: inbox.id }).collect()
     }
 
     /// One inbox as [`Watchers::snapshot`] shows it; `None` if `dir` is not an inbox.
-    pub fn seen(&self, dir: &Path) -> Option<Seen> {
+    pub(super) fn seen(&self, dir: &Path) -> Option<Seen> {
         self.inboxes.get(dir).map(|i| Seen { dir: dir.to_path_buf(), agents: i.agents.clone(), id: i.id })
     }
 
     /// The agents whose inbox is `dir` (empty if it is not a watched inbox).
-    pub fn agents_of(&self, dir: &Path) -> &[String] {
+    pub(super) fn agents_of(&self, dir: &Path) -> &[String] {
         self.inboxes.get(dir).map(|i| i.agents.as_slice()).unwrap_or(&[])
     }
 
     /// Whether `path` is one of the inbox folders.
-    pub fn is_inbox(&self, path: &Path) -> bool {
+    pub(super) fn is_inbox(&self, path: &Path) -> bool {
         self.inboxes.contains_key(path)
     }
 
     /// `Poll` without inotify; `Mixed` when some inboxes are on the poller; else `Notify`.
-    pub fn mode(&self) -> WatchMode {
+    pub(super) fn mode(&self) -> WatchMode {
         if self.notify.is_none() {
             return WatchMode::Poll;
         }
@@ -170,12 +170,12 @@ impl Watchers {
 
     /// The sender the watchers report on, to feed the task a made-up report.
     #[cfg(test)]
-    pub fn signals(&self) -> UnboundedSender<Signal> {
+    pub(super) fn signals(&self) -> UnboundedSender<Signal> {
         self.signals.clone()
     }
 
     /// Drops both watchers (their threads end); later calls watch nothing.
-    pub fn shut_down(&mut self) {
+    pub(super) fn shut_down(&mut self) {
         self.notify = None;
         self.poll = None;
         self.limit_reached = true;

@@ -10,7 +10,7 @@ use super::format::TIMESTAMP_FORMAT;
 use super::{Folder, InboxError, Mailbox, MessageFile};
 
 /// The line before the first message that is new this session (cryo A9).
-pub const NEW_MARKER: &str = "────────── new since last session ──────────";
+pub(super) const NEW_MARKER: &str = "────────── new since last session ──────────";
 
 /// Which part of the transcript to show (cryo A9; the CLI flags are mutually exclusive).
 #[derive(Debug, Clone, PartialEq, Eq)]

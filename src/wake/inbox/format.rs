@@ -44,7 +44,7 @@ pub(super) struct Unique {
 
 impl Unique {
     /// The current values for a file written now.
-    pub fn now() -> Self {
+    pub(super) fn now() -> Self {
         let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         Unique { nanos, pid: std::process::id(), seq: SEQ.fetch_add(1, Ordering::Relaxed) }
     }

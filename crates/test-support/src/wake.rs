@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use cicy::wake::inbox::NewMessage;
 
-use super::fixture::TestHome;
-use super::gateway::{RecordedRequest, ScriptedGateway};
-use super::history::wire_messages;
+use crate::fixture::TestHome;
+use crate::gateway::{RecordedRequest, ScriptedGateway};
+use crate::history::wire_messages;
 
 /// A home against `gw` with one agent of the role `waker` (tools `[core, wake]`, 20 rounds).
 pub fn waker(gw: &ScriptedGateway) -> (TestHome, String) {

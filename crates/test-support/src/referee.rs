@@ -1,6 +1,6 @@
 //! The referee: checks a request body against the rules a real Anthropic Messages or OpenAI
 //! chat-completions API enforces with HTTP 400, so no test can pass while the runtime sends a
-//! request a real API would refuse. The scripted gateway ([`super::gateway`]) applies it to every
+//! request a real API would refuse. The scripted gateway ([`crate::gateway`]) applies it to every
 //! request it receives (main and `x-cicy-aux` alike).
 //!
 //! Owns: the rules and the 400 bodies that report a broken one. Must not touch: the product's

@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 
-use super::message::{Content, ContentBlock, Message, Role};
+use crate::message::{Content, ContentBlock, Message, Role};
 
 /// The text of a synthetic `tool_result` for a call whose result was lost.
 pub const SYNTHETIC_RESULT: &str = "unavailable: the previous turn was interrupted";
@@ -290,7 +290,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    use crate::conversation::message::fixtures::{result, tool_use};
+    use crate::message::fixtures::{result, tool_use};
 
     #[test]
     fn a_missing_result_is_synthesized_and_an_orphan_becomes_text() {
@@ -337,7 +337,7 @@ mod tests {
     }
 
     fn summary(text: &str) -> Message {
-        Message::user_text(format!("{}{text}", super::super::message::SUMMARY_PREFIX))
+        Message::user_text(format!("{}{text}", crate::message::SUMMARY_PREFIX))
     }
 
     #[test]
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(check(&wire), Ok(()));
         assert_eq!(wire.len(), 3);
         assert!(wire[0].is_summary(), "the merged message still starts with the summary");
-        assert_eq!(wire[0].plain_text(), format!("{}what happened\nnew question", super::super::message::SUMMARY_PREFIX));
+        assert_eq!(wire[0].plain_text(), format!("{}what happened\nnew question", crate::message::SUMMARY_PREFIX));
     }
 
     fn arb_block() -> impl Strategy<Value = ContentBlock> {

@@ -13,7 +13,7 @@ use cicy::conversation::invariants;
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -22,7 +22,7 @@ impl Rng {
 
     /// A number in `lo..hi` (`hi > lo`).
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo)
+        lo + self.next_u64() % (hi - lo)
     }
 }
 

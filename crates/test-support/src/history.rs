@@ -6,8 +6,8 @@ use cicy::conversation::invariants;
 use cicy::conversation::message::{ContentBlock, Message, Role};
 use serde_json::{json, Value};
 
-use super::fixture::TestHome;
-use super::gateway::RecordedRequest;
+use crate::fixture::TestHome;
+use crate::gateway::RecordedRequest;
 
 /// One finished tool turn: user text, assistant text + `tool_use toolu_<i>`, its result, the
 /// assistant's answer.

@@ -11,7 +11,7 @@ pub fn server_entry() -> &'static str {
         if let Ok(path) = std::env::var("CICY_TEST_MCP_SERVER") {
             return path;
         }
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/mcp-test-server.sh");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/mcp-test-server.sh");
         let out = std::process::Command::new(script).output().expect("run scripts/mcp-test-server.sh");
         assert!(
             out.status.success(),

@@ -8,7 +8,7 @@
 //! a test that sends too many requests fails loudly.
 //!
 //! Every request to `…/messages` or `…/chat/completions` (aux ones too) is first checked by the
-//! [`referee`](super::referee) against the rules the real API enforces. A request that breaks one
+//! [`referee`](crate::referee) against the rules the real API enforces. A request that breaks one
 //! gets the 400 the real API would send (the scripted queue is left untouched) and the violation
 //! is recorded; dropping the gateway then panics, naming each violation, unless the test is
 //! already failing. So no test passes while the runtime sends a request a real API refuses, even
@@ -32,7 +32,7 @@ use bytes::Bytes;
 use futures_util::{stream, StreamExt};
 use serde_json::json;
 
-use super::referee::{self, Api};
+use crate::referee::{self, Api};
 
 /// One scripted answer.
 #[derive(Debug, Clone)]

@@ -172,9 +172,10 @@ impl Usage {
     }
 }
 
-/// Tool blocks for unit tests of the modules that reason about tool pairs.
-#[cfg(test)]
-pub(crate) mod fixtures {
+/// Tool blocks for unit tests of the modules that reason about tool pairs, here and in the
+/// runtime (its dev-dependency turns on the `fixtures` feature).
+#[cfg(any(test, feature = "fixtures"))]
+pub mod fixtures {
     use super::ContentBlock;
 
     /// A `shell` `tool_use` with id `id`.

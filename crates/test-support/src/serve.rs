@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::wait;
+use crate::wait;
 
 /// A running serve.
 pub struct Serve {
@@ -43,7 +43,7 @@ impl Serve {
         let _ = std::fs::remove_file(&info);
         let mut args = vec!["serve", "--port", "0"];
         args.extend_from_slice(extra);
-        let mut cmd = super::cli::command(home, gateway, &args);
+        let mut cmd = crate::cli::command(home, gateway, &args);
         cmd.envs(env.iter().copied());
         cmd.stdout(Stdio::null()).stderr(Stdio::inherit());
         let child = cmd.spawn().expect("spawn cicy-agent serve");

@@ -2,7 +2,7 @@
 //! environment, and `HOME` pointed at the temporary home so the `shell` tool's login shell reads
 //! no profile of the machine running the tests. Test fixtures only.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,9 +13,24 @@ pub struct Out {
     pub stderr: String,
 }
 
+/// The `cicy-agent` binary cargo built beside the running test or bench: it lives in the
+/// profile's folder, one above the `deps/` folder that holds test and bench executables (cargo
+/// builds a package's binaries before its integration tests and benches). A library cannot read
+/// `CARGO_BIN_EXE_cicy-agent`; cargo sets that only when it compiles a test or bench target.
+pub fn bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running test's executable");
+    let mut dir = exe.parent().expect("the executable's folder").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("cicy-agent");
+    assert!(bin.is_file(), "{} is missing: build it with `cargo build` (cargo test builds it)", bin.display());
+    bin
+}
+
 /// The command, ready to spawn: env set, stdio piped (stdin null).
 pub fn command(home: &Path, gateway: &str, args: &[&str]) -> tokio::process::Command {
-    command_with(Path::new(env!("CARGO_BIN_EXE_cicy-agent")), home, gateway, args)
+    command_with(&bin(), home, gateway, args)
 }
 
 /// [`command`] with the binary at `program` (e.g. a link to it that another user can reach).

@@ -2,7 +2,7 @@
 //! normally, so the history is always well formed. Markers are history bookkeeping: the prompt
 //! assembler leaves them out of the wire window, so the model never sees (or imitates) them.
 
-use super::message::{Content, ContentBlock, Message, Role};
+use crate::message::{Content, ContentBlock, Message, Role};
 
 /// How an abnormal turn is recorded in the history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Turn progress as typed events (DESIGN.md §6.5).
 //!
 //! Owns the one event enum the turn loop and `serve` emit, and the [`Emitter`] that hands them
-//! to a sink. Persistent per-agent sequence numbers are `crate::eventlog`'s; the CLI prints
+//! to a sink. Persistent per-agent sequence numbers belong to the store's `eventlog`; the CLI prints
 //! these values and the server streams them; neither the loop nor this module knows about a
 //! terminal or HTTP.
 
@@ -157,7 +157,7 @@ pub enum SteerStatus {
     Queued,
     /// The agent was idle: the text started a turn of its own.
     Prompted,
-    /// [`crate::turn::Steering::CAP`] texts already wait (CMDC's cap 3).
+    /// the runtime's `turn::Steering::CAP` texts already wait (CMDC's cap 3).
     RejectedFull,
     /// It went into a round's user message.
     Delivered,
@@ -373,7 +373,7 @@ pub enum EventKind {
     /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
     /// `todo_change`; that name is the wake todos' event above, whose shape differs).
     PlanChange {
-        todos: Vec<crate::tools::plan::Todo>,
+        todos: Vec<crate::plan::Todo>,
     },
     /// Idle autonomy (DESIGN.md §13): a job of the tick changed. `job` is `intent:<id>` or a
     /// routine (`selfcheck`, `recall`, `web`); `status` is `running`, `done`, `failed`,
@@ -406,7 +406,7 @@ pub struct AskOption {
 }
 
 /// An event with its per-agent sequence number: strictly increasing, never reused (see
-/// `crate::eventlog`; an [`Emitter::new`] counts 1, 2, 3, … on its own).
+/// the store's `eventlog`; an [`Emitter::new`] counts 1, 2, 3, … on its own).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: u64,
