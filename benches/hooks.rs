@@ -43,12 +43,11 @@ echo '{\"action\":\"modify\",\"text\":\"changed\"}'\n",
         hidden_env: vec!["CICY_API_KEY".into()],
         env: Vec::new(),
         running_dir: record.then(|| ws.join(".cicy/running")),
-        wake: None,
         events: None,
         subagent: None,
         user: None,
         skill_guard: None,
-        wish_judge: None,
+        extensions: http::Extensions::new(),
     };
     let events = Emitter::new("w-1", |_| {});
     let ids = TurnIds { agent_id: "w-1", conv_id: "c-1", turn_id: "t-1", workspace: &ws };

@@ -1,7 +1,6 @@
 //! `ask_user` through real processes against the scripted gateway (DESIGN.md §12): answered
 //! through `POST /api/agents/<id>/respond` of a running serve, answered by the next stdin line of
 //! a chat session, refused in a one-shot chat, and timed out when no answer comes.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use serde_json::{json, Value};
 

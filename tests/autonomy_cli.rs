@@ -1,7 +1,6 @@
 //! `cicy-agent wish …` and `cicy-agent intents …` as a user runs them, the `wish` tool through a
 //! turn, and `GET /api/agents/{id}/autonomy` (DESIGN.md §13): real processes, a temporary
 //! `$CICY_HOME`, the scripted gateway as the guardrails' judge.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::{Path, PathBuf};
 

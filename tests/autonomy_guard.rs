@@ -3,7 +3,6 @@
 //! text and user text, one attempt), and each outcome — allow, refuse with the judge's class and
 //! reason, HTTP 500, an unreadable answer and a gateway that is not listening all refusing with
 //! class `judge` — and `check` making no gateway call when the `run` line is refused.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 use std::time::Duration;

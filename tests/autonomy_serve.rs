@@ -4,7 +4,6 @@
 //! three preemptions promote it once, a model-turn intent yields at its round boundary, a
 //! hand-written line is checked at pickup, `needs: human` never runs, and a `kill -9` of serve
 //! leaves nothing running. The tick runs every second here (`autonomy.tick_secs: 1`).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! truly idle — an unread message, a due todo or a message it owes an answer keeps it from
 //! starting anything —, the role's `autonomy.enabled: false` and the agent's switch stop it, a
 //! dry run writes nothing, and an empty tick reads no database and calls no gateway.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::autonomy::ledger::{ledger_path, Ledger, Status};
 use cicy::autonomy::settings::set_switch;

@@ -1,7 +1,6 @@
 //! What a chat line or file becomes, through a real `cicy-agent` process: the conversation
 //! commands are exact lines, a mistyped one is refused (never sent, never run), and `--file`
 //! sends a whole file or all of stdin as one message.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

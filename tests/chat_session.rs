@@ -3,7 +3,6 @@
 //! after the line that made it due (keyword, 6-turn batch) and at EOF, never drops buffered
 //! turns; a cancelled turn is followed by no recognizer call; a session's exit code is the
 //! worst over its lines (DESIGN.md §8 "Write", docs/serve.md "Output, Ctrl-C and exit codes").
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -1,6 +1,5 @@
 //! `cicy-agent checkpoint …` as a user runs it (DESIGN.md §12 "Checkpoints"): real processes, a
 //! temporary `$CICY_HOME`, the scripted gateway; a save killed with SIGKILL mid-way.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The `cicy-agent` binary as a user runs it: real processes, a temporary `$CICY_HOME`, the
 //! scripted gateway. Covers create/ls/roles/show/chat/history and bad input.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 use std::process::Stdio;

@@ -1,7 +1,6 @@
 //! Errors a new user meets, through a real `cicy-agent` process: each must say what is wrong
 //! (a read-only home, `compact` with nothing to compact, a history set aside as corrupt,
 //! `max_tool_rounds: 0`, a role folder with an invalid name, no memories, a turn's outcome).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

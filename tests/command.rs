@@ -1,6 +1,5 @@
 //! `/compact` and `/clear` as library calls (`cicy::command`, DESIGN.md §7): what each returns
 //! and the exact events the CLI and `serve` report them with.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::command::{self, CommandEnd};
 use cicy::event::{ErrorKind, EventKind};

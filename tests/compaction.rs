@@ -1,7 +1,6 @@
 //! `/compact` and automatic compaction against the scripted gateway (DESIGN.md §6.4, §7): the
 //! aux request, the archive, where the summary goes, what the next request carries, chunked
 //! summaries of a history too big to send, the hard cap, and the concrete inputs.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::compact::{self, cut, summary, CompactError, Settings};
 use cicy::config::CompactionConfig;

@@ -1,7 +1,6 @@
 //! `/compact`, `/clear`, `compact`, `clear`, `retry` and `history --all` through the real
 //! `cicy-agent` binary: refusal while another process runs a turn, the chat-line commands, and
 //! what `history` shows after a compaction.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 

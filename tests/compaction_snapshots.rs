@@ -2,7 +2,6 @@
 //! automatic compactions keeps the first and the last `compaction.keep_snapshots`
 //! `current.<unix>.json` / `reply.<unix>.json` pairs, never more, and never touches the live
 //! files.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::compact;
 use cicy::conversation::history::{Archive, CurrentFile, HistoryStore};

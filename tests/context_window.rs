@@ -3,7 +3,6 @@
 //! aside or summarized away; a summary request the gateway refuses is made again in smaller
 //! parts; a gateway's "over the context window" refusal teaches the window, compacts and sends
 //! once more; warnings for AGENTS.md or a message over half the window.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::compact::{self, summary, window};
 use cicy::conversation::message::{Message, SUMMARY_PREFIX};

@@ -6,7 +6,6 @@
 //!
 //! Agents run concurrently, so the gateway answers each request from that agent's own script
 //! ([`Scripts`]); each agent's AGENTS.md names it, which is how a request is told apart.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,6 @@
 //! every kill each history file must parse and heal into a valid history; every request any
 //! process sent must satisfy the invariants; each restart must get going again; a last run
 //! must finish cleanly.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::process::Stdio;
 use std::time::Duration;

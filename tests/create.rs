@@ -1,6 +1,5 @@
 //! `cicy-agent create` as users run it, real processes: id allocation when a default workspace
 //! is already taken, and parallel creates on one fresh `$CICY_HOME`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy_test_support::cli::{cicy, command};
 

@@ -8,7 +8,6 @@
 //!
 //! Each test starts one serve and one browser; `scripts/test.sh` installs chromium +
 //! chromium-driver when chromedriver is missing.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,7 +1,6 @@
 //! The dashboard's HTTP side (DESIGN.md §14) against a real serve: the page's files and their
 //! headers, and `GET /api/events` resuming from a cursor after a dropped connection. The page
 //! itself, in a browser, is `tests/dashboard.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy_test_support::fixture::TestHome;
 use cicy_test_support::gateway::{anthropic_text, anthropic_text_deltas, Reply, ScriptedGateway};

@@ -2,7 +2,6 @@
 //! chat`, counted by strace on the real binary, with the file each one made durable. A change
 //! that adds a durable write shows here as a changed list; the crash tests (tests/crash.rs)
 //! check that the writes left are still enough.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

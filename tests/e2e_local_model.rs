@@ -5,7 +5,6 @@
 //!
 //! The model cannot call tools; these tests cover plain turns, streaming, usage and the
 //! prompt cache.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,6 @@
 //! The file tools (DESIGN.md §12): the path-escape corpus with zero escapes (nothing outside the
 //! workspace read, listed or written), the `.cicy/` write guard, `edit_file`'s match rule, and a
 //! real turn against the scripted gateway whose next request carries the tools' exact results.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;

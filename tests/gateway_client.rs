@@ -1,7 +1,6 @@
 //! Integration tests of the gateway client against the scripted gateway (DESIGN.md §4, §10):
 //! exact wire bytes and headers, streaming, tool rounds, retries, cut-off streams, cancel,
 //! unreachable gateways, and key hygiene. Split invariance is in `gateway_split.rs`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

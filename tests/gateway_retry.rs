@@ -2,7 +2,6 @@
 //! attempt budget per round, `retry-after`, errors that repeat, refused connections, errors
 //! that say what to fix (no key, a 404), and compressed bodies. Waits run on tokio's paused
 //! clock, so nothing here sleeps for real.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::io::Write;
 use std::time::Duration;

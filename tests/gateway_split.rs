@@ -2,7 +2,6 @@
 //! events"): a full Anthropic stream (text + tool_use + usage) and a full OpenAI stream, cut at
 //! every byte offset and at random points — offline through `client::replay`, and over real
 //! HTTP through the scripted gateway — always give the same `Response`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

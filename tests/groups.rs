@@ -3,7 +3,6 @@
 //! agent's `reply` is posted in the group and wakes the other agents, two agents answering
 //! each other stop after 8 hops, a post whose files a crash cut short is delivered at the
 //! next start, and the `group` commands create, post, page and list.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use serde_json::{json, Value};
 

@@ -1,5 +1,4 @@
 //! Restoring an interrupted turn from the files a crash left behind (DESIGN.md §6.3, §6.4).
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message, Role};

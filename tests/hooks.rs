@@ -1,7 +1,6 @@
 //! Hooks (DESIGN.md §12) through real turns: real scripts in a role folder, run by the turn loop
 //! against the scripted gateway; the assertions are on the bytes of the next request, the
 //! history file and the events.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::os::unix::fs::PermissionsExt;
 

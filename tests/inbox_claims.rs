@@ -2,7 +2,6 @@
 //! was claimed and answered before is a new message; a file still being written is left out
 //! of every claim until its writer is done, then read whole; a hand-broken `wake.json` claims
 //! nothing and says so, and the messages wait for the wake that can run.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::io::Write;
 use std::path::Path;

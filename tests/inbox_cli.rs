@@ -1,6 +1,5 @@
 //! `cicy-agent send` and `cicy-agent inbox` through the real binary (DESIGN.md §10 "CLI"): the
 //! files written in the reference A6 format and what `inbox` prints, without moving a file.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::fs;
 use std::path::{Path, PathBuf};

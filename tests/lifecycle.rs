@@ -1,6 +1,5 @@
 //! The conversation lifecycle around compaction (DESIGN.md §6.4, §7): compactions in a row,
 //! the hard cap when no summary can be had, `/clear`, and retry after a compaction.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::compact::{self, CompactError};
 use cicy::conversation::history::HistoryStore;

@@ -3,7 +3,6 @@
 //! JSON object, a reply of only thinking, an OpenAI stream held open after `finish_reason`, and
 //! two content blocks opened with the same index. Each test checks the exact bytes sent on the
 //! next round, the history, or the events.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! project's reference server `@modelcontextprotocol/server-everything`, installed from npm by
 //! `scripts/mcp-test-server.sh` (scripts/test.sh passes its path in `CICY_TEST_MCP_SERVER`;
 //! without it the test runs the script itself). Turns run against the scripted gateway.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::sync::OnceLock;
 use std::time::Duration;

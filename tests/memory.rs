@@ -2,7 +2,6 @@
 //! debounce, the recognizer call's exact request, the files, MEMORY.md, the `<memories>` block
 //! on the wire after a new conversation, failures that never fail a turn, and hostile
 //! recognizer output that cannot write outside the memory folder.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

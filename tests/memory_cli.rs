@@ -1,6 +1,5 @@
 //! `cicy-agent memory …` and the memory timers as a user runs them: real processes, a temporary
 //! `$CICY_HOME`, the scripted gateway (DESIGN.md §8 "CLI", "Write").
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

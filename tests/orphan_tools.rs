@@ -2,7 +2,6 @@
 //! running: the watchdog kills it as cicy dies, and should the watchdog have died too, the next
 //! start of the agent kills it (only if it is provably the same group) and says so. A real
 //! `cicy-agent chat` runs a scripted `shell` call and is killed.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

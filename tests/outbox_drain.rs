@@ -2,7 +2,6 @@
 //! wake turn, and while no turn runs; a `set_cron` job fires a `[choruz-cron]` wake. Real
 //! `serve`, scripted gateway, commands queued by a shell tool through `$CICY_SEND` or dropped
 //! into `new/` as a script running beside the agent would.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::io::Write;
 use std::time::Duration;

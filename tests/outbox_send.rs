@@ -1,6 +1,5 @@
 //! `cicy-agent outbox-send` and the shim as shell scripts use them (DESIGN.md §11 Tests):
 //! real processes on a temporary outbox, plus a shell tool that queues through `$CICY_SEND`.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::fs;
 use std::io::{BufRead, BufReader};

@@ -1,6 +1,5 @@
 //! `write_todos` and skills through real turns against the scripted gateway (DESIGN.md §12):
 //! the plan file and the result the model reads, the `plan_change` event.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::event::EventKind;
 use cicy::tools::plan::{Status, Todo};

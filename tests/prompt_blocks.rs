@@ -1,7 +1,6 @@
 //! The wire-only `<role>` and `<memories>` blocks (DESIGN.md §5, §8) hold their text as data: an
 //! AGENTS.md or a memory that contains `</role>`, `<role>` or `</memories>` cannot close its
 //! block early or open another one. Checked on the exact request bytes the gateway receives.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::turn;
 use cicy_test_support::fixture::{collector, TestHome};

@@ -1,6 +1,5 @@
 //! The referee of the scripted gateway (tests/common/referee.rs): for each rule, a body that
 //! keeps it passes and one that breaks it is refused with a message naming the rule and where.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
 use cicy_test_support::referee::{check, Api};

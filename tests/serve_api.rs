@@ -2,7 +2,6 @@
 //! JSON errors, the dispatch of chats while busy (`queued` / `flush` / `done`), `/compact`
 //! refused while busy, the states of a tool turn, agents that do not wait for each other.
 //! Each test runs a real serve process against the scripted gateway.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use serde_json::{json, Value};
 

@@ -2,7 +2,6 @@
 //! `clear` go through HTTP when `serve.json` names a live serve of the home and run in-process
 //! otherwise (a dead pid, `--local`), with the same output and exit codes either way; Ctrl-C
 //! cancels through the API. Real `cicy-agent` processes against the scripted gateway.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

@@ -14,7 +14,6 @@
 //! once (a request named it, or the kill that cut its wake left a retry), every outbox command's
 //! effect there exactly once, every history served. `CICY_CRASH_SEED` replays a run;
 //! `CICY_CRASH_KEEP=1` keeps its home for a look afterwards.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::process::ExitStatusExt;

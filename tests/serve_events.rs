@@ -2,7 +2,6 @@
 //! seq numbers that survive `kill -9`, steering that lands after the tool results, abort and
 //! interrupt that kill the tool's process group, the memory timer, and the clean stop.
 //! Each test runs a real serve process against the scripted gateway.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 use std::time::Duration;

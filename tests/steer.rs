@@ -3,7 +3,6 @@
 //! process group and skips the rest of its batch, and a turn without tool calls leaves the
 //! texts queued for the caller. Tools and the test meet through FIFOs and event hooks, never
 //! through timing.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

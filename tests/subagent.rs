@@ -3,7 +3,6 @@
 //! nesting is refused, a role slug gives the child that role, the timeout stops the child, the
 //! parent's cancel reaches it, and `subagent_start` / `subagent_end` frame it on the parent's
 //! stream.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::conversation::message::{ContentBlock, Message};
 use cicy::event::{EventKind, SubagentOutcome, TurnOutcome};

@@ -1,6 +1,5 @@
 //! `cicy-agent todo …` and `cicy-agent time …` as a user runs them: real processes, a temporary
 //! `$CICY_HOME`, `TZ=UTC` (DESIGN.md §10 "CLI", "Tests").
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

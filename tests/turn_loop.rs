@@ -1,7 +1,6 @@
 //! The turn loop against the scripted gateway (DESIGN.md §5, §6): tool rounds through `shell`,
 //! the final tool-free round, the exact request bytes, cancel, and failures that leave a
 //! well-formed history.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::time::Duration;
 

@@ -2,7 +2,6 @@
 //! attempt budget per round, a re-run after shown text is marked and waits, and a partial answer
 //! cut for good stays in the history, marked, until `retry` replaces it. Waits run on tokio's
 //! paused clock.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message};

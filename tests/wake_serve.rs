@@ -3,7 +3,6 @@
 //! folder), one turn per conversation, a claimed message never replayed after `kill -9`, a
 //! killed wake's todos rescheduled, a silent or crashed wake never silent, a late wake says
 //! so, and an unreadable `cicy.db` stops the start.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use std::path::Path;
 

@@ -2,7 +2,6 @@
 //! and a due todo refuse `sleep_until`, `inbox receive` claims the next conversation, a
 //! half-written inbox file is claimed once complete, a wake that runs past its cap is cancelled
 //! and ends as a crash, and the messages route and `status` show the result.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is how it fails
 
 use cicy::wake::at::at_of_unix;
 use cicy::wake::db::WakeDb;

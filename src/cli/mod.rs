@@ -347,7 +347,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Roles => {
-            let tools = ToolConfig::load(&home)?;
+            let tools = ToolConfig::load(&home, cicy::builtin_tools::names())?;
             for name in role::invalid_template_dirs(&home) {
                 eprintln!(
                     "warning: roles/{name} is skipped: `{name}` is not a valid role template name (use letters, digits, `-` and `_`)"

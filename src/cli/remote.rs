@@ -490,7 +490,7 @@ impl<'a> Remote<'a> {
         }
         let greeting = (|| {
             let record = Registry::open_read_only(&home.db_path()).ok()?.get(self.agent).ok()?;
-            let tools = ToolConfig::load(home).ok()?;
+            let tools = ToolConfig::load(home, cicy::builtin_tools::names()).ok()?;
             role::load_template(home, &record.role_template, &tools).ok()?.meta.greeting
         })();
         if let Some(g) = greeting.filter(|g| !g.trim().is_empty()) {

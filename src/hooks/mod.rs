@@ -15,7 +15,7 @@
 //! aborted ([`Hooks::aborted`]) and ends `blocked`.
 
 pub mod chain;
-pub mod config;
+pub use cicy_config::hooks as config;
 pub mod runner;
 
 use std::path::{Path, PathBuf};

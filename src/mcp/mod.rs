@@ -13,7 +13,7 @@
 //! the `Session`, so servers stay warm for as long as it does (a resident `serve` agent, a
 //! `chat` session). Must not touch: the history, the request, other tools.
 
-pub mod config;
+pub use cicy_config::mcp as config;
 mod pool;
 pub mod server;
 mod tool;

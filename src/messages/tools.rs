@@ -81,7 +81,7 @@ impl Tool for CoordTool {
 
     fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let Some(w) = ctx.wake.clone() else {
+            let Some(w) = ctx.extensions.get::<Arc<WakeTurn>>().cloned() else {
                 return ToolOutput::error("error: the coordinate tools need an agent (none in this context)");
             };
             let out = match self.0 {

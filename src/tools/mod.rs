@@ -78,8 +78,6 @@ pub struct ToolContext {
     /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
     /// nothing.
     pub running_dir: Option<PathBuf>,
-    /// The turn's wake state for the `wake` tools (DESIGN.md §10); `None` offers them nothing.
-    pub wake: Option<Arc<crate::wake::state::WakeTurn>>,
     /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
     /// `subagent_start`, `ask_user`, DESIGN.md §12); `None` outside a turn.
     pub events: Option<crate::event::Emitter>,
@@ -91,8 +89,11 @@ pub struct ToolContext {
     pub user: Option<ask_user::User>,
     /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
     pub skill_guard: Option<Arc<skill_guard::Guard>>,
-    /// What `wish` checks a wish with (DESIGN.md §13); `None` where `wish` is not enabled.
-    pub wish_judge: Option<Arc<wish::WishJudge>>,
+    /// Feature data that only that feature's tools read, by type: the turn's
+    /// `Arc<crate::wake::state::WakeTurn>` for the wake and coordinate tools (DESIGN.md §10), the
+    /// `Arc<wish::WishJudge>` where `wish` is enabled (DESIGN.md §13). A typed map, so this
+    /// module holds no slot for a feature above it and a tool finds its data missing, not wrong.
+    pub extensions: http::Extensions,
 }
 
 #[cfg(test)]
@@ -107,12 +108,11 @@ impl ToolContext {
             hidden_env: Vec::new(),
             env: Vec::new(),
             running_dir: None,
-            wake: None,
             events: None,
             subagent: None,
             user: None,
             skill_guard: None,
-            wish_judge: None,
+            extensions: http::Extensions::new(),
         }
     }
 }
@@ -147,18 +147,12 @@ pub trait Tool: std::fmt::Debug + Send + Sync {
     fn run<'a>(&'a self, input: &'a serde_json::Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
 }
 
-/// The built-in tool called `name`, if there is one (the names are [`crate::role::BUILTIN_TOOLS`]).
-fn builtin(name: &str) -> Option<Arc<dyn Tool>> {
-    match name {
-        shell::NAME => Some(Arc::new(shell::Shell)),
-        skill::NAME => Some(Arc::new(skill::Skill)),
-        task::NAME => Some(Arc::new(task::Task)),
-        ask_user::NAME => Some(Arc::new(ask_user::AskUser)),
-        plan::NAME => Some(Arc::new(plan::WriteTodos)),
-        wish::NAME => Some(Arc::new(wish::Wish)),
-        files::READ_FILE | files::WRITE_FILE | files::EDIT_FILE | files::GREP | files::GLOB | files::LS => files::builtin(name),
-        other => crate::wake::tools::builtin(other).or_else(|| crate::messages::tools::builtin(other)),
-    }
+/// One built-in tool: its name and how to make it (`make` is given the name, so one function
+/// can make a family of tools). The table of them is `crate::builtin_tools::BUILTIN`.
+#[derive(Clone, Copy)]
+pub struct Builtin {
+    pub name: &'static str,
+    pub make: fn(&str) -> Option<Arc<dyn Tool>>,
 }
 
 /// The enabled tools of a turn: built-ins by name plus `customTools` from lite-config.json,
@@ -171,13 +165,13 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// `names` were validated by `crate::role::ToolConfig::expand`; a built-in name wins over a
-    /// custom tool of the same name.
-    pub fn new(names: Vec<String>, custom: BTreeMap<String, CustomTool>) -> Self {
+    /// `names` were validated by `crate::role::ToolConfig::expand`; a built-in name (one of
+    /// `builtin`) wins over a custom tool of the same name.
+    pub fn new(names: Vec<String>, custom: BTreeMap<String, CustomTool>, builtin: &[Builtin]) -> Self {
         let mut set = Self::default();
         for name in names {
-            let tool =
-                builtin(&name).or_else(|| custom.get(&name).map(|def| Arc::new(custom::Custom::new(&name, def.clone())) as Arc<dyn Tool>));
+            let made = builtin.iter().find(|b| b.name == name).and_then(|b| (b.make)(&name));
+            let tool = made.or_else(|| custom.get(&name).map(|def| Arc::new(custom::Custom::new(&name, def.clone())) as Arc<dyn Tool>));
             match tool {
                 Some(tool) => set.tools.push(tool),
                 None => set.undefined.push(name),
@@ -263,7 +257,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let defs = BTreeMap::from([("greet".to_string(), custom("echo hi")), ("gone_not_enabled".to_string(), custom("x"))]);
-        let set = ToolSet::new(vec!["skill".into(), "shell".into(), "greet".into(), "removed".into()], defs);
+        let set = ToolSet::new(vec!["skill".into(), "shell".into(), "greet".into(), "removed".into()], defs, crate::builtin_tools::BUILTIN);
         let specs = set.specs();
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["greet", "shell", "skill"]);

@@ -16,23 +16,12 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
-
 use super::skill::{self, Installed};
 use super::{ToolContext, ToolOutput};
 use crate::agent::Session;
 use crate::conversation::message::{ContentBlock, Message};
 use crate::event::EventKind;
-
-/// meta.yaml `skill_guard`: `off` (the default), `warn` or `strict`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    #[default]
-    Off,
-    Warn,
-    Strict,
-}
+pub use cicy_config::skill_guard::Mode;
 
 /// The guard of one tool batch: the mode and the active skills with their `allowed_tools`
 /// (`None`: that skill restricts nothing).

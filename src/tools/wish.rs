@@ -96,7 +96,7 @@ pub async fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
             ))
         }
     };
-    let Some(judge) = &ctx.wish_judge else {
+    let Some(judge) = ctx.extensions.get::<std::sync::Arc<WishJudge>>() else {
         return ToolOutput::error("error: wish is not available here (no gateway to check the wish with)");
     };
     let input = WishInput {

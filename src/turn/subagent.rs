@@ -69,14 +69,15 @@ impl Spawner {
             self.parent.clone()
         } else {
             let s = &self.seed;
-            let tool_cfg = ToolConfig::load(&s.home).map_err(|e| format!("error: subagent_type `{subagent_type}`: {e}"))?;
+            let tool_cfg = ToolConfig::load(&s.home, crate::builtin_tools::names())
+                .map_err(|e| format!("error: subagent_type `{subagent_type}`: {e}"))?;
             let mut template = role::load_template(&s.home, subagent_type, &tool_cfg).map_err(|e| {
                 format!("error: subagent_type `{subagent_type}` is neither `{GENERAL_PURPOSE}` nor a usable role template: {e}")
             })?;
             under_parent_policy(&mut template, &self.parent);
             let seeded = role::seed_agents_md(&template.role_md, &s.record.id, &s.record.title, &s.record.workspace);
             TurnMaterials {
-                tools: ToolSet::new(template.tools.clone(), tool_cfg.custom),
+                tools: ToolSet::new(template.tools.clone(), tool_cfg.custom, crate::builtin_tools::BUILTIN),
                 agents_md: role::agents_md_body(&seeded).to_string(),
                 memory_md: String::new(),
                 skills: self.parent.skills.clone(),

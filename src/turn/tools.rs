@@ -186,6 +186,16 @@ pub(crate) fn tool_context(
     cancel: &tokio_util::sync::CancellationToken,
     events: &Emitter,
 ) -> ToolContext {
+    let mut extensions = http::Extensions::new();
+    extensions.insert(session.wake.clone());
+    if m.tools.has(crate::tools::wish::NAME) {
+        extensions.insert(Arc::new(crate::tools::wish::WishJudge {
+            home: session.home.root().to_path_buf(),
+            client: session.client.clone(),
+            model: m.model.clone(),
+            agent_id: session.record.id.clone(),
+        }));
+    }
     ToolContext {
         workspace: session.record.workspace.clone(),
         skills_dir: session.home.skills_dir(),
@@ -194,7 +204,6 @@ pub(crate) fn tool_context(
         // Once per tool batch: the shim is (re)written here when missing or stale.
         env: crate::fsutil::blocking(|| crate::outbox::shim::prepare(&session.record.workspace, &session.record.id)),
         running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
-        wake: Some(session.wake.clone()),
         events: Some(events.clone()),
         // Only where `task` is offered: a sub-agent's tools never have it (no nesting).
         subagent: m.tools.has(crate::tools::task::NAME).then(|| Arc::new(Spawner::new(session, m)) as Arc<dyn Spawn>),
@@ -203,14 +212,7 @@ pub(crate) fn tool_context(
             timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
         }),
         skill_guard: crate::tools::skill_guard::Guard::for_batch(session, m.template.meta.skill_guard),
-        wish_judge: m.tools.has(crate::tools::wish::NAME).then(|| {
-            Arc::new(crate::tools::wish::WishJudge {
-                home: session.home.root().to_path_buf(),
-                client: session.client.clone(),
-                model: m.model.clone(),
-                agent_id: session.record.id.clone(),
-            })
-        }),
+        extensions,
     }
 }
 

@@ -102,7 +102,7 @@ impl Tool for WakeTool {
 
     fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move {
-            let Some(w) = ctx.wake.clone() else {
+            let Some(w) = ctx.extensions.get::<Arc<WakeTurn>>().cloned() else {
                 return ToolOutput::error("error: the wake tools need an agent (none in this context)");
             };
             let kind = self.0;
