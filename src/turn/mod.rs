@@ -177,6 +177,7 @@ async fn run_user_turn(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
+    crate::compact::ask_window(session, &m, events, cancel).await;
     // The answer's reserve follows a small window as the summary's does (a quarter of it), so
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
