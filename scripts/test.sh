@@ -63,5 +63,28 @@ elif ! cargo fmt -- --check >/dev/null; then
     echo "error: the code is not formatted as rustfmt.toml says; run \`cargo fmt\` (\`cargo fmt -- --check\` lists the changes)" >&2
     exit 1
 fi
-# --no-fail-fast: every test binary runs even after one fails, and the run still fails at the end.
-HOME="$test_home" cargo test --all-targets -j 2 --no-fail-fast "$@"
+# Arguments go to `cargo test` (`scripts/test.sh --lib`, `scripts/test.sh -- memory`). Its
+# defaults: every target, two jobs, and --no-fail-fast (every test binary runs even after one
+# fails, and the run still fails at the end); each is left out when the arguments give it or
+# another value for it, as cargo refuses a flag given twice.
+own=()
+for a in "$@"; do
+    [ "$a" = -- ] && break
+    own+=("$a")
+done
+given() {
+    local a p
+    for a in ${own[@]+"${own[@]}"}; do
+        for p in "$@"; do
+            # shellcheck disable=SC2254 # the patterns are globs on purpose
+            case "$a" in $p) return 0 ;; esac
+        done
+    done
+    return 1
+}
+defaults=()
+given --all-targets --lib '--bin*' --bins '--test*' --tests '--bench*' --benches '--example*' --examples --doc \
+    || defaults+=(--all-targets)
+given '-j*' '--jobs*' || defaults+=(-j 2)
+given --no-fail-fast || defaults+=(--no-fail-fast)
+HOME="$test_home" cargo test ${defaults[@]+"${defaults[@]}"} "$@"

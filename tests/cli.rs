@@ -108,14 +108,18 @@ async fn chat_streams_text_to_stdout_and_json_events() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     let events: Vec<serde_json::Value> = o.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(types, ["turn_started", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]);
-    // The agent's event log numbers every run: the first chat logged seq 1..=8.
+    assert_eq!(
+        types,
+        ["turn_started", "prompt", "round_started", "text_delta", "text_delta", "text_delta", "text_end", "usage", "turn_ended"]
+    );
+    assert_eq!(events[1]["text"], "again", "the prompt, for a client that did not send it");
+    // The agent's event log numbers every run: the first chat logged seq 1..=9.
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (9..=16).collect::<Vec<u64>>());
+    assert_eq!(seqs, (10..=18).collect::<Vec<u64>>());
     let log = std::fs::read_to_string(h.path().join("workers/w-1/.cicy/events/events.jsonl")).unwrap();
-    let logged: Vec<String> = log.lines().skip(8).map(str::to_string).collect();
+    let logged: Vec<String> = log.lines().skip(9).map(str::to_string).collect();
     assert_eq!(logged, o.stdout.lines().map(str::to_string).collect::<Vec<_>>(), "--json prints the lines the log holds");
-    assert_eq!(events[7]["outcome"], "completed");
+    assert_eq!(events[8]["outcome"], "completed");
     assert!(events.iter().all(|e| e["agent_id"] == "w-1"));
 
     let o = cicy(h.path(), &url, &["history", "w-1"], None).await;

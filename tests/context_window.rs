@@ -465,3 +465,119 @@ async fn an_overflow_after_the_forced_compaction_undoes_it_and_the_next_question
     assert!(!main[2].body_str().contains("refused-text"), "the next question does not inherit the refused text");
     assert!(wire_messages(&main[2]).last().unwrap().plain_text().ends_with("next question"));
 }
+
+/// llama.cpp's `GET /props`, cut to what cicy reads and a little around it.
+fn llama_props(n_ctx: u64) -> serde_json::Value {
+    json!({"default_generation_settings": {"params": {"n_predict": -1}, "n_ctx": n_ctx}, "total_slots": 1, "model_alias": "smollm2"})
+}
+
+fn windows_file(t: &TestHome, id: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(t.workspace(id).join(".cicy").join(window::FILE_NAME)).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_gateway_that_reports_its_window_is_asked_once_before_the_first_request() {
+    let gw = ScriptedGateway::start().await;
+    gw.serve_props(llama_props(1600));
+    gw.push(Reply::sse(anthropic_text("ok")));
+    gw.push(Reply::sse(anthropic_text("ok again")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "Say ok.", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    let props = gw.props_requests();
+    assert_eq!(props.iter().map(|r| (r.method.as_str(), r.path.as_str())).collect::<Vec<_>>(), [("GET", "/props")]);
+    assert_eq!(props[0].body, b"");
+    // The first request is already sized for the reported window: a quarter of it for the answer.
+    assert_eq!(body(&gw.requests()[0])["max_tokens"], 400, "min(meta.yaml's 512, 1600 / 4)");
+    let reason = format!("the gateway at {} reports a context window of 1600 tokens (GET /props)", gw.url());
+    assert_eq!(
+        system_texts(&ev),
+        [format!("{reason}; recorded in .cicy/context_windows.json: model test-model now has a window of 1600 tokens")]
+    );
+    let file = windows_file(&t, &id);
+    assert_eq!(file["test-model"]["tokens"], 1600);
+    assert_eq!(file["test-model"]["reason"], reason.as_str());
+    assert_eq!(file["test-model"]["asked"], json!([gw.url()]));
+
+    // Another session of the agent, another turn: the answer is on disk, nothing is asked.
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "Once more.", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(gw.props_requests().len(), 1);
+    assert_eq!(body(&gw.requests()[1])["max_tokens"], 400);
+    assert_eq!(system_texts(&ev), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn compact_on_a_fresh_agent_asks_the_window_and_sizes_its_summary_for_it() {
+    // The new user's case: llama.cpp with 8192 tokens, no CICY_CONTEXT_WINDOW. Sized for the
+    // assumed 200000 tokens the summary asked for 4096 output tokens and ran into the 90 s limit.
+    let gw = ScriptedGateway::start().await;
+    gw.serve_props(llama_props(8192));
+    gw.push(Reply::sse(anthropic_text(SUMMARY)));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    seed(&t, &id, tool_turns(3));
+    let mut s = t.open(&id);
+    let (em, _ev) = collector(&id);
+    let done = compact::compact_session(&mut s, 0, &em, &CancellationToken::new()).await.unwrap();
+    assert_eq!(done.requests, 1);
+    assert_eq!(gw.props_requests().len(), 1);
+    let reqs = gw.requests();
+    assert_eq!(reqs.iter().map(|r| r.header("x-cicy-aux")).collect::<Vec<_>>(), [Some("compact")]);
+    assert_eq!(body(&reqs[0])["max_tokens"], 2048, "a quarter of 8192, not the 4096 of a large window");
+    assert_eq!(windows_file(&t, &id)["test-model"]["tokens"], 8192);
+    assert_eq!(messages(&id, &t).last().unwrap().plain_text(), format!("{SUMMARY_PREFIX}{SUMMARY}"));
+}
+
+#[tokio::test]
+async fn a_gateway_without_props_costs_one_request_once_and_the_turns_go_on() {
+    let gw = ScriptedGateway::start().await;
+    gw.push(Reply::sse(anthropic_text("first")));
+    gw.push(Reply::sse(anthropic_text("second")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    for (text, answer) in [("one", "first"), ("two", "second")] {
+        let mut s = t.open(&id);
+        let (em, ev) = collector(&id);
+        assert_eq!(turn::run_turn(&mut s, text, &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+        assert_eq!(messages(&id, &t).last().unwrap().plain_text(), answer);
+        assert_eq!(system_texts(&ev), Vec::<String>::new(), "a 404 is not worth a line");
+    }
+    assert_eq!(gw.props_requests().len(), 1, "asked once, by the first turn");
+    let reqs = gw.requests();
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs.iter().all(|r| body(r)["max_tokens"] == 512), "the configured window stays");
+    let raw = std::fs::read_to_string(t.workspace(&id).join(".cicy").join(window::FILE_NAME)).unwrap();
+    assert_eq!(raw, format!("{{\n  \"test-model\": {{\n    \"asked\": [\n      \"{}\"\n    ]\n  }}\n}}\n", gw.url()));
+    let s = t.open(&id);
+    let m = s.materials().unwrap();
+    assert_eq!(compact::settings(&s, &m).context_window, 200_000);
+}
+
+#[tokio::test]
+async fn a_reported_window_never_raises_one_learned_from_a_refusal() {
+    let gw = ScriptedGateway::start().await;
+    gw.serve_props(llama_props(8192));
+    gw.push(Reply::sse(anthropic_text("ok")));
+    let t = TestHome::new(&gw.url(), 0);
+    let id = t.create("tester", None);
+    let reason = "the gateway stated a context window of 1024 tokens";
+    window::record(&t.workspace(&id), "test-model", 1024, reason).unwrap();
+    let mut s = t.open(&id);
+    let (em, ev) = collector(&id);
+    assert_eq!(turn::run_turn(&mut s, "Say ok.", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
+    assert_eq!(body(&gw.requests()[0])["max_tokens"], 256, "a quarter of the 1024 learned before");
+    assert_eq!(
+        system_texts(&ev),
+        [format!(
+            "the gateway at {} reports a context window of 8192 tokens (GET /props); recorded in .cicy/context_windows.json: model test-model now has a window of 1024 tokens",
+            gw.url()
+        )]
+    );
+    let file = windows_file(&t, &id);
+    assert_eq!((&file["test-model"]["tokens"], &file["test-model"]["reason"]), (&json!(1024), &json!(reason)));
+    assert_eq!(file["test-model"]["asked"], json!([gw.url()]));
+}

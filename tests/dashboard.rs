@@ -500,9 +500,9 @@ impl Drop for CutProxy {
 
 /// The seqs of the entries the live pane shows for `events` (DESIGN.md §14's DOM contract):
 /// a run of text (or thinking) deltas is one entry at its first delta, a tool call one entry
-/// at its `tool_started` that its `tool_finished` fills in, `text_end` closes a block and
-/// `state` shows on the list's dot only; every other event is a line of its own (`usage` and
-/// `round_started` leave an open text block open).
+/// at its `tool_started` that its `tool_finished` fills in, `text_end` closes a block,
+/// `state` shows on the list's dot only and `prompt` as a bubble (`.you`, not `.ev`); every
+/// other event is a line of its own (`usage` and `round_started` leave an open text block open).
 fn entries(events: &[Frame]) -> Vec<String> {
     let mut out = Vec::new();
     let mut open: Option<&str> = None;
@@ -515,6 +515,11 @@ fn entries(events: &[Frame]) -> Vec<String> {
                 fresh
             }
             "state" => false,
+            // A prompt is a bubble (`.you`), not an event line; it closes an open block.
+            "prompt" => {
+                open = None;
+                false
+            }
             "text_end" | "tool_finished" => {
                 open = None;
                 false
@@ -587,6 +592,12 @@ async fn a_reconnect_shows_every_event_once() {
     assert_eq!(b.attrs("#live .ev.tool", "data-seq").await, vec![tool_seq]);
     let turns_ended: Vec<String> = events.iter().filter(|f| f.event == "turn_ended").map(|f| f.data["seq"].to_string()).collect();
     assert_eq!(b.attrs("#live .ev[data-type='turn_ended']", "data-seq").await, turns_ended);
+    // Every prompt once, the two sent straight to serve while the page was away included; the
+    // page's own bubble took its event's seq.
+    assert_eq!(b.texts("#live .you").await, ["first", "second", "third"]);
+    let prompts: Vec<String> = events.iter().filter(|f| f.event == "prompt").map(|f| f.data["seq"].to_string()).collect();
+    assert_eq!(prompts.len(), 3);
+    assert_eq!(b.attrs("#live .you", "data-seq").await, prompts);
 
     b.close().await;
     assert_eq!(s.stop().await, 0);
@@ -694,6 +705,8 @@ async fn the_live_pane_shows_the_past_across_a_seq_jump_after_a_crash() {
         "[...document.querySelectorAll('#live .ev.text')].map(e => e.textContent).join('|') === 'Before the crash.|After the crash.'",
     )
     .await;
+    // The prompts come from the log too: neither was sent by this page.
+    assert_eq!(b.texts("#live .you").await, ["one", "two"]);
     b.close().await;
     assert_eq!(s.stop().await, 0);
 }

@@ -3,8 +3,8 @@
 //! (which installs it into `.venv` on first use). A recording proxy sits between cicy-agent
 //! and the server so the test can compare the bytes of consecutive requests.
 //!
-//! The model cannot call tools; these tests cover plain turns, streaming, usage and the
-//! prompt cache.
+//! The model cannot call tools; these tests cover plain turns, streaming, usage, the prompt
+//! cache, and the context window the server reports (`GET /props`).
 
 use std::path::Path;
 use std::process::Command;
@@ -81,10 +81,11 @@ fn two_turns(style: &str) {
     eprintln!("[{style}] turn 1 usage: {}\n[{style}] turn 2 usage: {}", first.usage, second.usage);
 
     let reqs = proxy.requests();
-    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs.len(), 3);
+    assert_eq!((reqs[0].0.as_str(), reqs[0].1.as_str(), reqs[0].2.len()), ("GET", "/props", 0), "the first turn asks the window first");
     let path = if style == "openai" { "/v1/chat/completions" } else { "/v1/messages" };
-    assert!(reqs.iter().all(|(p, _)| p == path));
-    let (a, b) = (&reqs[0].1, &reqs[1].1);
+    assert!(reqs[1..].iter().all(|(m, p, _)| m == "POST" && p == path));
+    let (a, b) = (&reqs[1].2, &reqs[2].2);
     let prefix: &[u8] = if style == "openai" { &a[..a.len() - 2] } else { cached_prefix(a) };
     assert!(b.starts_with(prefix), "the second request must repeat the first one's prefix byte for byte");
     assert!(
@@ -98,6 +99,15 @@ fn two_turns(style: &str) {
     let msgs = current["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
     assert_eq!(msgs[2]["content"], "And the capital of Italy?");
+
+    // The window recorded is the one the server reports (scripts/local-gateway.sh's
+    // GATEWAY_CTX, 8192 unless the running server was started with another).
+    let props: Value = proxy_rt.block_on(async { reqwest::get(format!("{upstream}/props")).await.unwrap().json().await.unwrap() });
+    let n_ctx = props["default_generation_settings"]["n_ctx"].as_u64().expect("llama.cpp reports n_ctx");
+    let windows = home.path().join(format!("workers/{id}/.cicy/context_windows.json"));
+    let windows: Value = serde_json::from_slice(&std::fs::read(windows).unwrap()).unwrap();
+    assert_eq!(windows["smollm2"]["tokens"], n_ctx);
+    assert_eq!(windows["smollm2"]["asked"], serde_json::json!([proxy.url()]));
 }
 
 #[test]

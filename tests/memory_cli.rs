@@ -170,6 +170,7 @@ async fn the_question_is_on_disk_before_the_flush_and_a_kill_during_it_loses_not
         types,
         [
             "turn_started",
+            "prompt",
             "round_started",
             "text_delta",
             "text_delta",

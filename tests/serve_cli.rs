@@ -295,3 +295,56 @@ async fn the_watch_fallback_warning_is_printed_by_default() {
     let warnings: Vec<&String> = seen.iter().filter(|l| l.contains(" WARN ") || l.contains(" ERROR ")).collect();
     assert_eq!(warnings.len(), 1, "{seen:#?}");
 }
+
+/// serve's own lines on stderr, start to stop: where it listens (the line scripts read, first
+/// and unchanged), the dashboard link that logs in (a token of one's own encoded), that a
+/// signal is stopping it, and that it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_prints_the_dashboard_link_and_says_when_it_stops() {
+    use tokio::io::AsyncBufReadExt;
+    let gw = ScriptedGateway::start().await;
+    let t = home(&gw);
+    for (token, signal, name) in [(None, libc::SIGTERM, "SIGTERM"), (Some("tok+en&1"), libc::SIGINT, "SIGINT")] {
+        let mut cmd = command(t.root(), &gw.url(), &["serve", "--port", "0"]);
+        cmd.env_remove("CICY_LOG");
+        match token {
+            Some(tok) => cmd.env("CICY_API_TOKEN", tok),
+            None => cmd.env_remove("CICY_API_TOKEN"),
+        };
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        let two = async {
+            while seen.len() < 2 {
+                seen.push(lines.next_line().await.unwrap().expect("serve printed its lines"));
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), two).await.expect("serve started");
+        let info: serde_json::Value = serde_json::from_slice(&std::fs::read(t.root().join("serve.json")).unwrap()).unwrap();
+        let (port, pid) = (info["port"].as_u64().unwrap(), info["pid"].as_u64().unwrap());
+        assert_eq!(pid, u64::from(child.id().unwrap()));
+        let link_token = match token {
+            Some(_) => "tok%2Ben%261".to_string(),
+            None => std::fs::read_to_string(t.root().join("api_token")).unwrap().trim().to_string(),
+        };
+        // SAFETY: a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+        let rest = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                seen.push(line);
+            }
+            child.wait().await.unwrap().code()
+        };
+        assert_eq!(tokio::time::timeout(std::time::Duration::from_secs(30), rest).await.expect("serve stops"), Some(0));
+        assert_eq!(
+            seen,
+            [
+                format!("cicy-agent serve: listening on http://127.0.0.1:{port} (pid {pid})"),
+                format!("cicy-agent serve: dashboard: http://127.0.0.1:{port}/?token={link_token} (open it in a browser on this machine)"),
+                format!("cicy-agent serve: {name} received: stopping (running turns are cancelled)"),
+                "cicy-agent serve: stopped".to_string(),
+            ]
+        );
+        assert!(!t.root().join("serve.json").exists(), "a clean stop removes serve.json");
+    }
+}

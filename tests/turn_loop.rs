@@ -268,6 +268,8 @@ async fn an_unreachable_gateway_fails_the_turn_clearly_and_keeps_history() {
     assert_eq!(hist[0].plain_text(), "anyone there?");
     assert_eq!(hist[1].plain_text(), "(no reply this turn · generation failed)");
     assert_eq!(t.reply_json(&id)["status"], "failed");
+    // Its context window was not asked of anyone: the next turn asks again.
+    assert!(!cicy::compact::window::path(&t.workspace(&id)).exists());
 }
 
 #[tokio::test]

@@ -495,11 +495,18 @@ fn serve(home: Home, bind: &str, opts: cicy::serve::ServeOptions) -> Result<Exit
         anyhow::bail!("--bind {bind}: serve listens on 127.0.0.1 only (its API runs tools on this machine); put a proxy with its own authentication in front to reach it from elsewhere");
     }
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let served = rt.block_on(cicy::serve::run(home, opts, |info| {
-        eprintln!("cicy-agent serve: listening on http://127.0.0.1:{} (pid {})", info.port, info.pid);
-    }));
+    let ready = |ready: &cicy::serve::Ready<'_>| {
+        // The first line keeps its form for scripts that read it; the link follows it.
+        eprintln!("cicy-agent serve: listening on http://127.0.0.1:{} (pid {})", ready.info.port, ready.info.pid);
+        eprintln!("cicy-agent serve: dashboard: {} (open it in a browser on this machine)", ready.dashboard_url());
+    };
+    let stopping = |signal| eprintln!("cicy-agent serve: {signal} received: stopping (running turns are cancelled)");
+    let served = rt.block_on(cicy::serve::run(home, opts, ready, stopping));
     match served {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+        Ok(()) => {
+            eprintln!("cicy-agent serve: stopped");
+            Ok(ExitCode::SUCCESS)
+        }
         // cryo: state that cannot be read stops the start with exit 1, naming the file; nothing
         // in it is discarded.
         Err(e @ (cicy::serve::ServeError::WakeDb(_) | cicy::serve::ServeError::Registry(_))) => {

@@ -113,7 +113,8 @@ fn human_rest(kind: &EventKind, err: &mut impl Write) -> std::io::Result<()> {
             cicy::event::TurnOutcome::Completed => Ok(()),
             other => writeln!(err, "· turn ended: {}", outcome_name(*other)),
         },
-        EventKind::TurnStarted { .. } | EventKind::RoundStarted { .. } => Ok(()),
+        // The person at this terminal typed the prompt (or piped it in): no echo.
+        EventKind::TurnStarted { .. } | EventKind::RoundStarted { .. } | EventKind::Prompt { .. } => Ok(()),
     }
 }
 

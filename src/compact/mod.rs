@@ -111,6 +111,36 @@ pub fn settings(session: &Session, m: &TurnMaterials) -> Settings {
     configured.with_learned(learned)
 }
 
+/// Asks the gateway for the context window of `m`'s model once per gateway (see
+/// [`window::ask_gateway`]) and, when it reports one, says so in an [`EventKind::System`] with
+/// the window the agent now uses. Called before a turn or `/compact` first needs the window,
+/// so every request of an agent asked before its first one is sized for the same window and
+/// the cached prompt prefix stays the same from the start. Nothing else is shown: a gateway
+/// without `/props` or one that cannot be reached (the request that follows says so) only goes
+/// to the log, and so does a record that cannot be read or written, since the window it would
+/// lower is only an estimate that the gateway's own refusal corrects.
+pub async fn ask_window(session: &Session, m: &TurnMaterials, events: &Emitter, cancel: &CancellationToken) {
+    let asked = tokio::select! {
+        biased;
+        () = cancel.cancelled() => return,
+        asked = window::ask_gateway(&session.client, &session.record.workspace, &m.model) => asked,
+    };
+    match asked {
+        Ok(window::Asked::Before) => {}
+        Ok(window::Asked::Window { reason, .. }) => {
+            let now = settings(session, m).context_window;
+            events.emit(EventKind::System {
+                text: format!("{reason}; recorded in .cicy/{}: model {} now has a window of {now} tokens", window::FILE_NAME, m.model),
+            });
+        }
+        Ok(window::Asked::NoWindow(why)) => {
+            tracing::debug!(gateway = %session.client.base_url_display(), %why, "the gateway reports no context window")
+        }
+        Ok(window::Asked::Unreached(e)) => tracing::debug!(error = %e, "cannot ask the gateway for its context window"),
+        Err(e) => tracing::warn!(error = %e, "cannot record the context window the gateway reports"),
+    }
+}
+
 /// What a compaction did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compacted {
@@ -138,6 +168,7 @@ pub async fn compact_session(
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
     let m = session.materials().map_err(|e| CompactError::Agent(Box::new(e)))?;
+    ask_window(session, &m, events, cancel).await;
     let settings = settings(session, &m);
     let msgs = &session.current.messages;
     let ws = window_start(msgs);

@@ -202,11 +202,57 @@ impl Hub {
     }
 }
 
-/// Runs `serve` until SIGTERM or SIGINT; `ready` is called once `serve.json` is written.
+/// What serve tells its caller once it listens: what `serve.json` says, and the API token.
+#[derive(Debug)]
+pub struct Ready<'a> {
+    pub info: &'a ServeInfo,
+    pub token: &'a str,
+}
+
+impl Ready<'_> {
+    /// `http://127.0.0.1:<port>/?token=<token>`, the token encoded as a query value (one of
+    /// your own may hold `+`, `&`, `#` or `%`): the link that logs the dashboard in.
+    pub fn dashboard_url(&self) -> String {
+        let mut url = format!("http://127.0.0.1:{}/?token=", self.info.port);
+        for b in self.token.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                url.push(char::from(b));
+            } else {
+                url.push_str(&format!("%{b:02X}"));
+            }
+        }
+        url
+    }
+}
+
+/// The signal that stopped serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    Term,
+    Int,
+}
+
+impl std::fmt::Display for StopSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopSignal::Term => "SIGTERM",
+            StopSignal::Int => "SIGINT",
+        })
+    }
+}
+
+/// Runs `serve` until SIGTERM or SIGINT; `ready` is called once `serve.json` is written, and
+/// `stopping` when the signal came, before the running turns are cancelled and awaited (which
+/// may take a moment). Returns once everything stopped and `serve.json` is removed.
 ///
 /// Errors: another serve of this home ([`instance::InstanceError::AlreadyRunning`]), the port
 /// taken, an unreadable registry or config.
-pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo)) -> Result<(), ServeError> {
+pub async fn run(
+    home: Home,
+    opts: ServeOptions,
+    ready: impl FnOnce(&Ready<'_>),
+    stopping: impl FnOnce(StopSignal),
+) -> Result<(), ServeError> {
     home.ensure()?;
     let lock = instance::ServeLock::acquire(&home)?;
     let token = instance::api_token(&home, opts.token.clone())?;
@@ -269,7 +315,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     let info =
         ServeInfo { pid: std::process::id(), port, instance_id: hub.instance_id.to_string(), started_at: crate::fsutil::now_rfc3339() };
     lock.publish(&info)?;
-    ready(&info);
+    ready(&Ready { info: &info, token: &hub.token });
     tokio::spawn(warm(hub.handles().into_iter().take(opts.warm_limit).collect()));
 
     let stop = hub.shutdown.clone();
@@ -281,7 +327,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
         }
     });
     let server = axum::serve(listener, router(hub.clone())).with_graceful_shutdown(stop.cancelled_owned());
-    let signals = signals.wait_then_stop(hub.clone());
+    let signals = signals.wait_then_stop(hub.clone(), stopping);
     let (served, ()) = tokio::join!(server, signals);
     lock.withdraw();
     served.map_err(ServeError::Http)
@@ -433,13 +479,14 @@ impl Signals {
         })
     }
 
-    /// Waits for SIGTERM or SIGINT, then stops every actor (their running jobs cancelled and
-    /// awaited, their logs closed) and the HTTP server.
-    async fn wait_then_stop(mut self, hub: Hub) {
-        tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
-        }
+    /// Waits for SIGTERM or SIGINT, tells `stopping`, then stops every actor (their running
+    /// jobs cancelled and awaited, their logs closed) and the HTTP server.
+    async fn wait_then_stop(mut self, hub: Hub, stopping: impl FnOnce(StopSignal)) {
+        let signal = tokio::select! {
+            _ = self.term.recv() => StopSignal::Term,
+            _ = self.int.recv() => StopSignal::Int,
+        };
+        stopping(signal);
         let stops = hub.handles().into_iter().map(|h| async move {
             let (reply, done) = oneshot::channel();
             if h.send(Op::Shutdown { reply }) {
@@ -461,5 +508,18 @@ fn raise_fd_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dashboard_link_carries_the_token_encoded_as_a_query_value() {
+        let info = ServeInfo { pid: 1, port: 8008, instance_id: String::new(), started_at: String::new() };
+        let link = |token: &str| Ready { info: &info, token }.dashboard_url();
+        assert_eq!(link("0123abcdef"), "http://127.0.0.1:8008/?token=0123abcdef");
+        assert_eq!(link("a+b&c#d%e/f=g~h.i_j-k"), "http://127.0.0.1:8008/?token=a%2Bb%26c%23d%25e%2Ff%3Dg~h.i_j-k");
     }
 }

@@ -186,7 +186,7 @@ async fn turn_with_retries(
     steering: &Steering,
     wt: &WakeTurn,
 ) -> Result<TurnOutcome, AgentError> {
-    let mut outcome = turn::run_turn_with(session, &p.message, events, cancel, steering).await?;
+    let mut outcome = turn::run_wake_turn(session, &p.message, events, cancel, steering).await?;
     let mut wait = ctx.wake_limits.first_backoff;
     let retries = ctx.wake_limits.retries;
     for attempt in 1..=retries {

@@ -24,7 +24,7 @@ use crate::agent::{AgentError, Session, TurnMaterials};
 use crate::compact::cut::turn_start;
 use crate::conversation::history::{CurrentFile, CurrentStatus, ReplyFile, ReplyStatus};
 use crate::conversation::message::{Content, ContentBlock, Message, Role};
-use crate::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
+use crate::event::{preview, Emitter, ErrorKind, EventKind, TurnOutcome, PROMPT_PREVIEW_CHARS};
 use crate::fsutil;
 use crate::hooks::{Hooks, TurnIds};
 
@@ -57,9 +57,20 @@ fn pop_failed_turn(session: &mut Session) {
     }
 }
 
+/// Who wrote a new turn's message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Author {
+    /// A person's prompt (a chat, a steer or queued inputs that start a turn): announced by a
+    /// `prompt` event, so every client shows it, not only the one that sent it.
+    User,
+    /// cicy's own: a wake's message, an intent's. Their `wake` and `autonomy` events say what
+    /// started them; the text is in the history.
+    Runtime,
+}
+
 /// Where a turn starts: a new user message, or the unfinished turn already in the history.
 enum Start {
-    New(String),
+    New(String, Author),
     /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory
     /// and no `before_prompt` hook is asked (the parent's tool call already was).
     Sub(String),
@@ -87,7 +98,19 @@ pub async fn run_turn_with(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
-    run_new_turn(session, text, None, events, cancel, steering).await
+    run_new_turn(session, text, Author::User, None, events, cancel, steering).await
+}
+
+/// Runs a wake's turn (DESIGN.md §10) on serve's wake message `text`: [`run_turn_with`], but
+/// the message is cicy's, not a person's, so no `prompt` event announces it.
+pub async fn run_wake_turn(
+    session: &mut Session,
+    text: &str,
+    events: &Emitter,
+    cancel: &CancellationToken,
+    steering: &Steering,
+) -> Result<TurnOutcome, AgentError> {
+    run_new_turn(session, text, Author::Runtime, None, events, cancel, steering).await
 }
 
 /// Runs an idle-autonomy intent as a model turn (DESIGN.md §13): [`run_turn_with`] with at most
@@ -101,7 +124,7 @@ pub async fn run_intent_turn(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
-    run_new_turn(session, text, Some(max_rounds), events, cancel, steering).await
+    run_new_turn(session, text, Author::Runtime, Some(max_rounds), events, cancel, steering).await
 }
 
 /// A new user turn on `text`, with at most `max_rounds` rounds when given (never more than the
@@ -109,6 +132,7 @@ pub async fn run_intent_turn(
 async fn run_new_turn(
     session: &mut Session,
     text: &str,
+    author: Author,
     max_rounds: Option<u32>,
     events: &Emitter,
     cancel: &CancellationToken,
@@ -123,7 +147,7 @@ async fn run_new_turn(
         materials.template.meta.max_tool_rounds = Some(rounds);
     }
     pop_failed_turn(session);
-    run_user_turn(session, Start::New(text.to_string()), materials, events, cancel, steering).await
+    run_user_turn(session, Start::New(text.to_string(), author), materials, events, cancel, steering).await
 }
 
 /// [`retry_turn_with`] without steering.
@@ -177,6 +201,7 @@ async fn run_user_turn(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
+    crate::compact::ask_window(session, &m, events, cancel).await;
     // The answer's reserve follows a small window as the summary's does (a quarter of it), so
     // a model with a few thousand tokens of context can still take a message.
     let window = crate::compact::settings(session, &m).context_window;
@@ -192,8 +217,8 @@ async fn run_user_turn(
     let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || tools::tool_context(session, &m, cancel, events), events, ids);
     // A hook may refuse or change the prompt before anything of the turn is written.
     let start = match start {
-        Start::New(text) => match hooks.before_prompt(session.current.messages.is_empty(), &text).await {
-            Ok(text) => Start::New(text),
+        Start::New(text, author) => match hooks.before_prompt(session.current.messages.is_empty(), &text).await {
+            Ok(text) => Start::New(text, author),
             Err(denied) => {
                 let message = format!("the prompt was refused by hook {}: {}", denied.command, denied.reason);
                 events.emit(EventKind::Error { kind: ErrorKind::Hook, message });
@@ -209,8 +234,9 @@ async fn run_user_turn(
     cur.system = m.template.system_md.trim().to_string();
     cur.status = CurrentStatus::Running;
     let remember = !matches!(start, Start::Sub(_));
+    let announce = matches!(start, Start::New(_, Author::User));
     let (history_id, text) = match start {
-        Start::New(text) | Start::Sub(text) => {
+        Start::New(text, _) | Start::Sub(text) => {
             cur.prompts += 1;
             (cur.push(Message::user_text(text.as_str())), text)
         }
@@ -227,6 +253,9 @@ async fn run_user_turn(
     };
     session.store.save_turn(&mut session.current, &reply)?;
     events.emit(EventKind::TurnStarted { turn_id: reply.turn_id.clone(), conv_id: session.current.conversation_id.clone() });
+    if announce {
+        events.emit(EventKind::Prompt { text: preview(&text, PROMPT_PREVIEW_CHARS) });
+    }
     // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`); after
     // the user message is stored, so a slow server start loses nothing.
     m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);

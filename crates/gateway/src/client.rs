@@ -120,14 +120,14 @@ pub struct CallOptions {
 /// A gateway client; cheap to share by reference, one per gateway configuration.
 #[derive(Clone)]
 pub struct GatewayClient {
-    http: reqwest::Client,
+    pub(super) http: reqwest::Client,
     pub(super) settings: GatewaySettings,
     /// The endpoint URL.
     url: String,
     /// The endpoint URL without user info, for error messages.
     display_url: String,
     /// The authorization header, built once (so a bad key fails at construction).
-    auth: Option<(HeaderName, HeaderValue)>,
+    pub(super) auth: Option<(HeaderName, HeaderValue)>,
     pub(super) policy: RetryPolicy,
 }
 
@@ -195,6 +195,19 @@ impl GatewayClient {
     /// The endpoint this client posts to.
     pub fn endpoint(&self) -> &str {
         &self.display_url
+    }
+
+    /// The configured base URL without user info or a trailing `/`: what names this gateway
+    /// where a password must not be written (a record in the workspace, a message).
+    pub fn base_url_display(&self) -> String {
+        let base = self.settings.base_url.trim_end_matches('/');
+        let Ok(mut parsed) = reqwest::Url::parse(base) else {
+            return base.to_string();
+        };
+        // Best effort, as for the endpoint: a URL that cannot carry user info has none.
+        let _ = parsed.set_password(None);
+        let _ = parsed.set_username("");
+        parsed.to_string().trim_end_matches('/').to_string()
     }
 
     /// One HTTP request and its stream. Sets `content_started` once the accumulator saw content.
@@ -352,7 +365,7 @@ fn refusal_for_no_key(status: u16, body: &str) -> bool {
 /// The innermost source of a request error (e.g. `Connection refused (os error 111)`): the
 /// layers above it only repeat the URL, which the error names already, and "error sending
 /// request".
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+pub(super) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = err;
     while let Some(inner) = cause.source() {
         cause = inner;

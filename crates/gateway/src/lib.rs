@@ -9,6 +9,7 @@ pub mod anthropic;
 pub mod client;
 pub mod openai;
 pub mod overflow;
+pub mod props;
 pub mod response;
 pub mod retry;
 pub mod round;

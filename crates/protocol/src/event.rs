@@ -216,6 +216,13 @@ pub enum EventKind {
         turn_id: String,
         conv_id: String,
     },
+    /// Right after `turn_started` of a turn a person's message starts (a chat, a prompt, a
+    /// steer or queued inputs that start one; not a wake, an intent, a sub-agent or a retry):
+    /// the message as the history keeps it (after a `before_prompt` hook), cut to
+    /// [`PROMPT_PREVIEW_CHARS`] characters. So every client shows what was asked, whoever sent it.
+    Prompt {
+        text: String,
+    },
     /// 0-based round number within the turn.
     RoundStarted {
         round: u32,
@@ -418,6 +425,10 @@ pub struct Event {
 /// cicy: `tool_finished.result` carries at most 600 characters.
 pub const TOOL_RESULT_PREVIEW_CHARS: usize = 600;
 
+/// cicy: `prompt.text` carries at most 2000 characters (the event log and serve's in-memory
+/// feed keep every event; a 1 MiB `--file` would otherwise be in both).
+pub const PROMPT_PREVIEW_CHARS: usize = 2000;
+
 /// Where an [`Emitter`] hands events when something else numbers them (the agent's event log).
 pub trait EventSink: Send + Sync {
     /// Takes one event; numbers, stores and publishes it. Must not block on I/O.
@@ -525,6 +536,7 @@ mod tests {
         for kind in [
             EventKind::State { state: AgentState::ExecutingTools },
             EventKind::Queued { text: "q".into() },
+            EventKind::Prompt { text: "p".into() },
             EventKind::Gap { from: 3, to: 9 },
             EventKind::Done,
             EventKind::ToolStarted { id: "t".into(), name: "shell".into(), input: serde_json::json!({"command": "ls"}) },
@@ -546,6 +558,7 @@ mod tests {
             let line = serde_json::to_string(&ev).unwrap();
             assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), ev, "{line}");
         }
+        assert_eq!(serde_json::to_string(&EventKind::Prompt { text: "hi".into() }).unwrap(), r#"{"type":"prompt","text":"hi"}"#);
         assert_eq!(
             serde_json::to_string(&EventKind::State { state: AgentState::ExecutingTools }).unwrap(),
             r#"{"type":"state","state":"executing_tools"}"#

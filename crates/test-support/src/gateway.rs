@@ -1,11 +1,16 @@
 //! A scripted AI gateway for integration tests (DESIGN.md §10).
 //!
 //! Owns: an axum server on 127.0.0.1:0 inside the test that records every request and answers
-//! with queued [`Reply`]s in order (any method, any path), plus builders of real-looking SSE
+//! with queued [`Reply`]s in order (any method, any path but `GET /props`), plus builders of real-looking SSE
 //! streams in both wire styles. Optionally, aux requests (`x-cicy-aux`) get a standing reply of
 //! their own ([`ScriptedGateway::on_aux`]) and an empty queue falls back to a generator
 //! ([`ScriptedGateway::fallback`]). When the script runs out it answers HTTP 500 saying so, so
 //! a test that sends too many requests fails loudly.
+//!
+//! `GET /props`, where llama.cpp's server reports its context window, is answered apart: with
+//! the body [`ScriptedGateway::serve_props`] set, else 404 as a gateway without it (Anthropic's
+//! answer). It is recorded in [`ScriptedGateway::props_requests`], not among the requests, and
+//! takes nothing from the queue, so a test that counts the turn's requests counts the same.
 //!
 //! Every request to `…/messages` or `…/chat/completions` (aux ones too) is first checked by the
 //! [`referee`](crate::referee) against the rules the real API enforces. A request that breaks one
@@ -115,6 +120,9 @@ struct Script {
     fallback: Option<Generator>,
     router: Option<RequestRouter>,
     main_served: usize,
+    /// The body of `GET /props`; `None` answers 404.
+    props: Option<serde_json::Value>,
+    props_requests: Vec<RecordedRequest>,
     /// `<method> <path> (request n): <rule broken, where>` for each request the referee refused.
     violations: Vec<String>,
     /// Woken whenever a request has been recorded.
@@ -167,7 +175,17 @@ impl ScriptedGateway {
         self.script.lock().expect("script lock").router = Some(Arc::new(f));
     }
 
-    /// Every request received so far.
+    /// Answers `GET /props` with `body` (HTTP 200, JSON), as llama.cpp's server does.
+    pub fn serve_props(&self, body: serde_json::Value) {
+        self.script.lock().expect("script lock").props = Some(body);
+    }
+
+    /// Every `GET /props` received so far.
+    pub fn props_requests(&self) -> Vec<RecordedRequest> {
+        self.script.lock().expect("script lock").props_requests.clone()
+    }
+
+    /// Every request received so far but `GET /props`.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.script.lock().expect("script lock").requests.clone()
     }
@@ -216,7 +234,7 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     let reply = {
         let mut s = script.lock().expect("script lock");
-        s.requests.push(RecordedRequest {
+        let recorded = RecordedRequest {
             method: parts.method.to_string(),
             path: parts.uri.path().to_string(),
             headers: parts
@@ -225,7 +243,23 @@ async fn handle(State(script): State<Arc<Mutex<Script>>>, req: Request) -> Respo
                 .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                 .collect(),
             body: body.to_vec(),
-        });
+        };
+        if parts.method == axum::http::Method::GET && parts.uri.path() == "/props" {
+            s.props_requests.push(recorded);
+            return match &s.props {
+                Some(props) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("content-type", "application/json")
+                    .body(Body::from(props.to_string()))
+                    .expect("response"),
+                None => Response::builder()
+                    .status(StatusCode::NOT_FOUND)
+                    .header("content-type", "application/json")
+                    .body(Body::from(r#"{"type":"error","error":{"type":"not_found_error","message":"Not Found"}}"#))
+                    .expect("response"),
+            };
+        }
+        s.requests.push(recorded);
         s.arrived.notify_waiters();
         let path = parts.uri.path();
         if let Some(api) = Api::for_path(path) {

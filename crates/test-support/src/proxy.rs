@@ -1,5 +1,6 @@
-//! A recording pass-through proxy: forwards every request to a real gateway and streams the
-//! answer back unchanged, keeping the request bodies so tests can compare the bytes sent.
+//! A recording pass-through proxy: forwards every request (its method, path, headers and body)
+//! to a real gateway and streams the answer back unchanged, keeping the requests so tests can
+//! compare the bytes sent.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,8 @@ use axum::response::Response;
 use axum::Router;
 use futures_util::TryStreamExt;
 
-/// (path, body) of each request received.
-type Recorded = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+/// (method, path, body) of each request received.
+type Recorded = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
 
 #[derive(Clone)]
 struct Shared {
@@ -44,8 +45,8 @@ impl RecordingProxy {
         format!("http://{}", self.addr)
     }
 
-    /// (path, body) of every request, in order.
-    pub fn requests(&self) -> Vec<(String, Vec<u8>)> {
+    /// (method, path, body) of every request, in order.
+    pub fn requests(&self) -> Vec<(String, String, Vec<u8>)> {
         self.bodies.lock().expect("bodies").clone()
     }
 }
@@ -57,14 +58,15 @@ impl Drop for RecordingProxy {
 }
 
 async fn forward(State(s): State<Shared>, req: Request) -> Response {
+    let method = req.method().clone();
     let path = req.uri().path().to_string();
     let headers = req.headers().clone();
     let body = match axum::body::to_bytes(req.into_body(), usize::MAX).await {
         Ok(b) => b,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    s.bodies.lock().expect("bodies").push((path.clone(), body.to_vec()));
-    let mut up = s.http.post(format!("{}{}", s.upstream, path)).body(body);
+    s.bodies.lock().expect("bodies").push((method.to_string(), path.clone(), body.to_vec()));
+    let mut up = s.http.request(method, format!("{}{}", s.upstream, path)).body(body);
     for (k, v) in headers.iter() {
         if k != "host" && k != "content-length" {
             up = up.header(k.as_str(), v.as_bytes());

@@ -612,6 +612,15 @@ function fold(p, ev) {
     p.cur = null;
   } else if (t === "state") {
     // the list's dot shows it
+  } else if (t === "prompt") {
+    p.cur = null;
+    // The bubble this page showed when it sent the text becomes the event's: none twice. A
+    // prompt from elsewhere (the CLI, another tab, a steer) gets a bubble of its own.
+    const mine = p.entries.find((e) => e.kind === "you" && !e.seq && sameText(e.text, ev.text));
+    if (mine) {
+      mine.seq = seq;
+      if (mine.node) Object.assign(mine.node.dataset, { seq: String(seq), type: t });
+    } else add(p, { seq, type: t, kind: "you", text: ev.text });
   } else if (t === "tool_started") {
     p.cur = null;
     const e = add(p, { seq, type: t, kind: "tool", toolId: ev.id, name: ev.name, input: json(ev.input), result: null });
@@ -668,9 +677,15 @@ function flush() {
   if (stick) live.scrollTop = live.scrollHeight;
 }
 
+// Whether a prompt event's text (cut to 2000 characters, `…` marking the cut) is `sent`.
+function sameText(sent, text) {
+  return sent === text || (text.endsWith("…") && [...text].length === 2001 && sent.startsWith(text.slice(0, -1)));
+}
+
 function node(e) {
   const n = el("div", e.kind === "you" ? "you" : "ev " + e.kind);
-  if (e.kind !== "you") {
+  // A bubble the page drew before its event came has no seq yet (`fold` sets it).
+  if (e.kind !== "you" || e.seq) {
     n.dataset.seq = String(e.seq);
     n.dataset.type = e.type;
   }
@@ -838,8 +853,8 @@ async function sendChat(ev) {
   if (!text.trim() || S.sending) return;
   S.sending = true;
   await act(async (id) => {
-    // Events carry no prompt text: the page shows what it sends (not an .ev: it has no seq),
-    // before the turn's first events arrive.
+    // The bubble shows at once (the `prompt` event comes once the turn starts, later when the
+    // agent is busy) and is no .ev: a bubble's seq, once its event came, is not an event line.
     const p = pane(id);
     p.cur = null;
     const e = add(p, { seq: 0, type: "prompt", kind: "you", text });
