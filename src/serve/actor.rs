@@ -27,7 +27,7 @@ use super::wake_job::WakeEnd;
 use crate::agent::Session;
 use crate::autonomy::priority::Class;
 use crate::autonomy::tick::{AutoJob, Tick};
-use crate::command::CommandEnd;
+use crate::command::{Command, CommandEnd, Posted};
 use crate::conversation::outcome::marker_of;
 use crate::event::{AgentState, ErrorKind, EventKind, SteerStatus};
 use crate::eventlog::{AgentEvents, EventLogError, Subscription};
@@ -560,29 +560,28 @@ impl Actor {
 
     /// §9 dispatch: a command when idle, queued text when busy, else a new run.
     async fn chat(&mut self, text: String) -> Admit {
-        let command = command_of(&text);
-        // `//clear` is the message `/clear`, as on the command line (`cli::line`).
-        let text = match text.as_str() {
-            "//clear" | "//compact" => text[1..].to_string(),
-            _ => text,
-        };
+        let posted = Posted::parse(text);
         if self.busy() {
-            if let (Some(cmd), true) = (command, self.preemption.is_some() && self.after_auto.is_none()) {
-                // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
-                self.preempt(Class::Human);
-                let tracker = match self.tracker() {
-                    Ok(t) => t,
-                    Err(e) => return Admit::Failed(e.to_string()),
-                };
-                let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-                self.after_auto = Some(if cmd == "/clear" { Work::Clear } else { Work::Compact { keep: 0 } });
-                return Admit::Started(sub);
-            }
-            if let Some(cmd) = command {
-                return Admit::Refused(format!(
-                    "{cmd} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes"
-                ));
-            }
+            let text = match posted {
+                Posted::Command(c) if self.preemption.is_some() && self.after_auto.is_none() => {
+                    // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
+                    self.preempt(Class::Human);
+                    let tracker = match self.tracker() {
+                        Ok(t) => t,
+                        Err(e) => return Admit::Failed(e.to_string()),
+                    };
+                    let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
+                    self.after_auto = Some(command_work(c));
+                    return Admit::Started(sub);
+                }
+                Posted::Command(c) => {
+                    return Admit::Refused(format!(
+                        "{} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes",
+                        c.as_str()
+                    ));
+                }
+                Posted::Message(text) => text,
+            };
             if self.preemption.is_some() {
                 // The autonomy job gives way; the stream follows its end and then this turn,
                 // which starts as the job's follow-up (no `done` between them).
@@ -603,15 +602,10 @@ impl Actor {
             Err(e) => return Admit::Failed(e.to_string()),
         };
         let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-        match command {
-            Some("/clear") => {
-                self.start(Work::Clear);
-            }
-            Some(_) => {
-                self.start(Work::Compact { keep: 0 });
-            }
-            None => self.start(Work::Turn(text)),
-        }
+        self.start(match posted {
+            Posted::Command(c) => command_work(c),
+            Posted::Message(text) => Work::Turn(text),
+        });
         Admit::Started(sub)
     }
 
@@ -964,17 +958,11 @@ impl Actor {
     }
 }
 
-/// `/clear` or `/compact` when `text` is exactly that command, ignoring a leading cicy mailbox
-/// tag (`📮 … "] "`) *(cicy)*.
-pub fn command_of(text: &str) -> Option<&'static str> {
-    let body = match text.strip_prefix('📮') {
-        Some(rest) => rest.split_once("\"] ").map_or(text, |(_, after)| after),
-        None => text,
-    };
-    match body {
-        "/clear" => Some("/clear"),
-        "/compact" => Some("/compact"),
-        _ => None,
+/// The job of a command posted as chat text; a posted `/compact` keeps no message.
+fn command_work(c: Command) -> Work {
+    match c {
+        Command::Clear => Work::Clear,
+        Command::Compact => Work::Compact { keep: 0 },
     }
 }
 
@@ -1017,20 +1005,5 @@ async fn sleep_system(at: Option<SystemTime>) {
     match at {
         Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commands_are_exact_and_the_mailbox_tag_is_ignored() {
-        assert_eq!(command_of("/clear"), Some("/clear"));
-        assert_eq!(command_of("/compact"), Some("/compact"));
-        assert_eq!(command_of("📮 [from \"w-2\"] /clear"), Some("/clear"));
-        assert_eq!(command_of("/clear now"), None);
-        assert_eq!(command_of(" /compact"), None);
-        assert_eq!(command_of("📮 no tag /clear"), None);
     }
 }

@@ -37,8 +37,8 @@ use axum::Router;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
+pub use actor::{FLUSH_TEXT, QUEUED_TEXT};
 pub use http::proof_matches;
 pub use instance::{read_info, ServeInfo};
 pub use wake_job::WakeLimits;
