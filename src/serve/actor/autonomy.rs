@@ -3,6 +3,7 @@
 //! `crate::autonomy::tick`; how a job runs is `crate::serve`'s intent job. Must not touch HTTP.
 
 use super::*;
+use crate::event::AutonomyStatus;
 
 impl Actor {
     /// Nothing asks anything of the agent (DESIGN.md §13 "idle only when …"; the files' part —
@@ -29,7 +30,7 @@ impl Actor {
         self.priorities = out.priorities;
         for i in out.promoted {
             let (job, detail) = (format!("intent:{}", i.id), format!("priority {} (starvation)", i.priority));
-            self.emit(EventKind::Autonomy { job, status: "promoted".into(), detail: Some(detail) });
+            self.emit(EventKind::Autonomy { job, status: AutonomyStatus::Promoted, detail: Some(detail) });
         }
         match out.tick {
             Tick::Run(job) => {
@@ -96,7 +97,7 @@ impl Actor {
         }
         for id in notes.interrupted {
             let detail = Some("preempted by restart".to_string());
-            self.emit(EventKind::Autonomy { job: format!("intent:{id}"), status: "interrupted".into(), detail });
+            self.emit(EventKind::Autonomy { job: format!("intent:{id}"), status: AutonomyStatus::Interrupted, detail });
         }
     }
 }
