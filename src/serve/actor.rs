@@ -24,7 +24,7 @@ use super::intent_job::{AutoEnd, Preemption};
 use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
 use super::tracker::Tracker;
 use super::wake_job::WakeEnd;
-use crate::agent::Session;
+use crate::agent::{AgentError, Session};
 use crate::autonomy::priority::Class;
 use crate::autonomy::tick::{AutoJob, Tick};
 use crate::command::{Command, CommandEnd, Posted};
@@ -80,7 +80,7 @@ pub enum Op {
         reply: oneshot::Sender<RetryReply>,
     },
     Clear {
-        reply: oneshot::Sender<Result<ClearReply, String>>,
+        reply: oneshot::Sender<Result<ClearReply, ClearError>>,
     },
     Compact {
         keep: usize,
@@ -92,7 +92,7 @@ pub enum Op {
     /// A subscription to the agent's events.
     Subscribe {
         from: EventsFrom,
-        reply: oneshot::Sender<Result<Subscription, String>>,
+        reply: oneshot::Sender<Result<Subscription, EventLogError>>,
     },
     /// Opens the session ahead of the first request (serve's boot, one agent at a time).
     Warm {
@@ -159,6 +159,21 @@ pub struct ClearReply {
     pub success: bool,
     pub canceled: bool,
     pub conv_id: String,
+}
+
+/// Why `POST /api/cicy/clear` did not clear (500).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClearError {
+    #[error("the job stopped")]
+    JobStopped,
+    #[error("the agent is busy in another process")]
+    BusyElsewhere,
+    #[error("serve is shutting down")]
+    ShuttingDown,
+    /// The session could not be opened or the new conversation not written; shared by every
+    /// reply waiting for the same clear.
+    #[error(transparent)]
+    Agent(Arc<AgentError>),
 }
 
 /// `POST /api/cicy/compact` **[chosen]**: message counts of the window before and after;
@@ -297,7 +312,7 @@ struct Actor {
     /// Work that found the turn lock held by another process; retried every [`LOCK_RETRY`].
     waiting: Option<Waiting>,
     /// `POST /api/cicy/clear` replies waiting for the cancelled job to end.
-    deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, String>>)>,
+    deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, ClearError>>)>,
     compact_reply: Option<oneshot::Sender<Result<CompactReply, Busy>>>,
     last_active: Instant,
     /// The memory flush running beside the agent, if any.
@@ -471,7 +486,7 @@ impl Actor {
                         EventsFrom::After(n) => t.events().subscribe(Some(n)).await,
                         EventsFrom::Last(n) => t.events().subscribe_last(n).await,
                     }),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e),
                 };
                 let _ = reply.send(sub);
             }
@@ -748,7 +763,7 @@ impl Actor {
             Ok(out) => out,
             Err(e) => {
                 self.emit(EventKind::Error { kind: ErrorKind::Internal, message: format!("the job of {} stopped: {e}", self.record.id) });
-                self.fail_replies("the job stopped");
+                self.fail_replies(ClearError::JobStopped);
                 self.end_run();
                 return;
             }
@@ -758,7 +773,7 @@ impl Actor {
             JobEnd::LockBusy if matches!(work, Work::Auto(..)) => {
                 // Another process works on the agent: it is not idle, and a later tick tries again.
                 self.after_auto = None;
-                self.fail_replies("the agent is busy in another process");
+                self.fail_replies(ClearError::BusyElsewhere);
                 self.end_run();
                 return;
             }
@@ -774,7 +789,7 @@ impl Actor {
             }
             JobEnd::Open(e) => {
                 self.emit(EventKind::Error { kind: ErrorKind::Open, message: e.to_string() });
-                self.fail_replies(&e.to_string());
+                self.fail_replies(ClearError::Agent(Arc::new(e)));
                 if let Work::Wake(p) = &work {
                     // No turn can answer this wake's claims: they are pending again.
                     let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
@@ -824,9 +839,9 @@ impl Actor {
                 }
             }
             JobEnd::Clear(r) => {
-                let r = r.map_err(|e| e.to_string());
+                let r = r.map_err(|e| ClearError::Agent(Arc::new(e)));
                 if let Err(e) = &r {
-                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.clone() });
+                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.to_string() });
                 }
                 for (canceled, tx) in self.deferred_clear.drain(..) {
                     let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));
@@ -855,9 +870,9 @@ impl Actor {
     }
 
     /// Answers replies a failed job leaves waiting.
-    fn fail_replies(&mut self, why: &str) {
+    fn fail_replies(&mut self, why: ClearError) {
         for (_, tx) in self.deferred_clear.drain(..) {
-            let _ = tx.send(Err(why.to_string()));
+            let _ = tx.send(Err(why.clone()));
         }
         if let Some(tx) = self.compact_reply.take() {
             let _ = tx.send(Ok(CompactReply { success: false, outcome: "failed", before: 0, after: 0 }));
@@ -944,7 +959,7 @@ impl Actor {
             if let Some((_, Ok(out))) = out {
                 self.session = out.session;
             }
-            self.fail_replies("serve is shutting down");
+            self.fail_replies(ClearError::ShuttingDown);
             if let Some(t) = &self.tracker {
                 t.set(AgentState::Idle);
             }

@@ -277,7 +277,7 @@ async fn run_command(
         std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
         let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let spec = process::Job { command, cwd: &ctx.workspace, env: &[], timeout: job.run_timeout, label: &label, output_limit: 0 };
-        process::spawn_logged(&spec, &tctx, log)
+        process::spawn_logged(&spec, &tctx, log).map_err(|e| e.to_string())
     });
     let running = match spawned {
         Ok(r) => r,

@@ -119,7 +119,7 @@ pub async fn retry(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) 
 /// `POST /api/cicy/clear` *(cicy)* → `{success, canceled, conv_id}`.
 pub async fn clear(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::ClearReply>, ApiError> {
     let handle = agent_of(&hub, &body)?;
-    ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(ApiError::internal)
+    ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// `POST /api/cicy/compact` **[chosen]** → `{success, outcome, before, after}`; 409 busy.
@@ -341,7 +341,7 @@ pub async fn agent_events(
         (None, Some(n)) => EventsFrom::Last(n),
         (None, None) => EventsFrom::Now,
     };
-    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(ApiError::internal)?;
+    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(sse(gathered(sub), &hub))
 }
 
