@@ -1,6 +1,7 @@
 //! One actor task per agent (DESIGN.md §9 "Agents", "Dispatch", "Steer"; codex-rs
 //! `submit(Op)`): it alone owns the agent's [`Session`], state, pending queue, steering queue,
-//! cancel token and memory timer, and takes [`Op`]s from an mpsc queue.
+//! cancel token and memory timer, and takes [`Op`]s from a bounded queue and serve's signals
+//! beside it (`handle`).
 //!
 //! A turn, retry, `/compact` or `/clear` runs as a job in its own task (`super::job`), which
 //! takes the session and gives it back, so the actor keeps answering (queueing, steering,
@@ -39,6 +40,9 @@ use crate::wake::message::Reason;
 use crate::wake::run::Trigger;
 
 mod autonomy;
+mod handle;
+
+pub use handle::{AgentHandle, Refused, QUEUE_CAPACITY};
 
 /// cicy: what a queued input's stream is told.
 pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
@@ -102,23 +106,10 @@ pub enum Op {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
-    /// A todo came due or the inbox may hold a message (DESIGN.md §10): wake now if idle,
-    /// else after the current run. A wake with nothing to claim runs nothing.
-    Wake {
-        reason: Reason,
-    },
-    /// At serve's start: finish what a killed serve left of this agent's last wake.
-    Recover,
-    /// At serve's start, for an agent whose autonomy lease a killed serve left: kill the
-    /// intent's recorded process group and write its `interrupted` line (DESIGN.md §13).
-    RecoverAutonomy,
     /// A todo changed through a route: its event goes on the agent's stream.
     Note {
         note: crate::wake::state::WakeNote,
     },
-    /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
-    /// runs (a turn drains it after each tool batch; the next poll comes within 2 s).
-    Drain,
     /// `POST /api/agents/{id}/respond` (DESIGN.md §12): answers the open `ask_user` question
     /// `reference`.
     Respond {
@@ -228,20 +219,6 @@ pub enum EventsFrom {
     Last(usize),
 }
 
-/// The address of a running actor.
-#[derive(Clone)]
-pub struct AgentHandle {
-    pub id: String,
-    tx: mpsc::UnboundedSender<Op>,
-}
-
-impl AgentHandle {
-    /// Sends `op`; false when the actor has ended (serve is shutting down).
-    pub fn send(&self, op: Op) -> bool {
-        self.tx.send(op).is_ok()
-    }
-}
-
 /// What an actor needs from the server.
 #[derive(Clone)]
 pub struct Shared {
@@ -260,8 +237,7 @@ pub struct Shared {
 
 /// Starts the actor of `record`.
 pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let handle = AgentHandle { id: record.id.clone(), tx };
+    let (handle, rx, signalled) = AgentHandle::new(record.id.clone());
     let actor = Actor {
         record,
         shared,
@@ -290,7 +266,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         tick_reply: None,
         poll_at: None,
     };
-    tokio::spawn(actor.run(rx));
+    tokio::spawn(actor.run(rx, signalled));
     handle
 }
 
@@ -347,7 +323,7 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Op>, mut signalled: handle::Signalled) {
         // The first tick comes 1–3 s after the start, spread so that thousands of agents do
         // not all read their files at the same instant; it reads the role's period.
         self.tick_at = Some(Instant::now() + FIRST_TICK + FIRST_TICK_SPREAD.mul_f64(rand::random::<f64>()));
@@ -379,6 +355,7 @@ impl Actor {
                         return;
                     }
                 },
+                raised = signalled.next() => self.signalled(raised),
                 out = join(&mut self.job) => self.job_done(out).await,
                 () = sleep(self.waiting.as_ref().map(|w| w.at)) => self.retry_waiting(),
                 () = sleep(self.wake_retry_at) => {
@@ -494,21 +471,35 @@ impl Actor {
                 self.warm();
                 let _ = reply.send(());
             }
-            Op::Wake { reason } => {
-                self.preempt(crate::autonomy::tick::class_of_wake(reason));
-                self.wake(reason);
-            }
-            Op::Recover => self.recover(),
-            Op::RecoverAutonomy => self.recover_autonomy(),
             Op::Note { note } => {
                 let kind = super::wake_job::note_event(note);
                 self.emit(kind);
             }
-            Op::Drain => self.drain_outbox(),
             Op::Respond { reference, response, reply } => {
                 let _ = reply.send(self.questions.respond(&reference, &response));
             }
             Op::Shutdown { .. } => {}
+        }
+    }
+
+    /// What serve raised since the last look, the recoveries at start first, as they were sent.
+    fn signalled(&mut self, raised: handle::Raised) {
+        self.last_active = Instant::now();
+        if raised.recover_autonomy {
+            self.recover_autonomy();
+        }
+        if raised.recover {
+            self.recover();
+        }
+        for reason in raised.wakes {
+            // A wake with nothing to claim runs nothing.
+            self.preempt(crate::autonomy::tick::class_of_wake(reason));
+            self.wake(reason);
+        }
+        if raised.drain {
+            // Not while a job runs (a turn drains after each tool batch; the next poll comes
+            // within 2 s).
+            self.drain_outbox();
         }
     }
 

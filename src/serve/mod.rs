@@ -175,7 +175,7 @@ impl Hub {
     /// Asks agent `id`'s actor for a wake; an id with no agent (a deleted one) is ignored.
     fn wake(&self, id: &str, reason: crate::wake::message::Reason) {
         if let Some(h) = self.agent(id) {
-            h.send(Op::Wake { reason });
+            h.wake(reason);
         }
     }
 
@@ -252,7 +252,7 @@ pub async fn run(home: Home, opts: ServeOptions, ready: impl FnOnce(&ServeInfo))
     }
     for id in &leased {
         if let Some(h) = hub.agent(id) {
-            h.send(Op::RecoverAutonomy);
+            h.recover_autonomy();
         }
     }
     start_waking(&hub, &records, wake_db, unstarted, &opts)?;
@@ -319,7 +319,7 @@ fn start_waking(
     to_recover.dedup();
     for id in &to_recover {
         if let Some(h) = hub.agent(id) {
-            h.send(Op::Recover);
+            h.recover();
         }
     }
     let waker = hub.clone();
@@ -338,7 +338,7 @@ fn start_waking(
         move || listed.read().map(|a| a.iter().map(|(id, (_, ws))| (id.clone(), ws.clone())).collect()).unwrap_or_default(),
         move |id| {
             if let Some((h, _)) = drained.read().ok().and_then(|a| a.get(id).cloned()) {
-                h.send(Op::Drain);
+                h.drain();
             }
         },
         hub.shutdown.clone(),
@@ -411,7 +411,7 @@ fn router(hub: Hub) -> Router {
 async fn warm(handles: Vec<AgentHandle>) {
     for h in handles {
         let (reply, done) = oneshot::channel();
-        if !h.send(Op::Warm { reply }) {
+        if !h.send(Op::Warm { reply }).await {
             return;
         }
         let _ = done.await;
@@ -442,7 +442,7 @@ impl Signals {
         }
         let stops = hub.handles().into_iter().map(|h| async move {
             let (reply, done) = oneshot::channel();
-            if h.send(Op::Shutdown { reply }) {
+            if h.send(Op::Shutdown { reply }).await {
                 let _ = done.await;
             }
         });
