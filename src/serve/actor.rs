@@ -22,12 +22,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::intent_job::{AutoEnd, Preemption};
-use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
+use super::job::{self, FlushCtx, JobCtx, JobEnd, Work};
 use super::tracker::Tracker;
 use super::wake_job::WakeEnd;
 use crate::agent::{AgentError, Session};
 use crate::autonomy::priority::Class;
-use crate::autonomy::tick::{AutoJob, Tick};
+use crate::autonomy::tick::Tick;
 use crate::command::{Command, CommandEnd, Posted};
 use crate::conversation::outcome::marker_of;
 use crate::event::{AgentState, ErrorKind, EventKind, SteerStatus};
@@ -41,8 +41,10 @@ use crate::wake::run::Trigger;
 
 mod autonomy;
 mod handle;
+mod phase;
 
 pub use handle::{AgentHandle, Refused, QUEUE_CAPACITY};
+use phase::{Ended, Phase};
 
 /// cicy: what a queued input's stream is told.
 pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
@@ -246,8 +248,7 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         pending: Vec::new(),
         steering: Steering::default(),
         cancel: CancellationToken::new(),
-        job: None,
-        waiting: None,
+        phase: Phase::Idle,
         deferred_clear: Vec::new(),
         compact_reply: None,
         last_active: Instant::now(),
@@ -261,19 +262,10 @@ pub fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         tick_every: Duration::from_secs(crate::autonomy::settings::DEFAULT_TICK_SECS),
         priorities: crate::autonomy::priority::Priorities::default(),
         resting: false,
-        preemption: None,
-        after_auto: None,
         tick_reply: None,
-        poll_at: None,
     };
     tokio::spawn(actor.run(rx, signalled));
     handle
-}
-
-/// Work that found the turn lock held by another process, and when to try again.
-struct Waiting {
-    work: Work,
-    at: Instant,
 }
 
 struct Actor {
@@ -284,9 +276,9 @@ struct Actor {
     pending: Vec<String>,
     steering: Steering,
     cancel: CancellationToken,
-    job: Option<(Work, JoinHandle<JobOut>)>,
-    /// Work that found the turn lock held by another process; retried every [`LOCK_RETRY`].
-    waiting: Option<Waiting>,
+    /// Idle, running a job, or waiting (retried every [`LOCK_RETRY`]) for a turn lock another
+    /// process holds.
+    phase: Phase,
     /// `POST /api/cicy/clear` replies waiting for the cancelled job to end.
     deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, ClearError>>)>,
     compact_reply: Option<oneshot::Sender<Result<CompactReply, Busy>>>,
@@ -312,14 +304,8 @@ struct Actor {
     priorities: crate::autonomy::priority::Priorities,
     /// The last tick rested: the next rest writes no line (one line per streak).
     resting: bool,
-    /// The running autonomy job: what it is and who preempts it; `None` for other jobs.
-    preemption: Option<(Box<AutoJob>, Preemption)>,
-    /// `/compact` or `/clear` asked while an autonomy job ran: it runs when the job has given way.
-    after_auto: Option<Work>,
     /// The answer of a tick the tick thread runs now.
     tick_reply: Option<oneshot::Receiver<crate::autonomy::tick::TickOut>>,
-    /// The next 0.5 s look for what must stop the running autonomy job.
-    poll_at: Option<Instant>,
 }
 
 impl Actor {
@@ -328,7 +314,7 @@ impl Actor {
         // not all read their files at the same instant; it reads the role's period.
         self.tick_at = Some(Instant::now() + FIRST_TICK + FIRST_TICK_SPREAD.mul_f64(rand::random::<f64>()));
         loop {
-            let idle = self.job.is_none() && self.waiting.is_none();
+            let idle = matches!(self.phase, Phase::Idle);
             let memory_at = if idle { self.memory_due_at() } else { None };
             let drop_at = (idle && self.session.is_some()).then(|| self.last_active + self.shared.session_idle);
             let tick_at = if idle && self.tick_reply.is_none() {
@@ -336,12 +322,8 @@ impl Actor {
             } else {
                 None
             };
-            // Kept across loop turns: a client asking often (status polls) must not keep
-            // pushing the poll back.
-            let poll_at = match &self.preemption {
-                Some(_) => Some(*self.poll_at.get_or_insert_with(|| Instant::now() + PREEMPT_POLL)),
-                None => None,
-            };
+            let poll_at = self.phase.auto_mut().map(|a| *a.poll_at.get_or_insert_with(|| Instant::now() + PREEMPT_POLL));
+            let retry_at = self.phase.retry_at();
             tokio::select! {
                 op = rx.recv() => match op {
                     Some(Op::Shutdown { reply }) => {
@@ -356,8 +338,8 @@ impl Actor {
                     }
                 },
                 raised = signalled.next() => self.signalled(raised),
-                out = join(&mut self.job) => self.job_done(out).await,
-                () = sleep(self.waiting.as_ref().map(|w| w.at)) => self.retry_waiting(),
+                ended = phase::join(&mut self.phase) => self.job_done(ended).await,
+                () = sleep(retry_at) => self.retry_waiting(),
                 () = sleep(self.wake_retry_at) => {
                     self.wake_retry_at = None;
                     self.wake(Reason::Inbox);
@@ -366,7 +348,9 @@ impl Actor {
                 () = sleep(tick_at) => self.tick(),
                 out = answer(&mut self.tick_reply) => self.tick_done(out),
                 () = sleep(poll_at) => {
-                    self.poll_at = None;
+                    if let Some(a) = self.phase.auto_mut() {
+                        a.poll_at = None;
+                    }
                     self.poll_preempt();
                 }
                 () = sleep(drop_at) => {
@@ -399,7 +383,7 @@ impl Actor {
     }
 
     fn busy(&self) -> bool {
-        self.job.is_some() || self.waiting.is_some()
+        !matches!(self.phase, Phase::Idle)
     }
 
     async fn handle(&mut self, op: Op) {
@@ -437,15 +421,15 @@ impl Actor {
                 let canceled = self.abort();
                 self.deferred_clear.push((canceled, reply));
                 // Otherwise the clear runs when the cancelled job has ended (`job_done`).
-                if self.job.is_none() {
+                if !matches!(self.phase, Phase::Running(_)) {
                     self.start(Work::Clear);
                 }
             }
             Op::Compact { keep, reply } => {
-                if self.preemption.is_some() && self.after_auto.is_none() {
+                if self.phase.auto_free() {
                     self.preempt(Class::Human);
                     self.compact_reply = Some(reply);
-                    self.after_auto = Some(Work::Compact { keep });
+                    self.run_after_auto(Work::Compact { keep });
                 } else if self.busy() {
                     let _ = reply.send(Err(Busy));
                 } else {
@@ -507,7 +491,7 @@ impl Actor {
     fn drain_outbox(&mut self) {
         // Beside an autonomy command the drain runs (it never touches the session); a
         // command's `cicy-agent send` must not wait for the command's end.
-        let beside_command = self.preemption.as_ref().is_some_and(|(job, _)| job.pick.run().is_some());
+        let beside_command = self.phase.auto().is_some_and(|a| a.job.pick.run().is_some());
         if self.busy() && !beside_command {
             return;
         }
@@ -569,7 +553,7 @@ impl Actor {
         let posted = Posted::parse(text);
         if self.busy() {
             let text = match posted {
-                Posted::Command(c) if self.preemption.is_some() && self.after_auto.is_none() => {
+                Posted::Command(c) if self.phase.auto_free() => {
                     // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
                     self.preempt(Class::Human);
                     let tracker = match self.tracker() {
@@ -577,7 +561,7 @@ impl Actor {
                         Err(e) => return Admit::Failed(e.to_string()),
                     };
                     let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-                    self.after_auto = Some(command_work(c));
+                    self.run_after_auto(command_work(c));
                     return Admit::Started(sub);
                 }
                 Posted::Command(c) => {
@@ -588,7 +572,7 @@ impl Actor {
                 }
                 Posted::Message(text) => text,
             };
-            if self.preemption.is_some() {
+            if self.phase.auto().is_some() {
                 // The autonomy job gives way; the stream follows its end and then this turn,
                 // which starts as the job's follow-up (no `done` between them).
                 self.preempt(Class::Human);
@@ -620,7 +604,7 @@ impl Actor {
             self.start(Work::Turn(text));
             return SteerStatus::Prompted;
         }
-        if self.preemption.is_some() {
+        if self.phase.auto().is_some() {
             // Not into the autonomy job's turn: a person's text starts its own turn after it.
             self.preempt(Class::Human);
             self.pending.push(text);
@@ -639,21 +623,26 @@ impl Actor {
     fn abort(&mut self) -> bool {
         self.pending.clear();
         self.steering.clear();
-        let waiting = self.waiting.take().is_some();
-        if let Some((job, preemption)) = &self.preemption {
-            if job.never_killed {
-                return false;
-            }
-            preemption.set(Class::Human.as_str());
-        }
-        if self.job.is_some() {
-            self.cancel.cancel();
+        if self.phase.take_waiting().is_some() {
+            self.end_run();
             return true;
         }
-        if waiting {
-            self.end_run();
+        let Phase::Running(running) = &self.phase else { return false };
+        if let Some(a) = &running.auto {
+            if a.job.never_killed {
+                return false;
+            }
+            a.preemption.set(Class::Human.as_str());
         }
-        waiting
+        self.cancel.cancel();
+        true
+    }
+
+    /// `/compact` or `/clear` (`work`) waits for the running autonomy job to give way.
+    fn run_after_auto(&mut self, work: Work) {
+        if let Some(a) = self.phase.auto_mut() {
+            a.after = Some(work);
+        }
     }
 
     fn retry(&mut self) -> RetryReply {
@@ -726,10 +715,6 @@ impl Actor {
         self.cancel = CancellationToken::new();
         self.tick_at = None;
         self.steering.clear_yield();
-        self.preemption = match &work {
-            Work::Auto(job, preemption) => Some((job.clone(), preemption.clone())),
-            _ => None,
-        };
         let ctx = JobCtx {
             home: self.shared.home.clone(),
             id: self.record.id.clone(),
@@ -743,13 +728,14 @@ impl Actor {
             questions: self.questions.clone(),
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
-        self.job = Some((work, handle));
+        self.phase = Phase::running(work, handle);
     }
 
-    async fn job_done(&mut self, out: Option<(Work, Result<JobOut, tokio::task::JoinError>)>) {
-        let Some((work, out)) = out else { return };
+    async fn job_done(&mut self, ended: Option<Ended>) {
+        let Some(Ended { work, auto, out }) = ended else { return };
         self.last_active = Instant::now();
-        self.preemption = None;
+        // What waited for an autonomy job to give way.
+        let after = auto.and_then(|a| a.after);
         let out = match out {
             Ok(out) => out,
             Err(e) => {
@@ -763,7 +749,6 @@ impl Actor {
         match out.end {
             JobEnd::LockBusy if matches!(work, Work::Auto(..)) => {
                 // Another process works on the agent: it is not idle, and a later tick tries again.
-                self.after_auto = None;
                 self.fail_replies(ClearError::BusyElsewhere);
                 self.end_run();
                 return;
@@ -775,7 +760,7 @@ impl Actor {
                         text: format!("{} is busy in another process (its turn lock is held); waiting for it", self.record.id),
                     });
                 }
-                self.waiting = Some(Waiting { work, at: Instant::now() + LOCK_RETRY });
+                self.phase = Phase::WaitingLock { work, at: Instant::now() + LOCK_RETRY };
                 return;
             }
             JobEnd::Open(e) => {
@@ -839,7 +824,7 @@ impl Actor {
                 }
             }
         }
-        if let Some(work) = self.after_auto.take() {
+        if let Some(work) = after {
             self.start(work);
             return;
         }
@@ -897,8 +882,8 @@ impl Actor {
     }
 
     fn retry_waiting(&mut self) {
-        if let Some(w) = self.waiting.take() {
-            self.start(w.work);
+        if let Some(work) = self.phase.take_waiting() {
+            self.start(work);
         }
     }
 
@@ -930,24 +915,24 @@ impl Actor {
     async fn shutdown(&mut self) {
         self.pending.clear();
         self.steering.clear();
-        self.waiting = None;
+        self.phase.take_waiting();
         if let Some((c, h)) = self.flush.take() {
             c.cancel();
             let _ = h.await;
         }
-        if let Some((job, preemption)) = self.preemption.take() {
-            if job.never_killed {
-                let finished = tokio::time::timeout(NEVER_KILLED_GRACE, join(&mut self.job)).await;
-                if let Ok(Some((_, Ok(out)))) = finished {
+        if let Some((never_killed, preemption)) = self.phase.auto().map(|a| (a.job.never_killed, a.preemption.clone())) {
+            if never_killed {
+                let finished = tokio::time::timeout(NEVER_KILLED_GRACE, phase::join(&mut self.phase)).await;
+                if let Ok(Some(Ended { out: Ok(out), .. })) = finished {
                     self.session = out.session;
                 }
             }
             preemption.set("shutdown");
         }
-        if self.job.is_some() {
+        if matches!(self.phase, Phase::Running(_)) {
             self.cancel.cancel();
-            let out = join(&mut self.job).await;
-            if let Some((_, Ok(out))) = out {
+            let ended = phase::join(&mut self.phase).await;
+            if let Some(Ended { out: Ok(out), .. }) = ended {
                 self.session = out.session;
             }
             self.fail_replies(ClearError::ShuttingDown);
@@ -975,17 +960,6 @@ fn command_work(c: Command) -> Work {
 /// The agent's last logged seq without opening its log (which would reserve seqs).
 fn last_logged(record: &AgentRecord) -> u64 {
     fsutil::blocking(|| crate::eventlog::last_logged(&record.workspace).unwrap_or(0))
-}
-
-/// Waits for the running job; never resolves when there is none.
-async fn join(job: &mut Option<(Work, JoinHandle<JobOut>)>) -> Option<(Work, Result<JobOut, tokio::task::JoinError>)> {
-    match job {
-        Some((_, handle)) => {
-            let out = handle.await;
-            job.take().map(|(work, _)| (work, out))
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// The answer of a running tick; never resolves when there is none.

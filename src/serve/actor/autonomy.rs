@@ -53,8 +53,8 @@ impl Actor {
     /// A request of class `by` arrived: the running autonomy job gives way if `by` has the
     /// smaller number *(idle)*, unless it is on the never-killed list (then `by` waits).
     pub(super) fn preempt(&mut self, by: Class) {
-        let Some((job, _)) = &self.preemption else { return };
-        if self.priorities.of(by) >= job.priority {
+        let Some(a) = self.phase.auto() else { return };
+        if self.priorities.of(by) >= a.job.priority {
             return;
         }
         self.stop_auto(by.as_str());
@@ -64,13 +64,13 @@ impl Actor {
     /// SIGTERM, a model turn yields at its next round boundary. A never-killed job is left to
     /// finish, with a log line.
     fn stop_auto(&mut self, by: &str) {
-        let Some((job, preemption)) = &self.preemption else { return };
-        if job.never_killed {
-            crate::autonomy::log::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
+        let Some(a) = self.phase.auto() else { return };
+        if a.job.never_killed {
+            crate::autonomy::log::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", a.job.pick.job()));
             return;
         }
-        preemption.set(by);
-        if job.pick.run().is_some() {
+        a.preemption.set(by);
+        if a.job.pick.run().is_some() {
             self.cancel.cancel();
         } else {
             self.steering.request_yield();
@@ -79,8 +79,8 @@ impl Actor {
 
     /// The 0.5 s poll while an autonomy job runs: a drop, the switch, a message.
     pub(super) fn poll_preempt(&mut self) {
-        let Some((job, _)) = &self.preemption else { return };
-        let (ws, job) = (self.record.workspace.clone(), job.clone());
+        let Some(a) = self.phase.auto() else { return };
+        let (ws, job) = (self.record.workspace.clone(), a.job.clone());
         match fsutil::blocking(|| crate::autonomy::tick::poll(&ws, &job)) {
             Some(by) if by == Class::Human.as_str() => self.preempt(Class::Human),
             Some(by) => self.stop_auto(by),
