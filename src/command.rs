@@ -1,9 +1,14 @@
 //! `/compact` and `/clear` as library operations (DESIGN.md §7), so the CLI and `serve` run
 //! them the same way and report them with the same events, byte for byte.
 //!
-//! Owns what each command does to an open session and the `system`/`error` event texts that
-//! report it. Must not touch: the turn lock (the caller holds it and refuses a command while a
-//! turn runs), exit codes and HTTP answers (the caller maps [`CommandEnd`] to them), signals.
+//! Owns reading a chat text as a command or a message (`parse`), what each command does to an
+//! open session and the `system`/`error` event texts that report it. Must not touch: the turn
+//! lock (the caller holds it and refuses a command while a turn runs), exit codes and HTTP
+//! answers (the caller maps [`CommandEnd`] to them), signals.
+
+mod parse;
+
+pub use parse::{Command, Line, NotACommand, Posted};
 
 use tokio_util::sync::CancellationToken;
 

@@ -19,8 +19,8 @@ use crate::wake::db::{WakeDb, WakeDbError};
 use super::lease::Lease;
 use super::ledger::{unix_of, By, Folded, Intent, Ledger, LedgerError, Needs, Skipped};
 use super::plan::{self, Decision, Inputs, RoutineRuns, DAY_SECS};
-use super::priority::Priorities;
-use super::settings::{self, AutonomyConfig};
+use super::priority::{Priorities, PriorityError};
+use super::settings::{self, AutonomyConfig, SwitchError};
 
 /// idle: "⑩ 我留给自己的(最多 3 条)": at most three of the agent's own intents are listed.
 pub const MINE_SHOWN: usize = 3;
@@ -94,11 +94,11 @@ pub struct Report {
 /// What [`Report::build`] reads; the caller has read the files.
 pub struct Sources<'a> {
     pub folded: &'a Folded,
-    /// The table, or the text of why it could not be read.
-    pub priorities: Result<&'a Priorities, String>,
+    /// The table, or why it could not be read.
+    pub priorities: Result<&'a Priorities, &'a PriorityError>,
     pub config: &'a AutonomyConfig,
-    /// The agent's switch, or the text of why it could not be read.
-    pub switch_on: Result<bool, String>,
+    /// The agent's switch, or why it could not be read.
+    pub switch_on: Result<bool, SwitchError>,
     pub routines: &'a RoutineRuns,
     pub lease: Option<Lease>,
     /// Unix seconds.
@@ -206,14 +206,15 @@ impl Report {
 /// [`plan::decide`], off with the reason when the table or the switch cannot be read.
 fn decide(
     folded: &Folded,
-    priorities: Result<&Priorities, String>,
+    priorities: Result<&Priorities, &PriorityError>,
     config: &AutonomyConfig,
-    switch_on: Result<bool, String>,
+    switch_on: Result<bool, SwitchError>,
     routines: &RoutineRuns,
     now: i64,
 ) -> Decision {
     match (priorities, switch_on) {
-        (Err(why), _) | (_, Err(why)) => Decision::Off { why },
+        (Err(e), _) => Decision::Off { why: e.to_string() },
+        (_, Err(e)) => Decision::Off { why: e.to_string() },
         (Ok(priorities), Ok(switch_on)) => plan::decide(&Inputs { folded, priorities, config, switch_on, routines, now }),
     }
 }
@@ -278,18 +279,11 @@ fn none_or(items: &[String]) -> String {
 /// error: the report says autonomy is off and why.
 pub fn load(workspace: &Path, config: &AutonomyConfig, lease: Option<Lease>, now: i64) -> Result<(Report, Folded), LedgerError> {
     let folded = Ledger::of_workspace(workspace).read()?;
-    let priorities = Priorities::load(workspace).map_err(|e| e.to_string());
-    let switch_on = settings::switch_on(workspace).map_err(|e| e.to_string());
+    let priorities = Priorities::load(workspace);
+    let switch_on = settings::switch_on(workspace);
     let routines = RoutineRuns::load(workspace);
-    let report = Report::build(Sources {
-        folded: &folded,
-        priorities: priorities.as_ref().map_err(Clone::clone),
-        config,
-        switch_on,
-        routines: &routines,
-        lease,
-        now,
-    });
+    let report =
+        Report::build(Sources { folded: &folded, priorities: priorities.as_ref(), config, switch_on, routines: &routines, lease, now });
     Ok((report, folded))
 }
 
@@ -399,7 +393,7 @@ mod tests {
         Folded::parse(&format!("{text}\n"))
     }
 
-    fn build(folded: &Folded, lease: Option<Lease>, switch_on: Result<bool, String>) -> Report {
+    fn build(folded: &Folded, lease: Option<Lease>, switch_on: Result<bool, SwitchError>) -> Report {
         Report::build(Sources {
             folded,
             priorities: Ok(&Priorities::default()),
@@ -460,9 +454,10 @@ mod tests {
             r.text(),
             "autonomy: on (tick every 30 s)\n⑩ mine: none\n⑪ now: rest (nothing wanted and runnable)\nwaiting: none\n⑫ squeezed: none\n"
         );
+        let bad = PriorityError::Bad { path: "ws/.cicy/sched-priority.json".into(), problem: "not a JSON object".into() };
         let r = Report::build(Sources {
             folded: &empty,
-            priorities: Err("ws/.cicy/sched-priority.json: not a JSON object".into()),
+            priorities: Err(&bad),
             config: &AutonomyConfig::default(),
             switch_on: Ok(true),
             routines: &RoutineRuns::default(),
@@ -470,8 +465,9 @@ mod tests {
             now: NOW,
         });
         assert!(!r.enabled);
-        assert_eq!(r.now, "off (ws/.cicy/sched-priority.json: not a JSON object)");
-        assert!(r.text().starts_with("autonomy: off (ws/.cicy/sched-priority.json: not a JSON object)\n"));
+        let why = r#"ws/.cicy/sched-priority.json: not a JSON object (expected an object like {"alarm":1,"human":1,"daemon":2,"task":3,"intent":5,"selfcheck":8,"recall":9,"web":10})"#;
+        assert_eq!(r.now, format!("off ({why})"));
+        assert!(r.text().starts_with(&format!("autonomy: off ({why})\n")));
     }
 
     #[test]

@@ -70,7 +70,7 @@ mod tests {
         after_turn(ws.path(), 20, 2, &events);
         let listed = super::super::list(ws.path()).unwrap();
         assert_eq!(listed.len(), 1);
-        let meta = listed[0].meta.clone().unwrap();
+        let meta = listed[0].meta.as_ref().unwrap().clone();
         assert_eq!((meta.label.as_deref(), meta.steering, meta.pending, meta.conv_id), (Some("auto"), 2, 0, None));
         let texts: Vec<EventKind> = seen.lock().unwrap().iter().map(|e| e.kind.clone()).collect();
         assert_eq!(texts, [EventKind::System { text: format!("checkpoint {} saved (auto, every 10 turns)", meta.checkpoint_id) }]);

@@ -66,11 +66,11 @@ pub struct Meta {
 }
 
 /// One listed checkpoint: its folder and its meta, or why the meta could not be read.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Listed {
     pub id: String,
     pub dir: PathBuf,
-    pub meta: Result<Meta, String>,
+    pub meta: Result<Meta, CheckpointError>,
     /// Seconds since the Unix epoch from the folder name.
     pub unix: u64,
 }
@@ -203,7 +203,7 @@ pub fn list(workspace: &Path) -> Result<Vec<Listed>, CheckpointError> {
         let dir = entry.path();
         let meta_path = dir.join("meta.json");
         let modified = fs::metadata(&meta_path).and_then(|m| m.modified()).ok();
-        let meta = read_meta(&meta_path).map_err(|e| e.to_string());
+        let meta = read_meta(&meta_path);
         out.push((modified, Listed { id, dir, meta, unix }));
     }
     out.sort_by(|(ma, a), (mb, b)| (b.unix, mb, &b.id).cmp(&(a.unix, ma, &a.id)));

@@ -5,7 +5,7 @@
 //! (cancelled) or 1 (failed/blocked/refused). `--file` sends a whole file (or all of stdin) as
 //! one message. Session: one line at a time from stdin, one turn per line, until `/exit` or
 //! EOF; `/compact` and `/clear` typed as a whole line run between turns, and a mistyped command
-//! (`/compat`) is refused, neither sent nor run (see `line`); while a turn's `ask_user`
+//! (`/compat`) is refused, neither sent nor run (see `cicy::command::Line`); while a turn's `ask_user`
 //! question is open, the next stdin line is its answer (see `answer`), and a one-shot chat has
 //! no user to ask; Ctrl-C
 //! cancels the running turn, and at the prompt leaves. SIGTERM and SIGHUP cancel the running
@@ -39,7 +39,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
 use cicy::agent::{AgentError, Session};
-use cicy::command::{self, CommandEnd};
+use cicy::command::{self, Command, CommandEnd, Line, NotACommand};
 use cicy::event::{Emitter, ErrorKind, EventKind, TurnOutcome};
 use cicy::home::Home;
 use cicy::lock::{LockError, TurnLock};
@@ -49,7 +49,6 @@ use cicy::turn;
 use super::answer;
 use super::events::with_events;
 use super::exit::{exit_code, Worst, CANCELLED};
-use super::line::{self, ChatCommand, Line};
 
 pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
@@ -129,9 +128,14 @@ fn unset(current: &Current) {
 }
 
 /// Refuses a mistyped command: nothing is sent or run.
-fn unknown_command(line: &str, events: &Emitter) -> u8 {
-    events.emit(EventKind::Error { kind: ErrorKind::Command, message: line::refusal(line) });
+fn unknown_command(e: &NotACommand, events: &Emitter) -> u8 {
+    events.emit(not_a_command(e));
     1
+}
+
+/// The event that refuses a mistyped command.
+pub(super) fn not_a_command(e: &NotACommand) -> EventKind {
+    EventKind::Error { kind: ErrorKind::Command, message: e.to_string() }
 }
 
 /// Opens the agent holding its turn lock; `None` (after saying so) when another process holds it
@@ -202,16 +206,17 @@ fn read_message_file(path: &Path) -> Result<String> {
     Ok(text)
 }
 
-/// The one line of a one-shot `chat` (reading `--file`), or `None` for a stdin session.
+/// The one line of a one-shot `chat` (reading `--file`; a mistyped command is refused when the
+/// events can be shown), or `None` for a stdin session.
 /// Errors: an unreadable or empty file, an empty message.
-pub(super) fn first_line(input: &Input) -> Result<Option<Line>> {
+pub(super) fn first_line(input: &Input) -> Result<Option<Result<Line, NotACommand>>> {
     let line = match input {
         Input::Text(text) => Some(Line::parse(text)),
-        Input::File(path) => Some(Line::Message(read_message_file(path)?)),
+        Input::File(path) => Some(Ok(Line::Message(read_message_file(path)?))),
         Input::Session => None,
     };
     // Model APIs reject empty content, and a stored empty message would be "healed" later.
-    if matches!(&line, Some(Line::Message(t)) if t.trim().is_empty()) {
+    if matches!(&line, Some(Ok(Line::Message(t))) if t.trim().is_empty()) {
         anyhow::bail!("the message is empty: give some text, or leave it out to read messages from stdin");
     }
     Ok(line)
@@ -224,10 +229,11 @@ pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<Ex
         let current: Current = Arc::default();
         watch_signals(current.clone())?;
         if let Some(line) = line {
-            if let Line::Unknown(word) = &line {
-                return Ok(ExitCode::from(unknown_command(word, events)));
-            }
-            if line == Line::Command(ChatCommand::Exit) {
+            let line = match line {
+                Ok(line) => line,
+                Err(e) => return Ok(ExitCode::from(unknown_command(&e, events))),
+            };
+            if line == Line::Exit {
                 events.emit(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
                 return Ok(ExitCode::SUCCESS);
             }
@@ -298,12 +304,12 @@ pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<Ex
                 continue;
             }
             let line = match Line::parse(text) {
-                Line::Command(ChatCommand::Exit) => break,
-                Line::Unknown(word) => {
-                    worst.add(unknown_command(&word, events));
+                Ok(Line::Exit) => break,
+                Err(e) => {
+                    worst.add(unknown_command(&e, events));
                     continue;
                 }
-                line @ (Line::Command(ChatCommand::Compact | ChatCommand::Clear) | Line::Message(_)) => line,
+                Ok(line @ (Line::Command(_) | Line::Message(_))) => line,
             };
             let lock = match TurnLock::try_acquire(&session.record.workspace, id) {
                 Ok(lock) => lock,
@@ -334,7 +340,8 @@ pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<Ex
 async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current: &Current) -> Result<u8> {
     match line {
         Line::Command(c) => run_command(session, *c, 0, events, current).await,
-        Line::Unknown(word) => Ok(unknown_command(word, events)),
+        // Leaving is the caller's business (the session loop); nothing to do on a session.
+        Line::Exit => Ok(0),
         Line::Message(text) => {
             let token = arm(current);
             let outcome = turn::run_turn(session, text, events, &token).await;
@@ -345,12 +352,10 @@ async fn run_line(session: &mut Session, line: &Line, events: &Emitter, current:
 }
 
 /// Runs a conversation command on an open session.
-async fn run_command(session: &mut Session, c: ChatCommand, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
+async fn run_command(session: &mut Session, c: Command, keep: usize, events: &Emitter, current: &Current) -> Result<u8> {
     match c {
-        ChatCommand::Compact => compact_now(session, keep, events, current).await,
-        ChatCommand::Clear => clear_now(session, events, current).await,
-        // Leaving is the caller's business (the session loop); nothing to do on a session.
-        ChatCommand::Exit => Ok(0),
+        Command::Compact => compact_now(session, keep, events, current).await,
+        Command::Clear => clear_now(session, events, current).await,
     }
 }
 
@@ -412,7 +417,7 @@ pub(super) fn nothing_to_retry(id: &str) -> String {
 }
 
 /// `cicy-agent compact <id>` and `cicy-agent clear <id>`.
-pub(super) fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<ExitCode> {
+pub(super) fn command(home: &Home, id: &str, c: Command, keep: usize, json: bool) -> Result<ExitCode> {
     let rt = runtime()?;
     rt.block_on(with_events(home, id, json, async |events: &Emitter| {
         let current: Current = Arc::default();

@@ -11,7 +11,6 @@ mod group;
 mod history;
 mod inbox;
 mod intents;
-mod line;
 mod memory;
 mod outbox;
 mod print;
@@ -402,14 +401,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             None => chat::retry(&home, &id, json),
         },
         Command::Compact { id, keep, json, local } => {
-            let c = line::ChatCommand::Compact;
+            let c = cicy::command::Command::Compact;
             match remote_unless(local, || remote::command(&home, &id, c, keep, json))? {
                 Some(code) => Ok(code),
                 None => chat::command(&home, &id, c, keep, json),
             }
         }
         Command::Clear { id, json, local } => {
-            let c = line::ChatCommand::Clear;
+            let c = cicy::command::Command::Clear;
             match remote_unless(local, || remote::command(&home, &id, c, 0, json))? {
                 Some(code) => Ok(code),
                 None => chat::command(&home, &id, c, 0, json),

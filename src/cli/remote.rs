@@ -31,7 +31,8 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use cicy::event::{ErrorKind, Event, EventKind};
+use cicy::command::{Command, Line, NotACommand};
+use cicy::event::{Event, EventKind};
 use cicy::gateway::sse::{self, SseEvent};
 use cicy::home::Home;
 use cicy::lock::LockError;
@@ -42,7 +43,6 @@ use cicy::serve::instance::pid_alive;
 use super::answer;
 use super::chat::{self, Input};
 use super::exit::{Tally, Worst, CANCELLED};
-use super::line::{self, ChatCommand, Line};
 use super::print;
 
 /// DESIGN.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
@@ -421,15 +421,14 @@ impl<'a> Remote<'a> {
     }
 
     /// Runs `/compact` (keeping `keep` messages) or `/clear`; prints its events until `done`.
-    async fn command(&mut self, c: ChatCommand, keep: usize) -> Result<u8> {
+    async fn command(&mut self, c: Command, keep: usize) -> Result<u8> {
         self.guarded(async |me| me.command_line(c, keep).await).await
     }
 
-    async fn command_line(&mut self, c: ChatCommand, keep: usize) -> Result<u8> {
+    async fn command_line(&mut self, c: Command, keep: usize) -> Result<u8> {
         let (route, body) = match c {
-            ChatCommand::Compact => ("compact", json!({ "agent_id": self.agent, "keep": keep })),
-            ChatCommand::Clear => ("clear", json!({ "agent_id": self.agent })),
-            ChatCommand::Exit => return Ok(0),
+            Command::Compact => ("compact", json!({ "agent_id": self.agent, "keep": keep })),
+            Command::Clear => ("clear", json!({ "agent_id": self.agent })),
         };
         let stream = self.agent_events().await?;
         let resp = self.serve.post(&["api", "cicy", route], body).await?;
@@ -462,18 +461,18 @@ impl<'a> Remote<'a> {
     }
 
     /// Runs one chat line as the in-process path does.
-    async fn line(&mut self, line: &Line) -> Result<u8> {
+    async fn line(&mut self, line: &Result<Line, NotACommand>) -> Result<u8> {
         match line {
-            Line::Command(ChatCommand::Exit) => {
+            Ok(Line::Exit) => {
                 self.local(EventKind::System { text: "/exit leaves a chat session; there is none to leave".to_string() });
                 Ok(0)
             }
-            Line::Command(c) => self.command(*c, 0).await,
-            Line::Unknown(word) => {
-                self.local(EventKind::Error { kind: ErrorKind::Command, message: line::refusal(word) });
+            Ok(Line::Command(c)) => self.command(*c, 0).await,
+            Err(e) => {
+                self.local(chat::not_a_command(e));
                 Ok(1)
             }
-            Line::Message(text) => self.guarded(async |me| me.chat_line(text).await).await,
+            Ok(Line::Message(text)) => self.guarded(async |me| me.chat_line(text).await).await,
         }
     }
 
@@ -516,7 +515,7 @@ impl<'a> Remote<'a> {
                 continue;
             }
             match Line::parse(&text) {
-                Line::Command(ChatCommand::Exit) => break,
+                Ok(Line::Exit) => break,
                 line => worst.add(self.line(&line).await?),
             }
         }
@@ -570,7 +569,7 @@ pub(super) fn retry(home: &Home, id: &str, json: bool) -> Result<Option<ExitCode
 }
 
 /// `compact` and `clear` through the serve; `Ok(None)` when none is live.
-pub(super) fn command(home: &Home, id: &str, c: ChatCommand, keep: usize, json: bool) -> Result<Option<ExitCode>> {
+pub(super) fn command(home: &Home, id: &str, c: Command, keep: usize, json: bool) -> Result<Option<ExitCode>> {
     with_serve(home, id, json, async |remote| remote.command(c, keep).await)
 }
 

@@ -67,48 +67,71 @@ pub fn allowed(name: HookName, action: &Action) -> bool {
     }
 }
 
+/// What is wrong with a hook's stdout, for the `error` event; a quoted stdout is cut to 200
+/// characters.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("stdout is not one JSON object ({source}): {stdout}")]
+    NotJson { source: serde_json::Error, stdout: String },
+    #[error("stdout is not a JSON object: {0}")]
+    NotAnObject(String),
+    #[error("no string `action` in {0}")]
+    NoAction(String),
+    #[error("unknown action `{0}`")]
+    UnknownAction(String),
+    #[error("action `{action}` is not allowed at {}", .at.as_str())]
+    NotAllowed { action: &'static str, at: HookName },
+    /// `action` as the JSON wrote it (quoted).
+    #[error("`{action}` needs a non-empty string `{key}`")]
+    NeedsString { action: String, key: &'static str },
+    #[error("`modify` at {} needs `{field}`", .at.as_str())]
+    ModifyNeeds { at: HookName, field: &'static str },
+    #[error("`modify` at {}: `{field}` has the wrong type: {value}", .at.as_str())]
+    ModifyWrongType { at: HookName, field: &'static str, value: Value },
+}
+
 /// Parses a hook's stdout (exit 0): empty = allow, else one JSON object with a known `action`
-/// and the fields it needs. Errors: what is wrong, for the `error` event.
-pub fn parse(name: HookName, stdout: &[u8]) -> Result<Action, String> {
+/// and the fields it needs. Errors: [`AnswerError`], what is wrong.
+pub fn parse(name: HookName, stdout: &[u8]) -> Result<Action, AnswerError> {
     let text = String::from_utf8_lossy(stdout);
     if text.trim().is_empty() {
         return Ok(Action::Allow);
     }
-    let value: Value = serde_json::from_str(text.trim())
-        .map_err(|e| format!("stdout is not one JSON object ({e}): {}", crate::event::preview(text.trim(), 200)))?;
+    let quoted = || crate::event::preview(text.trim(), 200);
+    let value: Value = serde_json::from_str(text.trim()).map_err(|source| AnswerError::NotJson { source, stdout: quoted() })?;
     let Some(obj) = value.as_object() else {
-        return Err(format!("stdout is not a JSON object: {}", crate::event::preview(text.trim(), 200)));
+        return Err(AnswerError::NotAnObject(quoted()));
     };
-    let string = |key: &str| -> Result<String, String> {
+    let string = |key: &'static str| -> Result<String, AnswerError> {
         match obj.get(key) {
             Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
-            _ => Err(format!("`{}` needs a non-empty string `{key}`", obj.get("action").map(Value::to_string).unwrap_or_default())),
+            _ => Err(AnswerError::NeedsString { action: obj.get("action").map(Value::to_string).unwrap_or_default(), key }),
         }
     };
     let action = match obj.get("action").and_then(Value::as_str) {
         Some("allow" | "continue") => Action::Allow,
         Some("deny") => Action::Deny(obj.get("reason").and_then(Value::as_str).unwrap_or("").trim().to_string()),
         Some("modify") => {
-            let field = modify_field(name).ok_or_else(|| format!("action `modify` is not allowed at {}", name.as_str()))?;
-            let v = obj.get(field).ok_or_else(|| format!("`modify` at {} needs `{field}`", name.as_str()))?;
+            let field = modify_field(name).ok_or(AnswerError::NotAllowed { action: "modify", at: name })?;
+            let v = obj.get(field).ok_or(AnswerError::ModifyNeeds { at: name, field })?;
             let ok = match field {
                 "input" => v.is_object(),
                 "text" => v.as_str().is_some_and(|s| !s.trim().is_empty()),
                 _ => v.is_string() || v.get("content").is_some_and(Value::is_string),
             };
             if !ok {
-                return Err(format!("`modify` at {}: `{field}` has the wrong type: {v}", name.as_str()));
+                return Err(AnswerError::ModifyWrongType { at: name, field, value: v.clone() });
             }
             Action::Modify(v.clone())
         }
         Some("inject") => Action::Inject(string("text")?),
         Some("skip") => Action::Skip,
         Some("switch_model") => Action::SwitchModel(string("model")?),
-        Some(other) => return Err(format!("unknown action `{other}`")),
-        None => return Err(format!("no string `action` in {}", crate::event::preview(text.trim(), 200))),
+        Some(other) => return Err(AnswerError::UnknownAction(other.to_string())),
+        None => return Err(AnswerError::NoAction(quoted())),
     };
     if !allowed(name, &action) {
-        return Err(format!("action `{}` is not allowed at {}", action.as_str(), name.as_str()));
+        return Err(AnswerError::NotAllowed { action: action.as_str(), at: name });
     }
     Ok(action)
 }
@@ -219,7 +242,7 @@ async fn run_one(cx: &Context, name: HookName, spec: &HookSpec, payload: &Map<St
         Ran::Cancelled => return None,
         Ran::Exited { code: Some(0), stdout, .. } => match parse(name, &stdout) {
             Ok(action) => return Some(action),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         },
         Ran::Exited { code: Some(2), stderr, .. } if allowed(name, &Action::Deny(String::new())) => {
             // Claude Code's convention: exit 2 blocks, stderr says why.
@@ -259,25 +282,36 @@ mod tests {
     #[test]
     fn stdout_is_read_as_one_allowed_action() {
         let t = HookName::BeforeTool;
-        assert_eq!(parse(t, b""), Ok(Action::Allow));
-        assert_eq!(parse(t, b" \n"), Ok(Action::Allow));
-        assert_eq!(parse(t, br#"{"action":"allow"}"#), Ok(Action::Allow));
-        assert_eq!(parse(t, br#"{"action":"deny","reason":" no "}"#), Ok(Action::Deny("no".into())));
-        assert_eq!(parse(t, br#"{"action":"modify","input":{"command":"ls"}}"#), Ok(Action::Modify(json!({"command": "ls"}))));
-        assert_eq!(parse(HookName::BeforeRequest, br#"{"action":"switch_model","model":"m2"}"#), Ok(Action::SwitchModel("m2".into())));
-        assert_eq!(parse(HookName::BeforeFinish, br#"{"action":"inject","text":"again"}"#), Ok(Action::Inject("again".into())));
+        let parsed = |name, stdout: &[u8]| parse(name, stdout).map_err(|e| e.to_string());
+        assert_eq!(parsed(t, b""), Ok(Action::Allow));
+        assert_eq!(parsed(t, b" \n"), Ok(Action::Allow));
+        assert_eq!(parsed(t, br#"{"action":"allow"}"#), Ok(Action::Allow));
+        assert_eq!(parsed(t, br#"{"action":"deny","reason":" no "}"#), Ok(Action::Deny("no".into())));
+        assert_eq!(parsed(t, br#"{"action":"modify","input":{"command":"ls"}}"#), Ok(Action::Modify(json!({"command": "ls"}))));
+        assert_eq!(parsed(HookName::BeforeRequest, br#"{"action":"switch_model","model":"m2"}"#), Ok(Action::SwitchModel("m2".into())));
+        assert_eq!(parsed(HookName::BeforeFinish, br#"{"action":"inject","text":"again"}"#), Ok(Action::Inject("again".into())));
         assert_eq!(
-            parse(t, br#"{"action":"switch_model","model":"m2"}"#),
+            parsed(t, br#"{"action":"switch_model","model":"m2"}"#),
             Err("action `switch_model` is not allowed at before_tool".into())
         );
         assert_eq!(
-            parse(t, br#"{"action":"modify","input":"ls"}"#),
+            parsed(HookName::AfterResponse, br#"{"action":"modify"}"#),
+            Err("action `modify` is not allowed at after_response".into())
+        );
+        assert_eq!(parsed(t, br#"{"action":"modify"}"#), Err("`modify` at before_tool needs `input`".into()));
+        assert_eq!(
+            parsed(t, br#"{"action":"modify","input":"ls"}"#),
             Err(r#"`modify` at before_tool: `input` has the wrong type: "ls""#.into())
         );
-        assert_eq!(parse(HookName::AfterTurn, br#"{"action":"deny"}"#), Err("action `deny` is not allowed at after_turn".into()));
-        assert_eq!(parse(t, br#"{"action":"fly"}"#), Err("unknown action `fly`".into()));
-        assert!(parse(t, b"xyz").unwrap_err().starts_with("stdout is not one JSON object"));
-        assert_eq!(parse(t, b"[1]"), Err("stdout is not a JSON object: [1]".into()));
+        assert_eq!(
+            parsed(HookName::BeforeFinish, br#"{"action":"inject","text":" "}"#),
+            Err(r#"`"inject"` needs a non-empty string `text`"#.into())
+        );
+        assert_eq!(parsed(HookName::AfterTurn, br#"{"action":"deny"}"#), Err("action `deny` is not allowed at after_turn".into()));
+        assert_eq!(parsed(t, br#"{"action":"fly"}"#), Err("unknown action `fly`".into()));
+        assert_eq!(parsed(t, br#"{"act":"allow"}"#), Err(r#"no string `action` in {"act":"allow"}"#.into()));
+        assert_eq!(parsed(t, b"xyz"), Err("stdout is not one JSON object (expected value at line 1 column 1): xyz".into()));
+        assert_eq!(parsed(t, b"[1]"), Err("stdout is not a JSON object: [1]".into()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One actor task per agent (DESIGN.md §9 "Agents", "Dispatch", "Steer"; codex-rs
 //! `submit(Op)`): it alone owns the agent's [`Session`], state, pending queue, steering queue,
-//! cancel token and memory timer, and takes [`Op`]s from an mpsc queue.
+//! cancel token and memory timer, and takes [`Op`]s from a bounded queue and serve's signals
+//! beside it (`handle`).
 //!
 //! A turn, retry, `/compact` or `/clear` runs as a job in its own task (`super::job`), which
 //! takes the session and gives it back, so the actor keeps answering (queueing, steering,
@@ -21,13 +22,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::intent_job::{AutoEnd, Preemption};
-use super::job::{self, FlushCtx, JobCtx, JobEnd, JobOut, Work};
+use super::job::{self, FlushCtx, JobCtx, JobEnd, Work};
 use super::tracker::Tracker;
 use super::wake_job::WakeEnd;
-use crate::agent::Session;
+use crate::agent::{AgentError, Session};
 use crate::autonomy::priority::Class;
-use crate::autonomy::tick::{AutoJob, Tick};
-use crate::command::CommandEnd;
+use crate::autonomy::tick::Tick;
+use crate::command::{Command, CommandEnd, Posted};
 use crate::conversation::outcome::marker_of;
 use crate::event::{AgentState, ErrorKind, EventKind, SteerStatus};
 use crate::eventlog::{AgentEvents, EventLogError, Subscription};
@@ -39,6 +40,11 @@ use crate::wake::message::Reason;
 use crate::wake::run::Trigger;
 
 mod autonomy;
+mod handle;
+mod phase;
+
+pub(super) use handle::{AgentHandle, Refused, QUEUE_CAPACITY};
+use phase::{Ended, Phase};
 
 /// cicy: what a queued input's stream is told.
 pub const QUEUED_TEXT: &str = "Queued — will be handled after the current reply completes.";
@@ -80,7 +86,7 @@ pub(super) enum Op {
         reply: oneshot::Sender<RetryReply>,
     },
     Clear {
-        reply: oneshot::Sender<Result<ClearReply, String>>,
+        reply: oneshot::Sender<Result<ClearReply, ClearError>>,
     },
     Compact {
         keep: usize,
@@ -92,7 +98,7 @@ pub(super) enum Op {
     /// A subscription to the agent's events.
     Subscribe {
         from: EventsFrom,
-        reply: oneshot::Sender<Result<Subscription, String>>,
+        reply: oneshot::Sender<Result<Subscription, EventLogError>>,
     },
     /// Opens the session ahead of the first request (serve's boot, one agent at a time).
     Warm {
@@ -102,23 +108,10 @@ pub(super) enum Op {
     Shutdown {
         reply: oneshot::Sender<()>,
     },
-    /// A todo came due or the inbox may hold a message (DESIGN.md §10): wake now if idle,
-    /// else after the current run. A wake with nothing to claim runs nothing.
-    Wake {
-        reason: Reason,
-    },
-    /// At serve's start: finish what a killed serve left of this agent's last wake.
-    Recover,
-    /// At serve's start, for an agent whose autonomy lease a killed serve left: kill the
-    /// intent's recorded process group and write its `interrupted` line (DESIGN.md §13).
-    RecoverAutonomy,
     /// A todo changed through a route: its event goes on the agent's stream.
     Note {
         note: crate::wake::state::WakeNote,
     },
-    /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer"): drained now unless a job
-    /// runs (a turn drains it after each tool batch; the next poll comes within 2 s).
-    Drain,
     /// `POST /api/agents/{id}/respond` (DESIGN.md §12): answers the open `ask_user` question
     /// `reference`.
     Respond {
@@ -159,6 +152,21 @@ pub(super) struct ClearReply {
     pub success: bool,
     pub canceled: bool,
     pub conv_id: String,
+}
+
+/// Why `POST /api/cicy/clear` did not clear (500).
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum ClearError {
+    #[error("the job stopped")]
+    JobStopped,
+    #[error("the agent is busy in another process")]
+    BusyElsewhere,
+    #[error("serve is shutting down")]
+    ShuttingDown,
+    /// The session could not be opened or the new conversation not written; shared by every
+    /// reply waiting for the same clear.
+    #[error(transparent)]
+    Agent(Arc<AgentError>),
 }
 
 /// `POST /api/cicy/compact` **[chosen]**: message counts of the window before and after;
@@ -213,20 +221,6 @@ pub(super) enum EventsFrom {
     Last(usize),
 }
 
-/// The address of a running actor.
-#[derive(Clone)]
-pub(super) struct AgentHandle {
-    pub id: String,
-    tx: mpsc::UnboundedSender<Op>,
-}
-
-impl AgentHandle {
-    /// Sends `op`; false when the actor has ended (serve is shutting down).
-    pub(super) fn send(&self, op: Op) -> bool {
-        self.tx.send(op).is_ok()
-    }
-}
-
 /// What an actor needs from the server.
 #[derive(Clone)]
 pub(super) struct Shared {
@@ -245,8 +239,7 @@ pub(super) struct Shared {
 
 /// Starts the actor of `record`.
 pub(super) fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let handle = AgentHandle { id: record.id.clone(), tx };
+    let (handle, rx, signalled) = AgentHandle::new(record.id.clone());
     let actor = Actor {
         record,
         shared,
@@ -255,8 +248,7 @@ pub(super) fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         pending: Vec::new(),
         steering: Steering::default(),
         cancel: CancellationToken::new(),
-        job: None,
-        waiting: None,
+        phase: Phase::Idle,
         deferred_clear: Vec::new(),
         compact_reply: None,
         last_active: Instant::now(),
@@ -270,19 +262,10 @@ pub(super) fn spawn(record: AgentRecord, shared: Shared) -> AgentHandle {
         tick_every: Duration::from_secs(crate::autonomy::settings::DEFAULT_TICK_SECS),
         priorities: crate::autonomy::priority::Priorities::default(),
         resting: false,
-        preemption: None,
-        after_auto: None,
         tick_reply: None,
-        poll_at: None,
     };
-    tokio::spawn(actor.run(rx));
+    tokio::spawn(actor.run(rx, signalled));
     handle
-}
-
-/// Work that found the turn lock held by another process, and when to try again.
-struct Waiting {
-    work: Work,
-    at: Instant,
 }
 
 struct Actor {
@@ -293,11 +276,11 @@ struct Actor {
     pending: Vec<String>,
     steering: Steering,
     cancel: CancellationToken,
-    job: Option<(Work, JoinHandle<JobOut>)>,
-    /// Work that found the turn lock held by another process; retried every [`LOCK_RETRY`].
-    waiting: Option<Waiting>,
+    /// Idle, running a job, or waiting (retried every [`LOCK_RETRY`]) for a turn lock another
+    /// process holds.
+    phase: Phase,
     /// `POST /api/cicy/clear` replies waiting for the cancelled job to end.
-    deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, String>>)>,
+    deferred_clear: Vec<(bool, oneshot::Sender<Result<ClearReply, ClearError>>)>,
     compact_reply: Option<oneshot::Sender<Result<CompactReply, Busy>>>,
     last_active: Instant,
     /// The memory flush running beside the agent, if any.
@@ -321,23 +304,17 @@ struct Actor {
     priorities: crate::autonomy::priority::Priorities,
     /// The last tick rested: the next rest writes no line (one line per streak).
     resting: bool,
-    /// The running autonomy job: what it is and who preempts it; `None` for other jobs.
-    preemption: Option<(Box<AutoJob>, Preemption)>,
-    /// `/compact` or `/clear` asked while an autonomy job ran: it runs when the job has given way.
-    after_auto: Option<Work>,
     /// The answer of a tick the tick thread runs now.
     tick_reply: Option<oneshot::Receiver<crate::autonomy::tick::TickOut>>,
-    /// The next 0.5 s look for what must stop the running autonomy job.
-    poll_at: Option<Instant>,
 }
 
 impl Actor {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+    async fn run(mut self, mut rx: mpsc::Receiver<Op>, mut signalled: handle::Signalled) {
         // The first tick comes 1–3 s after the start, spread so that thousands of agents do
         // not all read their files at the same instant; it reads the role's period.
         self.tick_at = Some(Instant::now() + FIRST_TICK + FIRST_TICK_SPREAD.mul_f64(rand::random::<f64>()));
         loop {
-            let idle = self.job.is_none() && self.waiting.is_none();
+            let idle = matches!(self.phase, Phase::Idle);
             let memory_at = if idle { self.memory_due_at() } else { None };
             let drop_at = (idle && self.session.is_some()).then(|| self.last_active + self.shared.session_idle);
             let tick_at = if idle && self.tick_reply.is_none() {
@@ -345,12 +322,8 @@ impl Actor {
             } else {
                 None
             };
-            // Kept across loop turns: a client asking often (status polls) must not keep
-            // pushing the poll back.
-            let poll_at = match &self.preemption {
-                Some(_) => Some(*self.poll_at.get_or_insert_with(|| Instant::now() + PREEMPT_POLL)),
-                None => None,
-            };
+            let poll_at = self.phase.auto_mut().map(|a| *a.poll_at.get_or_insert_with(|| Instant::now() + PREEMPT_POLL));
+            let retry_at = self.phase.retry_at();
             tokio::select! {
                 op = rx.recv() => match op {
                     Some(Op::Shutdown { reply }) => {
@@ -364,8 +337,9 @@ impl Actor {
                         return;
                     }
                 },
-                out = join(&mut self.job) => self.job_done(out).await,
-                () = sleep(self.waiting.as_ref().map(|w| w.at)) => self.retry_waiting(),
+                raised = signalled.next() => self.signalled(raised),
+                ended = phase::join(&mut self.phase) => self.job_done(ended).await,
+                () = sleep(retry_at) => self.retry_waiting(),
                 () = sleep(self.wake_retry_at) => {
                     self.wake_retry_at = None;
                     self.wake(Reason::Inbox);
@@ -374,7 +348,9 @@ impl Actor {
                 () = sleep(tick_at) => self.tick(),
                 out = answer(&mut self.tick_reply) => self.tick_done(out),
                 () = sleep(poll_at) => {
-                    self.poll_at = None;
+                    if let Some(a) = self.phase.auto_mut() {
+                        a.poll_at = None;
+                    }
                     self.poll_preempt();
                 }
                 () = sleep(drop_at) => {
@@ -407,7 +383,7 @@ impl Actor {
     }
 
     fn busy(&self) -> bool {
-        self.job.is_some() || self.waiting.is_some()
+        !matches!(self.phase, Phase::Idle)
     }
 
     async fn handle(&mut self, op: Op) {
@@ -445,15 +421,15 @@ impl Actor {
                 let canceled = self.abort();
                 self.deferred_clear.push((canceled, reply));
                 // Otherwise the clear runs when the cancelled job has ended (`job_done`).
-                if self.job.is_none() {
+                if !matches!(self.phase, Phase::Running(_)) {
                     self.start(Work::Clear);
                 }
             }
             Op::Compact { keep, reply } => {
-                if self.preemption.is_some() && self.after_auto.is_none() {
+                if self.phase.auto_free() {
                     self.preempt(Class::Human);
                     self.compact_reply = Some(reply);
-                    self.after_auto = Some(Work::Compact { keep });
+                    self.run_after_auto(Work::Compact { keep });
                 } else if self.busy() {
                     let _ = reply.send(Err(Busy));
                 } else {
@@ -471,7 +447,7 @@ impl Actor {
                         EventsFrom::After(n) => t.events().subscribe(Some(n)).await,
                         EventsFrom::Last(n) => t.events().subscribe_last(n).await,
                     }),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e),
                 };
                 let _ = reply.send(sub);
             }
@@ -479,17 +455,10 @@ impl Actor {
                 self.warm();
                 let _ = reply.send(());
             }
-            Op::Wake { reason } => {
-                self.preempt(crate::autonomy::tick::class_of_wake(reason));
-                self.wake(reason);
-            }
-            Op::Recover => self.recover(),
-            Op::RecoverAutonomy => self.recover_autonomy(),
             Op::Note { note } => {
                 let kind = super::wake_job::note_event(note);
                 self.emit(kind);
             }
-            Op::Drain => self.drain_outbox(),
             Op::Respond { reference, response, reply } => {
                 let _ = reply.send(self.questions.respond(&reference, &response));
             }
@@ -497,11 +466,32 @@ impl Actor {
         }
     }
 
+    /// What serve raised since the last look, the recoveries at start first, as they were sent.
+    fn signalled(&mut self, raised: handle::Raised) {
+        self.last_active = Instant::now();
+        if raised.recover_autonomy {
+            self.recover_autonomy();
+        }
+        if raised.recover {
+            self.recover();
+        }
+        for reason in raised.wakes {
+            // A wake with nothing to claim runs nothing.
+            self.preempt(crate::autonomy::tick::class_of_wake(reason));
+            self.wake(reason);
+        }
+        if raised.drain {
+            // Not while a job runs (a turn drains after each tool batch; the next poll comes
+            // within 2 s).
+            self.drain_outbox();
+        }
+    }
+
     /// Drains the outbox outside a turn: no claim, so a reply is shown as a `system` event.
     fn drain_outbox(&mut self) {
         // Beside an autonomy command the drain runs (it never touches the session); a
         // command's `cicy-agent send` must not wait for the command's end.
-        let beside_command = self.preemption.as_ref().is_some_and(|(job, _)| job.pick.run().is_some());
+        let beside_command = self.phase.auto().is_some_and(|a| a.job.pick.run().is_some());
         if self.busy() && !beside_command {
             return;
         }
@@ -560,30 +550,29 @@ impl Actor {
 
     /// §9 dispatch: a command when idle, queued text when busy, else a new run.
     async fn chat(&mut self, text: String) -> Admit {
-        let command = command_of(&text);
-        // `//clear` is the message `/clear`, as on the command line (`cli::line`).
-        let text = match text.as_str() {
-            "//clear" | "//compact" => text[1..].to_string(),
-            _ => text,
-        };
+        let posted = Posted::parse(text);
         if self.busy() {
-            if let (Some(cmd), true) = (command, self.preemption.is_some() && self.after_auto.is_none()) {
-                // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
-                self.preempt(Class::Human);
-                let tracker = match self.tracker() {
-                    Ok(t) => t,
-                    Err(e) => return Admit::Failed(e.to_string()),
-                };
-                let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-                self.after_auto = Some(if cmd == "/clear" { Work::Clear } else { Work::Compact { keep: 0 } });
-                return Admit::Started(sub);
-            }
-            if let Some(cmd) = command {
-                return Admit::Refused(format!(
-                    "{cmd} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes"
-                ));
-            }
-            if self.preemption.is_some() {
+            let text = match posted {
+                Posted::Command(c) if self.phase.auto_free() => {
+                    // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
+                    self.preempt(Class::Human);
+                    let tracker = match self.tracker() {
+                        Ok(t) => t,
+                        Err(e) => return Admit::Failed(e.to_string()),
+                    };
+                    let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
+                    self.run_after_auto(command_work(c));
+                    return Admit::Started(sub);
+                }
+                Posted::Command(c) => {
+                    return Admit::Refused(format!(
+                        "{} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes",
+                        c.as_str()
+                    ));
+                }
+                Posted::Message(text) => text,
+            };
+            if self.phase.auto().is_some() {
                 // The autonomy job gives way; the stream follows its end and then this turn,
                 // which starts as the job's follow-up (no `done` between them).
                 self.preempt(Class::Human);
@@ -603,15 +592,10 @@ impl Actor {
             Err(e) => return Admit::Failed(e.to_string()),
         };
         let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-        match command {
-            Some("/clear") => {
-                self.start(Work::Clear);
-            }
-            Some(_) => {
-                self.start(Work::Compact { keep: 0 });
-            }
-            None => self.start(Work::Turn(text)),
-        }
+        self.start(match posted {
+            Posted::Command(c) => command_work(c),
+            Posted::Message(text) => Work::Turn(text),
+        });
         Admit::Started(sub)
     }
 
@@ -620,7 +604,7 @@ impl Actor {
             self.start(Work::Turn(text));
             return SteerStatus::Prompted;
         }
-        if self.preemption.is_some() {
+        if self.phase.auto().is_some() {
             // Not into the autonomy job's turn: a person's text starts its own turn after it.
             self.preempt(Class::Human);
             self.pending.push(text);
@@ -639,21 +623,26 @@ impl Actor {
     fn abort(&mut self) -> bool {
         self.pending.clear();
         self.steering.clear();
-        let waiting = self.waiting.take().is_some();
-        if let Some((job, preemption)) = &self.preemption {
-            if job.never_killed {
-                return false;
-            }
-            preemption.set(Class::Human.as_str());
-        }
-        if self.job.is_some() {
-            self.cancel.cancel();
+        if self.phase.take_waiting().is_some() {
+            self.end_run();
             return true;
         }
-        if waiting {
-            self.end_run();
+        let Phase::Running(running) = &self.phase else { return false };
+        if let Some(a) = &running.auto {
+            if a.job.never_killed {
+                return false;
+            }
+            a.preemption.set(Class::Human.as_str());
         }
-        waiting
+        self.cancel.cancel();
+        true
+    }
+
+    /// `/compact` or `/clear` (`work`) waits for the running autonomy job to give way.
+    fn run_after_auto(&mut self, work: Work) {
+        if let Some(a) = self.phase.auto_mut() {
+            a.after = Some(work);
+        }
     }
 
     fn retry(&mut self) -> RetryReply {
@@ -726,10 +715,6 @@ impl Actor {
         self.cancel = CancellationToken::new();
         self.tick_at = None;
         self.steering.clear_yield();
-        self.preemption = match &work {
-            Work::Auto(job, preemption) => Some((job.clone(), preemption.clone())),
-            _ => None,
-        };
         let ctx = JobCtx {
             home: self.shared.home.clone(),
             id: self.record.id.clone(),
@@ -743,18 +728,19 @@ impl Actor {
             questions: self.questions.clone(),
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
-        self.job = Some((work, handle));
+        self.phase = Phase::running(work, handle);
     }
 
-    async fn job_done(&mut self, out: Option<(Work, Result<JobOut, tokio::task::JoinError>)>) {
-        let Some((work, out)) = out else { return };
+    async fn job_done(&mut self, ended: Option<Ended>) {
+        let Some(Ended { work, auto, out }) = ended else { return };
         self.last_active = Instant::now();
-        self.preemption = None;
+        // What waited for an autonomy job to give way.
+        let after = auto.and_then(|a| a.after);
         let out = match out {
             Ok(out) => out,
             Err(e) => {
                 self.emit(EventKind::Error { kind: ErrorKind::Internal, message: format!("the job of {} stopped: {e}", self.record.id) });
-                self.fail_replies("the job stopped");
+                self.fail_replies(ClearError::JobStopped);
                 self.end_run();
                 return;
             }
@@ -763,8 +749,7 @@ impl Actor {
         match out.end {
             JobEnd::LockBusy if matches!(work, Work::Auto(..)) => {
                 // Another process works on the agent: it is not idle, and a later tick tries again.
-                self.after_auto = None;
-                self.fail_replies("the agent is busy in another process");
+                self.fail_replies(ClearError::BusyElsewhere);
                 self.end_run();
                 return;
             }
@@ -775,12 +760,12 @@ impl Actor {
                         text: format!("{} is busy in another process (its turn lock is held); waiting for it", self.record.id),
                     });
                 }
-                self.waiting = Some(Waiting { work, at: Instant::now() + LOCK_RETRY });
+                self.phase = Phase::WaitingLock { work, at: Instant::now() + LOCK_RETRY };
                 return;
             }
             JobEnd::Open(e) => {
                 self.emit(EventKind::Error { kind: ErrorKind::Open, message: e.to_string() });
-                self.fail_replies(&e.to_string());
+                self.fail_replies(ClearError::Agent(Arc::new(e)));
                 if let Work::Wake(p) = &work {
                     // No turn can answer this wake's claims: they are pending again.
                     let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
@@ -830,16 +815,16 @@ impl Actor {
                 }
             }
             JobEnd::Clear(r) => {
-                let r = r.map_err(|e| e.to_string());
+                let r = r.map_err(|e| ClearError::Agent(Arc::new(e)));
                 if let Err(e) = &r {
-                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.clone() });
+                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.to_string() });
                 }
                 for (canceled, tx) in self.deferred_clear.drain(..) {
                     let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));
                 }
             }
         }
-        if let Some(work) = self.after_auto.take() {
+        if let Some(work) = after {
             self.start(work);
             return;
         }
@@ -861,9 +846,9 @@ impl Actor {
     }
 
     /// Answers replies a failed job leaves waiting.
-    fn fail_replies(&mut self, why: &str) {
+    fn fail_replies(&mut self, why: ClearError) {
         for (_, tx) in self.deferred_clear.drain(..) {
-            let _ = tx.send(Err(why.to_string()));
+            let _ = tx.send(Err(why.clone()));
         }
         if let Some(tx) = self.compact_reply.take() {
             let _ = tx.send(Ok(CompactReply { success: false, outcome: "failed", before: 0, after: 0 }));
@@ -897,8 +882,8 @@ impl Actor {
     }
 
     fn retry_waiting(&mut self) {
-        if let Some(w) = self.waiting.take() {
-            self.start(w.work);
+        if let Some(work) = self.phase.take_waiting() {
+            self.start(work);
         }
     }
 
@@ -930,27 +915,27 @@ impl Actor {
     async fn shutdown(&mut self) {
         self.pending.clear();
         self.steering.clear();
-        self.waiting = None;
+        self.phase.take_waiting();
         if let Some((c, h)) = self.flush.take() {
             c.cancel();
             let _ = h.await;
         }
-        if let Some((job, preemption)) = self.preemption.take() {
-            if job.never_killed {
-                let finished = tokio::time::timeout(NEVER_KILLED_GRACE, join(&mut self.job)).await;
-                if let Ok(Some((_, Ok(out)))) = finished {
+        if let Some((never_killed, preemption)) = self.phase.auto().map(|a| (a.job.never_killed, a.preemption.clone())) {
+            if never_killed {
+                let finished = tokio::time::timeout(NEVER_KILLED_GRACE, phase::join(&mut self.phase)).await;
+                if let Ok(Some(Ended { out: Ok(out), .. })) = finished {
                     self.session = out.session;
                 }
             }
             preemption.set("shutdown");
         }
-        if self.job.is_some() {
+        if matches!(self.phase, Phase::Running(_)) {
             self.cancel.cancel();
-            let out = join(&mut self.job).await;
-            if let Some((_, Ok(out))) = out {
+            let ended = phase::join(&mut self.phase).await;
+            if let Some(Ended { out: Ok(out), .. }) = ended {
                 self.session = out.session;
             }
-            self.fail_replies("serve is shutting down");
+            self.fail_replies(ClearError::ShuttingDown);
             if let Some(t) = &self.tracker {
                 t.set(AgentState::Idle);
             }
@@ -964,34 +949,17 @@ impl Actor {
     }
 }
 
-/// `/clear` or `/compact` when `text` is exactly that command, ignoring a leading cicy mailbox
-/// tag (`📮 … "] "`) *(cicy)*.
-pub fn command_of(text: &str) -> Option<&'static str> {
-    let body = match text.strip_prefix('📮') {
-        Some(rest) => rest.split_once("\"] ").map_or(text, |(_, after)| after),
-        None => text,
-    };
-    match body {
-        "/clear" => Some("/clear"),
-        "/compact" => Some("/compact"),
-        _ => None,
+/// The job of a command posted as chat text; a posted `/compact` keeps no message.
+fn command_work(c: Command) -> Work {
+    match c {
+        Command::Clear => Work::Clear,
+        Command::Compact => Work::Compact { keep: 0 },
     }
 }
 
 /// The agent's last logged seq without opening its log (which would reserve seqs).
 fn last_logged(record: &AgentRecord) -> u64 {
     fsutil::blocking(|| crate::eventlog::last_logged(&record.workspace).unwrap_or(0))
-}
-
-/// Waits for the running job; never resolves when there is none.
-async fn join(job: &mut Option<(Work, JoinHandle<JobOut>)>) -> Option<(Work, Result<JobOut, tokio::task::JoinError>)> {
-    match job {
-        Some((_, handle)) => {
-            let out = handle.await;
-            job.take().map(|(work, _)| (work, out))
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// The answer of a running tick; never resolves when there is none.
@@ -1017,20 +985,5 @@ async fn sleep_system(at: Option<SystemTime>) {
     match at {
         Some(at) => tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or(Duration::ZERO)).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commands_are_exact_and_the_mailbox_tag_is_ignored() {
-        assert_eq!(command_of("/clear"), Some("/clear"));
-        assert_eq!(command_of("/compact"), Some("/compact"));
-        assert_eq!(command_of("📮 [from \"w-2\"] /clear"), Some("/clear"));
-        assert_eq!(command_of("/clear now"), None);
-        assert_eq!(command_of(" /compact"), None);
-        assert_eq!(command_of("📮 no tag /clear"), None);
     }
 }

@@ -25,7 +25,7 @@ use crate::autonomy::plan::{Pick, RoutineRuns};
 use crate::autonomy::priority::Class;
 use crate::autonomy::tick::{running_dir, AutoJob};
 use crate::autonomy::{guard, wish};
-use crate::event::{Emitter, EventKind, TurnOutcome};
+use crate::event::{AutonomyStatus, Emitter, EventKind, TurnOutcome};
 use crate::fsutil;
 use crate::tools::process::{self, Ending};
 use crate::turn::{self, Steering};
@@ -111,15 +111,15 @@ pub(super) async fn run(
         Ok(None) => return AutoEnd::Gone,
         Err(e) => return AutoEnd::Failed(e),
     };
-    events.emit(EventKind::Autonomy { job: name.clone(), status: "running".into(), detail: Some(describe(&job.pick)) });
+    events.emit(EventKind::Autonomy { job: name.clone(), status: AutonomyStatus::Running, detail: Some(describe(&job.pick)) });
     let (ending, result) = match job.pick.run() {
         Some(command) => run_command(ctx, session, job, command, started, cancel).await,
         None => run_turn(session, job, events, cancel, steering).await,
     };
-    let status = match ending {
-        Ran::Done => Status::Done,
-        Ran::Failed => Status::Failed,
-        Ran::Stopped => Status::Interrupted,
+    let (status, shown) = match ending {
+        Ran::Done => (Status::Done, AutonomyStatus::Done),
+        Ran::Failed => (Status::Failed, AutonomyStatus::Failed),
+        Ran::Stopped => (Status::Interrupted, AutonomyStatus::Interrupted),
     };
     let by = (status == Status::Interrupted).then(|| preemption.get().unwrap_or_else(|| "human".to_string()));
     let end = fsutil::blocking(|| finish(ctx, job, status, &result, by.as_deref()));
@@ -127,7 +127,7 @@ pub(super) async fn run(
         Some(by) => format!("preempted by {by}; {result}"),
         None => result,
     };
-    events.emit(EventKind::Autonomy { job: name, status: status.as_str().into(), detail: Some(detail) });
+    events.emit(EventKind::Autonomy { job: name, status: shown, detail: Some(detail) });
     match end {
         Ok(()) => AutoEnd::Ran(status),
         Err(e) => AutoEnd::Failed(e),
@@ -151,7 +151,11 @@ fn refuse(ws: &Path, intent: &Intent, reason: &str, events: &Emitter) -> AutoEnd
     let line = Intent { status: Status::Refused, refused_reason: Some(reason.to_string()), ..intent.clone() };
     let written = fsutil::blocking(|| Ledger::of_workspace(ws).append(vec![line]));
     note(ws, &format!("intent:{} refused at pickup: {reason}", intent.id));
-    events.emit(EventKind::Autonomy { job: format!("intent:{}", intent.id), status: "refused".into(), detail: Some(reason.to_string()) });
+    events.emit(EventKind::Autonomy {
+        job: format!("intent:{}", intent.id),
+        status: AutonomyStatus::Refused,
+        detail: Some(reason.to_string()),
+    });
     match written {
         Ok(()) => AutoEnd::Refused,
         Err(e) => AutoEnd::Failed(e.to_string()),
@@ -273,7 +277,7 @@ async fn run_command(
         std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
         let log = std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
         let spec = process::Job { command, cwd: &ctx.workspace, env: &[], timeout: job.run_timeout, label: &label, output_limit: 0 };
-        process::spawn_logged(&spec, &tctx, log)
+        process::spawn_logged(&spec, &tctx, log).map_err(|e| e.to_string())
     });
     let running = match spawned {
         Ok(r) => r,

@@ -37,8 +37,8 @@ use axum::Router;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-pub use actor::{command_of, FLUSH_TEXT, QUEUED_TEXT};
 use actor::{AgentHandle, Op, Shared};
+pub use actor::{FLUSH_TEXT, QUEUED_TEXT};
 pub use http::proof_matches;
 pub use instance::{read_info, ServeInfo};
 pub use wake_job::WakeLimits;
@@ -175,7 +175,7 @@ impl Hub {
     /// Asks agent `id`'s actor for a wake; an id with no agent (a deleted one) is ignored.
     fn wake(&self, id: &str, reason: crate::wake::message::Reason) {
         if let Some(h) = self.agent(id) {
-            h.send(Op::Wake { reason });
+            h.wake(reason);
         }
     }
 
@@ -298,7 +298,7 @@ pub async fn run(
     }
     for id in &leased {
         if let Some(h) = hub.agent(id) {
-            h.send(Op::RecoverAutonomy);
+            h.recover_autonomy();
         }
     }
     start_waking(&hub, &records, wake_db, unstarted, &opts)?;
@@ -365,7 +365,7 @@ fn start_waking(
     to_recover.dedup();
     for id in &to_recover {
         if let Some(h) = hub.agent(id) {
-            h.send(Op::Recover);
+            h.recover();
         }
     }
     let waker = hub.clone();
@@ -384,7 +384,7 @@ fn start_waking(
         move || listed.read().map(|a| a.iter().map(|(id, (_, ws))| (id.clone(), ws.clone())).collect()).unwrap_or_default(),
         move |id| {
             if let Some((h, _)) = drained.read().ok().and_then(|a| a.get(id).cloned()) {
-                h.send(Op::Drain);
+                h.drain();
             }
         },
         hub.shutdown.clone(),
@@ -457,7 +457,7 @@ fn router(hub: Hub) -> Router {
 async fn warm(handles: Vec<AgentHandle>) {
     for h in handles {
         let (reply, done) = oneshot::channel();
-        if !h.send(Op::Warm { reply }) {
+        if !h.send(Op::Warm { reply }).await {
             return;
         }
         let _ = done.await;
@@ -489,7 +489,7 @@ impl Signals {
         stopping(signal);
         let stops = hub.handles().into_iter().map(|h| async move {
             let (reply, done) = oneshot::channel();
-            if h.send(Op::Shutdown { reply }) {
+            if h.send(Op::Shutdown { reply }).await {
                 let _ = done.await;
             }
         });

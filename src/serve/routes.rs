@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::actor::{self, Admit, AgentHandle, EventsFrom, Op};
+use super::actor::{self, Admit, AgentHandle, EventsFrom, Op, Refused, QUEUE_CAPACITY};
 use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::sse::{self, gathered};
 use super::Hub;
@@ -52,12 +52,22 @@ fn local(agent_id: &str, kinds: Vec<EventKind>) -> impl Stream<Item = Published>
     stream::iter(kinds.into_iter().map(move |kind| Event { seq: 0, agent_id: agent_id.clone(), kind }.into()))
 }
 
+/// Asks the agent's actor; a full queue is a 503 naming the agent, at once.
 pub(super) async fn ask<T>(handle: &AgentHandle, op: impl FnOnce(oneshot::Sender<T>) -> Op) -> Result<T, ApiError> {
     let (tx, rx) = oneshot::channel();
-    if !handle.send(op(tx)) {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"));
+    let gone = || ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down");
+    match handle.request(op(tx)) {
+        Ok(()) => {}
+        Err(Refused::Full) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "queue_full",
+                format!("the queue of agent {} is full ({QUEUE_CAPACITY} requests wait); nothing was done, try again shortly", handle.id),
+            ))
+        }
+        Err(Refused::Gone) => return Err(gone()),
     }
-    rx.await.map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "serve is shutting down"))
+    rx.await.map_err(|_| gone())
 }
 
 pub(super) fn agent(hub: &Hub, id: &str) -> Result<AgentHandle, ApiError> {
@@ -119,7 +129,7 @@ pub(super) async fn retry(State(hub): State<Hub>, JsonBody(body): JsonBody<Agent
 /// `POST /api/cicy/clear` *(cicy)* → `{success, canceled, conv_id}`.
 pub(super) async fn clear(State(hub): State<Hub>, JsonBody(body): JsonBody<AgentBody>) -> Result<Json<actor::ClearReply>, ApiError> {
     let handle = agent_of(&hub, &body)?;
-    ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(ApiError::internal)
+    ask(&handle, |reply| Op::Clear { reply }).await?.map(Json).map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// `POST /api/cicy/compact` **[chosen]** → `{success, outcome, before, after}`; 409 busy.
@@ -345,7 +355,7 @@ pub(super) async fn agent_events(
         (None, Some(n)) => EventsFrom::Last(n),
         (None, None) => EventsFrom::Now,
     };
-    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(ApiError::internal)?;
+    let sub = ask(&handle, |reply| Op::Subscribe { from, reply }).await?.map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(sse(gathered(sub), &hub))
 }
 
@@ -408,4 +418,32 @@ pub(super) fn boot_agents(home: &crate::home::Home) -> Result<Vec<crate::registr
         return Ok(Vec::new());
     }
     Registry::open(&home.db_path())?.list()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_request_to_an_agent_whose_queue_is_full_is_a_503_naming_it() {
+        // No actor takes from this queue: it stays full.
+        let (handle, _queue, _signals) = AgentHandle::new("w-7".into());
+        let mut answers = Vec::new();
+        for _ in 0..QUEUE_CAPACITY {
+            let (reply, answer) = oneshot::channel();
+            assert!(handle.request(Op::Warm { reply }).is_ok());
+            answers.push(answer);
+        }
+        let asked = tokio::time::timeout(std::time::Duration::from_secs(5), ask(&handle, |reply| Op::Status { reply }))
+            .await
+            .expect("a full queue answers at once");
+        let Err(refused) = asked else { panic!("a full queue must refuse") };
+        let resp = refused.into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap(),
+            json!({"error": "queue_full", "message": "the queue of agent w-7 is full (64 requests wait); nothing was done, try again shortly"})
+        );
+    }
 }

@@ -15,7 +15,7 @@ use super::job::JobCtx;
 use super::scheduler::Scheduler;
 use crate::agent::{AgentError, Session};
 use crate::conversation::message::Role;
-use crate::event::{Emitter, ErrorKind, EventKind, EventSink, TurnOutcome};
+use crate::event::{Emitter, ErrorKind, EventKind, EventSink, TodoAction, TurnOutcome};
 use crate::fsutil;
 use crate::turn::{self, Steering};
 use crate::wake::run::{finalize, Ending, Left, Prepared};
@@ -84,7 +84,7 @@ pub(super) fn notifier(id: &str, events: Emitter, scheduler: Scheduler) -> Notif
 /// The event of a [`WakeNote`].
 pub(super) fn note_event(note: WakeNote) -> EventKind {
     match note {
-        WakeNote::Todo { action, id, line } => EventKind::TodoChange { action: action.to_string(), id, line },
+        WakeNote::Todo { action, id, line } => EventKind::TodoChange { action, id, line },
         WakeNote::MessageOut { from, to, text, file } => EventKind::MessageOut { from, to, text, file },
         WakeNote::MessageIn { from, subject, file } => EventKind::MessageIn { from, subject, file },
         WakeNote::InboxAside { file, why } => EventKind::System { text: format!("inbox: {file} {why}") },
@@ -107,7 +107,7 @@ pub(super) async fn run(
         messages: p.messages.iter().map(|m| m.name.clone()).collect(),
     });
     for t in &p.todos {
-        events.emit(EventKind::TodoChange { action: "claim".into(), id: t.id, line: todo_line(t) });
+        events.emit(EventKind::TodoChange { action: TodoAction::Claim, id: t.id, line: todo_line(t) });
     }
     for m in &p.messages {
         events.emit(EventKind::MessageIn { from: m.from.clone(), subject: m.subject.clone(), file: m.name.clone() });

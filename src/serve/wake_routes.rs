@@ -18,6 +18,7 @@ use super::actor::{Op, Status};
 use super::http::{ApiError, ApiPath, ApiQuery, JsonBody};
 use super::routes::agent;
 use super::Hub;
+use crate::event::TodoAction;
 use crate::fsutil;
 use crate::wake::at::{at_of_unix, parse_at};
 use crate::wake::db::{WakeDb, WakeDbError};
@@ -45,11 +46,12 @@ fn todo_json(t: &Todo) -> Value {
     v
 }
 
-/// A todo changed: the scheduler looks again and the agent's stream shows it.
-fn changed(hub: &Hub, id: &str, note: WakeNote) {
+/// A todo changed: the scheduler looks again and the agent's stream shows it. The change is
+/// made, so its note waits for room in a full queue rather than being refused.
+async fn changed(hub: &Hub, id: &str, note: WakeNote) {
     hub.shared.scheduler.changed(id);
     if let Some(h) = hub.agent(id) {
-        h.send(Op::Note { note });
+        h.send(Op::Note { note }).await;
     }
 }
 
@@ -95,7 +97,7 @@ pub(super) async fn add_todo(
     })?;
     let todo = todo.ok_or_else(|| ApiError::internal("the todo just added is gone"))?;
     if !added.existed {
-        changed(&hub, &id, WakeNote::Todo { action: "add", id: todo.id, line: todo_line(&todo) });
+        changed(&hub, &id, WakeNote::Todo { action: TodoAction::Add, id: todo.id, line: todo_line(&todo) }).await;
     }
     Ok((StatusCode::CREATED, Json(json!({"todo": todo_json(&todo), "existed": added.existed}))))
 }
@@ -104,7 +106,7 @@ pub(super) async fn add_todo(
 pub(super) async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_done(&id, n).map_err(db_error))?;
-    changed(&hub, &id, WakeNote::Todo { action: "done", id: n, line: todo_line(&t) });
+    changed(&hub, &id, WakeNote::Todo { action: TodoAction::Done, id: n, line: todo_line(&t) }).await;
     Ok(Json(json!({"todo": todo_json(&t)})))
 }
 
@@ -112,7 +114,7 @@ pub(super) async fn done_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<
 pub(super) async fn remove_todo(State(hub): State<Hub>, ApiPath((id, n)): ApiPath<(String, u32)>) -> Result<Json<Value>, ApiError> {
     agent(&hub, &id)?;
     let t = fsutil::blocking(|| open_db(&hub)?.todo_remove(&id, n).map_err(db_error))?;
-    changed(&hub, &id, WakeNote::Todo { action: "remove", id: n, line: todo_line(&t) });
+    changed(&hub, &id, WakeNote::Todo { action: TodoAction::Remove, id: n, line: todo_line(&t) }).await;
     Ok(Json(json!({"todo": todo_json(&t)})))
 }
 

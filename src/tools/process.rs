@@ -94,12 +94,23 @@ pub struct Finished {
     pub output: Collector,
 }
 
-/// Runs `job` to its end (exit, timeout or `ctx.cancel`). Errors: bash could not be started
-/// (the text is a complete `tool_result`).
-pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, String> {
-    let mut child =
-        bash(job, ctx).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|err| format!("failed to start bash: {err}"))?;
-    let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
+/// Why a job did not start; the text is a complete `tool_result`.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("failed to start bash: {0}")]
+    Spawn(#[source] io::Error),
+    /// The child had no pid (it was killed at once).
+    #[error("failed to start bash: no process id")]
+    NoPid,
+    #[error("cannot share the log file: {0}")]
+    ShareLog(#[source] io::Error),
+}
+
+/// Runs `job` to its end (exit, timeout or `ctx.cancel`). Errors: [`StartError`], bash could
+/// not be started.
+pub async fn run(job: &Job<'_>, ctx: &ToolContext) -> Result<Finished, StartError> {
+    let mut child = bash(job, ctx).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(StartError::Spawn)?;
+    let group = Group::of(&mut child, ctx, job.label).ok_or(StartError::NoPid)?;
     let mut pipes = Pipes::take_from(&mut child);
     let mut out = Collector::new(job.output_limit);
 
@@ -140,12 +151,11 @@ pub(crate) struct Logged {
 /// (DESIGN.md §13), whose lease needs the group's id while the command runs. `job.timeout` and
 /// `job.output_limit` are not used; [`Logged::wait`] takes the timeout.
 ///
-/// Errors: bash could not be started, or `log` could not be shared with it.
-pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, String> {
-    let err = log.try_clone().map_err(|e| format!("cannot share the log file: {e}"))?;
-    let mut child =
-        bash(job, ctx).stdout(Stdio::from(log)).stderr(Stdio::from(err)).spawn().map_err(|err| format!("failed to start bash: {err}"))?;
-    let group = Group::of(&mut child, ctx, job.label).ok_or_else(|| "failed to start bash: no process id".to_owned())?;
+/// Errors: [`StartError`], bash could not be started, or `log` could not be shared with it.
+pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, StartError> {
+    let err = log.try_clone().map_err(StartError::ShareLog)?;
+    let mut child = bash(job, ctx).stdout(Stdio::from(log)).stderr(Stdio::from(err)).spawn().map_err(StartError::Spawn)?;
+    let group = Group::of(&mut child, ctx, job.label).ok_or(StartError::NoPid)?;
     Ok(Logged { child, group })
 }
 

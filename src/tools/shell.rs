@@ -109,7 +109,7 @@ pub(crate) async fn run_job(job: &Job<'_>, ctx: &ToolContext) -> ToolOutput {
             let (status, is_error) = finished.ending.describe(job.timeout);
             ToolOutput { content: finished.output.finish(&status, OUTPUT_CAP_BYTES), is_error }
         }
-        Err(message) => ToolOutput::error(message),
+        Err(e) => ToolOutput::error(e.to_string()),
     }
 }
 

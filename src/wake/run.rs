@@ -23,6 +23,7 @@ use super::state::{Claim, WakeNote};
 use super::todo::{todo_line, Todo};
 use super::tools::claim_meta;
 use super::WakeError;
+use crate::event::TodoAction;
 use crate::fsutil;
 use crate::home::Home;
 use crate::messages::route;
@@ -245,7 +246,7 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
         notes.push(WakeNote::MessageOut { from: SERVE_SENDER.to_string(), to: "human".into(), text, file: file.name });
     }
     for t in db.todo_finish(agent, todos, !crashed, chrono::Local::now().timestamp())? {
-        notes.push(WakeNote::Todo { action: "retry", id: t.id, line: todo_line(&t) });
+        notes.push(WakeNote::Todo { action: TodoAction::Retry, id: t.id, line: todo_line(&t) });
     }
     if crashed {
         let mut count = read_count(ws)?;
@@ -311,7 +312,7 @@ pub fn recover(home: &Home, agent: &str, ws: &Path) -> Result<Vec<WakeNote>, Wak
     let claimed: Vec<u32> = claimed_todos.iter().map(|t| t.id).collect();
     if !claimed.is_empty() || !unresolved.is_empty() {
         for t in db.todo_finish(agent, &claimed, false, chrono::Local::now().timestamp())? {
-            notes.push(WakeNote::Todo { action: "retry", id: t.id, line: todo_line(&t) });
+            notes.push(WakeNote::Todo { action: TodoAction::Retry, id: t.id, line: todo_line(&t) });
         }
         if unresolved.is_empty() {
             // A wake for todos alone had no sender to notify: its people hear of it (never silent).

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::event::TodoAction;
 use crate::home::Home;
 
 /// The conversation a wake claimed (its obligation is committed in `cicy.db`).
@@ -36,7 +37,7 @@ pub struct Claim {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WakeNote {
     /// A todo was added, done, removed or claimed: the scheduler must look again.
-    Todo { action: &'static str, id: u32, line: String },
+    Todo { action: TodoAction, id: u32, line: String },
     /// A message was written: by the agent, or by serve on its behalf (`from: cicy`).
     MessageOut { from: String, to: String, text: String, file: String },
     /// `inbox receive` claimed messages.

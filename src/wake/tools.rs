@@ -21,6 +21,7 @@ use super::obligation::ResolvedBy;
 use super::state::{Claim, WakeNote, WakeTurn};
 use super::todo::todo_line;
 use super::WakeError;
+use crate::event::TodoAction;
 use crate::messages::route;
 use crate::tools::{Tool, ToolContext, ToolOutput};
 
@@ -154,7 +155,7 @@ fn todo(w: &WakeTurn, input: &Value) -> Ran {
             if added.existed {
                 return Ok(ToolOutput::ok(format!("Todo {line} already exists.")));
             }
-            w.note(WakeNote::Todo { action: "add", id: added.id, line: line.clone() });
+            w.note(WakeNote::Todo { action: TodoAction::Add, id: added.id, line: line.clone() });
             Ok(ToolOutput::ok(format!("Added todo {line}.")))
         }
         Some("ls") => {
@@ -168,7 +169,7 @@ fn todo(w: &WakeTurn, input: &Value) -> Ran {
             let Some(id) = id else { return Ok(missing("id", &format!("todo {action}"))) };
             let t = if action == "done" { db.todo_done(&w.agent_id, id)? } else { db.todo_remove(&w.agent_id, id)? };
             let line = todo_line(&t);
-            w.note(WakeNote::Todo { action: if action == "done" { "done" } else { "remove" }, id, line: line.clone() });
+            w.note(WakeNote::Todo { action: if action == "done" { TodoAction::Done } else { TodoAction::Remove }, id, line: line.clone() });
             Ok(ToolOutput::ok(if action == "done" { format!("Done: #{id} {}", t.text) } else { format!("Removed: #{id} {}", t.text) }))
         }
         _ => Ok(ToolOutput::error("error: `action` must be add, ls, done or remove")),
@@ -213,7 +214,7 @@ fn sleep_until(w: &WakeTurn, input: &Value) -> Ran {
             let text = summary.unwrap_or("Continue the plan");
             let added = db.todo_add(&w.agent_id, text, &at)?;
             let line = format!("#{} {text} (at: {})", added.id, at.local);
-            w.note(WakeNote::Todo { action: "add", id: added.id, line });
+            w.note(WakeNote::Todo { action: TodoAction::Add, id: added.id, line });
             format!("Sleeping until {}.", at.local)
         }
         None => match db.todo_next_due(&w.agent_id)? {

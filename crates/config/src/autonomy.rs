@@ -96,31 +96,49 @@ impl AutonomyConfig {
     }
 
     /// Checks the values a type cannot: the tick's range, non-zero counts, one of `run` or
-    /// `prompt` per routine. The message names the key, for `RoleError::BadMeta`.
-    pub fn validate(&self) -> Result<(), String> {
+    /// `prompt` per routine. Errors: [`SettingsError`], naming the key.
+    pub fn validate(&self) -> Result<(), SettingsError> {
         if let Some(t) = self.tick_secs.filter(|t| !TICK_RANGE_SECS.contains(t)) {
-            return Err(format!("autonomy.tick_secs: {t} is out of range (1…3600 seconds)"));
+            return Err(SettingsError::TickRange(t));
         }
         if self.intent_rounds == Some(0) {
-            return Err("autonomy.intent_rounds: 0 is not allowed (at least 1 round)".into());
+            return Err(SettingsError::ZeroRounds);
         }
         if self.run_timeout_secs == Some(0) {
-            return Err("autonomy.run_timeout_secs: 0 is not allowed (at least 1 second)".into());
+            return Err(SettingsError::ZeroRunTimeout);
         }
         for (class, r) in self.routines() {
             let key = class.as_str();
             match (&r.run, &r.prompt) {
                 (Some(run), None) if !run.trim().is_empty() => {}
                 (None, Some(p)) if !p.trim().is_empty() => {}
-                (Some(_), Some(_)) => return Err(format!("autonomy.{key}: give run or prompt, not both")),
-                _ => return Err(format!("autonomy.{key}: needs a non-empty run (a command) or prompt (a model turn)")),
+                (Some(_), Some(_)) => return Err(SettingsError::RunAndPrompt(key)),
+                _ => return Err(SettingsError::NoRunNorPrompt(key)),
             }
             if r.every_secs == Some(0) {
-                return Err(format!("autonomy.{key}.every_secs: 0 is not allowed (at least 1 second)"));
+                return Err(SettingsError::ZeroEvery(key));
             }
         }
         Ok(())
     }
+}
+
+/// A value of meta.yaml's `autonomy:` that [`AutonomyConfig::validate`] refuses; the routine's
+/// key is its name (`selfcheck`, `recall`, `web`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("autonomy.tick_secs: {0} is out of range (1…3600 seconds)")]
+    TickRange(u64),
+    #[error("autonomy.intent_rounds: 0 is not allowed (at least 1 round)")]
+    ZeroRounds,
+    #[error("autonomy.run_timeout_secs: 0 is not allowed (at least 1 second)")]
+    ZeroRunTimeout,
+    #[error("autonomy.{0}: give run or prompt, not both")]
+    RunAndPrompt(&'static str),
+    #[error("autonomy.{0}: needs a non-empty run (a command) or prompt (a model turn)")]
+    NoRunNorPrompt(&'static str),
+    #[error("autonomy.{0}.every_secs: 0 is not allowed (at least 1 second)")]
+    ZeroEvery(&'static str),
 }
 
 /// `<workspace>/.cicy/autonomy.json`: the agent's switch, written by `intents <id> off|on`.
@@ -181,13 +199,14 @@ mod tests {
         let c = AutonomyConfig::default();
         assert_eq!((c.enabled(), c.tick(), c.intent_rounds()), (true, Duration::from_secs(30), 20));
         assert_eq!(c.validate(), Ok(()));
-        assert_eq!(parse("tick_secs: 0").validate().unwrap_err(), "autonomy.tick_secs: 0 is out of range (1…3600 seconds)");
-        assert_eq!(parse("tick_secs: 3601").validate().unwrap_err(), "autonomy.tick_secs: 3601 is out of range (1…3600 seconds)");
-        assert_eq!(parse("selfcheck: {run: x, prompt: y}").validate().unwrap_err(), "autonomy.selfcheck: give run or prompt, not both");
-        assert_eq!(
-            parse("recall: {every_secs: 5}").validate().unwrap_err(),
-            "autonomy.recall: needs a non-empty run (a command) or prompt (a model turn)"
-        );
+        let refused = |yaml: &str| parse(yaml).validate().unwrap_err().to_string();
+        assert_eq!(refused("tick_secs: 0"), "autonomy.tick_secs: 0 is out of range (1…3600 seconds)");
+        assert_eq!(refused("tick_secs: 3601"), "autonomy.tick_secs: 3601 is out of range (1…3600 seconds)");
+        assert_eq!(refused("intent_rounds: 0"), "autonomy.intent_rounds: 0 is not allowed (at least 1 round)");
+        assert_eq!(refused("run_timeout_secs: 0"), "autonomy.run_timeout_secs: 0 is not allowed (at least 1 second)");
+        assert_eq!(refused("selfcheck: {run: x, prompt: y}"), "autonomy.selfcheck: give run or prompt, not both");
+        assert_eq!(refused("recall: {every_secs: 5}"), "autonomy.recall: needs a non-empty run (a command) or prompt (a model turn)");
+        assert_eq!(refused("web: {run: a, every_secs: 0}"), "autonomy.web.every_secs: 0 is not allowed (at least 1 second)");
         let order: Vec<&str> = parse("web: {run: a}\nselfcheck: {run: b}").routines().map(|(c, _)| c.as_str()).collect();
         assert_eq!(order, vec!["selfcheck", "web"]);
     }

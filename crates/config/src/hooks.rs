@@ -155,15 +155,14 @@ impl HooksConfig {
 
     /// Validates meta.yaml's map: every key a hook name, every hook a non-empty `command`, a
     /// `match` that compiles (on a tool hook only), `priority` within 1–1000, `timeout_secs` ≥ 1,
-    /// `on_error` `allow` or `deny`. Errors: the message names the field, e.g.
+    /// `on_error` `allow` or `deny`. Errors: [`HooksError`], naming the field, e.g.
     /// `hooks.before_tool[0].priority: 0 is outside 1–1000`.
-    pub fn validate(raw: BTreeMap<String, Vec<RawSpec>>) -> Result<Self, String> {
+    pub fn validate(raw: BTreeMap<String, Vec<RawSpec>>) -> Result<Self, HooksError> {
         let mut by_name: BTreeMap<HookName, Vec<HookSpec>> = BTreeMap::new();
         for (key, specs) in raw {
-            let name = HookName::parse(&key).ok_or_else(|| {
-                let names: Vec<&str> = HookName::ALL.iter().map(|n| n.as_str()).collect();
-                format!("hooks: `{key}` is not a hook name (names: {}; alias on_turn_end)", names.join(", "))
-            })?;
+            let Some(name) = HookName::parse(&key) else {
+                return Err(HooksError::UnknownName(key));
+            };
             let list = by_name.entry(name).or_default();
             for (i, spec) in specs.into_iter().enumerate() {
                 list.push(spec.validate(name, &format!("hooks.{key}[{i}]"))?);
@@ -178,11 +177,36 @@ impl HooksConfig {
 }
 
 impl TryFrom<UniqueMap<Vec<RawSpec>>> for HooksConfig {
-    type Error = String;
+    type Error = HooksError;
 
-    fn try_from(raw: UniqueMap<Vec<RawSpec>>) -> Result<Self, String> {
+    fn try_from(raw: UniqueMap<Vec<RawSpec>>) -> Result<Self, HooksError> {
         Self::validate(raw.0)
     }
+}
+
+/// A `hooks:` entry [`HooksConfig::validate`] refuses; `at` names the hook, e.g.
+/// `hooks.before_tool[0]`.
+#[derive(Debug, thiserror::Error)]
+pub enum HooksError {
+    #[error("hooks: `{0}` is not a hook name (names: {names}; alias on_turn_end)", names = hook_names())]
+    UnknownName(String),
+    #[error("{at}.command: must name a program")]
+    NoCommand { at: String },
+    #[error("{at}.match: only tool hooks (before_tool, on_tool_error, after_tool) match a tool name")]
+    MatchOnNonToolHook { at: String },
+    #[error("{at}.match: `{pattern}` is not a valid regex: {source}")]
+    BadMatch { at: String, pattern: String, source: regex::Error },
+    #[error("{at}.priority: {priority} is outside 1–1000")]
+    Priority { at: String, priority: u32 },
+    #[error("{at}.timeout_secs: 0 is not allowed (at least 1)")]
+    ZeroTimeout { at: String },
+    #[error("{at}.on_error: `{value}` is not allow or deny")]
+    OnError { at: String, value: String },
+}
+
+/// Every hook name, for the refusal of one that is none.
+fn hook_names() -> String {
+    HookName::ALL.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// One hook as meta.yaml spells it, before validation.
@@ -201,31 +225,33 @@ pub struct RawSpec {
 }
 
 impl RawSpec {
-    fn validate(self, name: HookName, at: &str) -> Result<HookSpec, String> {
+    fn validate(self, name: HookName, at: &str) -> Result<HookSpec, HooksError> {
+        let at = || at.to_string();
         if self.command.trim().is_empty() {
-            return Err(format!("{at}.command: must name a program"));
+            return Err(HooksError::NoCommand { at: at() });
         }
         let matcher = match self.matcher {
             None => None,
-            Some(_) if !name.is_tool_hook() => {
-                return Err(format!("{at}.match: only tool hooks (before_tool, on_tool_error, after_tool) match a tool name"));
-            }
-            Some(p) => Some(Matcher(regex::Regex::new(&p).map_err(|e| format!("{at}.match: `{p}` is not a valid regex: {e}"))?)),
+            Some(_) if !name.is_tool_hook() => return Err(HooksError::MatchOnNonToolHook { at: at() }),
+            Some(p) => match regex::Regex::new(&p) {
+                Ok(r) => Some(Matcher(r)),
+                Err(source) => return Err(HooksError::BadMatch { at: at(), pattern: p, source }),
+            },
         };
         let priority = self.priority.unwrap_or(DEFAULT_PRIORITY);
         if !PRIORITIES.contains(&priority) {
-            return Err(format!("{at}.priority: {priority} is outside 1–1000"));
+            return Err(HooksError::Priority { at: at(), priority });
         }
         let timeout = match self.timeout_secs {
             None => DEFAULT_TIMEOUT,
-            Some(0) => return Err(format!("{at}.timeout_secs: 0 is not allowed (at least 1)")),
+            Some(0) => return Err(HooksError::ZeroTimeout { at: at() }),
             Some(s) => Duration::from_secs(s),
         };
-        let on_error = match self.on_error.as_deref() {
+        let on_error = match self.on_error {
             None => name.default_on_error(),
-            Some("allow") => OnError::Allow,
-            Some("deny") => OnError::Deny,
-            Some(other) => return Err(format!("{at}.on_error: `{other}` is not allow or deny")),
+            Some(v) if v == "allow" => OnError::Allow,
+            Some(v) if v == "deny" => OnError::Deny,
+            Some(value) => return Err(HooksError::OnError { at: at(), value }),
         };
         Ok(HookSpec { command: self.command, matcher, timeout, priority, on_error })
     }

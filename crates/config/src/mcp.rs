@@ -52,22 +52,50 @@ pub fn valid_tool_name(name: &str) -> bool {
 /// tool name of at least one character in the 64 of [`valid_tool_name`] (so at most 56
 /// characters), its command is not empty and its timeout is at least 1 s.
 ///
-/// Errors: the message for `RoleError::BadMeta`, naming the server and the rule.
-pub fn validate(servers: &BTreeMap<String, McpServerConfig>) -> Result<(), String> {
+/// Errors: [`McpConfigError`], naming the server and the rule.
+pub fn validate(servers: &BTreeMap<String, McpServerConfig>) -> Result<(), McpConfigError> {
     for (name, server) in servers {
+        let server_error = |rule| McpConfigError { server: name.clone(), rule };
         if name.is_empty() || !valid_tool_name(&full_name(name, "x")) {
-            return Err(format!(
-                "mcp_servers: `{name}` is not a valid server name: use 1 to 56 letters, digits, `-` and `_` (tools are called mcp__{name}__<tool>, at most 64 characters)"
-            ));
+            return Err(server_error(McpRule::Name));
         }
         if server.command.trim().is_empty() {
-            return Err(format!("mcp_servers: {name}: `command` is empty"));
+            return Err(server_error(McpRule::EmptyCommand));
         }
         if server.timeout_secs == 0 {
-            return Err(format!("mcp_servers: {name}: timeout_secs: 0 is not allowed (at least 1)"));
+            return Err(server_error(McpRule::ZeroTimeout));
         }
     }
     Ok(())
+}
+
+/// A server of `mcp_servers` that breaks a rule of [`validate`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("mcp_servers: {}", rule.describe(server))]
+pub struct McpConfigError {
+    pub server: String,
+    pub rule: McpRule,
+}
+
+/// The rule an `mcp_servers` entry breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpRule {
+    /// The name is empty or leaves no room for a tool name of the 64 characters allowed.
+    Name,
+    EmptyCommand,
+    ZeroTimeout,
+}
+
+impl McpRule {
+    fn describe(self, name: &str) -> String {
+        match self {
+            McpRule::Name => format!(
+                "`{name}` is not a valid server name: use 1 to 56 letters, digits, `-` and `_` (tools are called mcp__{name}__<tool>, at most 64 characters)"
+            ),
+            McpRule::EmptyCommand => format!("{name}: `command` is empty"),
+            McpRule::ZeroTimeout => format!("{name}: timeout_secs: 0 is not allowed (at least 1)"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -84,13 +112,16 @@ mod tests {
         assert_eq!(validate(&ok), Ok(()));
         for bad in ["", "a.b", "a b", "ü", &"x".repeat(57)] {
             let err = validate(&BTreeMap::from([(bad.to_string(), server("node", 60))])).unwrap_err();
-            assert!(err.starts_with(&format!("mcp_servers: `{bad}` is not a valid server name")), "{err}");
+            assert_eq!(err, McpConfigError { server: bad.to_string(), rule: McpRule::Name });
+            assert_eq!(
+                err.to_string(),
+                format!("mcp_servers: `{bad}` is not a valid server name: use 1 to 56 letters, digits, `-` and `_` (tools are called mcp__{bad}__<tool>, at most 64 characters)")
+            );
         }
-        assert_eq!(validate(&BTreeMap::from([("s".to_string(), server(" ", 60))])), Err("mcp_servers: s: `command` is empty".into()));
-        assert_eq!(
-            validate(&BTreeMap::from([("s".to_string(), server("node", 0))])),
-            Err("mcp_servers: s: timeout_secs: 0 is not allowed (at least 1)".into())
-        );
+        let err = validate(&BTreeMap::from([("s".to_string(), server(" ", 60))])).unwrap_err();
+        assert_eq!(err.to_string(), "mcp_servers: s: `command` is empty");
+        let err = validate(&BTreeMap::from([("s".to_string(), server("node", 0))])).unwrap_err();
+        assert_eq!(err.to_string(), "mcp_servers: s: timeout_secs: 0 is not allowed (at least 1)");
         assert_eq!(full_name("fs", "read"), "mcp__fs__read");
         assert!(valid_tool_name(&full_name(&"s".repeat(56), "t")));
         assert!(!valid_tool_name(&full_name("s", "a.b")));

@@ -58,6 +58,10 @@ pub enum RoleError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{file}: {message}")]
     BadMeta { file: String, message: String },
+    #[error("{file}: {source}")]
+    BadMcp { file: String, source: crate::mcp::McpConfigError },
+    #[error("{file}: {source}")]
+    BadAutonomy { file: String, source: crate::autonomy::SettingsError },
     #[error("{file}: tools: `{name}` is neither a tool group nor a tool (groups: {groups}; tools: {tools})")]
     UnknownTool { file: String, name: String, groups: String, tools: String },
     #[error("{file}: {message}")]
@@ -252,8 +256,8 @@ pub fn parse_meta(text: &str, source: &str) -> Result<RoleMeta, RoleError> {
             });
         }
     }
-    crate::mcp::validate(&meta.mcp_servers).map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
-    meta.autonomy.validate().map_err(|message| RoleError::BadMeta { file: source.to_string(), message })?;
+    crate::mcp::validate(&meta.mcp_servers).map_err(|e| RoleError::BadMcp { file: source.to_string(), source: e })?;
+    meta.autonomy.validate().map_err(|e| RoleError::BadAutonomy { file: source.to_string(), source: e })?;
     Ok(meta)
 }
 

@@ -243,40 +243,35 @@ pub fn read(path: &Path) -> Result<Stored, BadFile> {
         })
         .map_err(|e| bad(format!("cannot read: {e}")))?;
     let text = String::from_utf8(bytes).map_err(|e| bad(format!("not UTF-8 (invalid byte at offset {})", e.utf8_error().valid_up_to())))?;
-    let record = parse(stem, &text).map_err(bad)?;
+    let record = parse(stem, &text).map_err(|e| bad(e.to_string()))?;
     Ok(Stored { record, path: path.to_path_buf(), modified })
 }
 
 /// Parses the text of memory `mem_id`: BOM, CRLF/CR line ends and tab indentation in the front
 /// matter are tolerated; a missing front matter, an unclosed one, bad YAML, an unknown type or
-/// an empty content are errors naming the problem.
-pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
+/// an empty content are errors naming the problem ([`RecordError`]).
+pub fn parse(mem_id: &str, text: &str) -> Result<Record, RecordError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let text: std::borrow::Cow<'_, str> =
         if text.contains('\r') { text.replace("\r\n", "\n").replace('\r', "\n").into() } else { text.into() };
     let mut lines = text.split('\n');
     if lines.next().map(str::trim_end) != Some("---") {
-        return Err("no front matter: the file must start with a `---` line".into());
+        return Err(RecordError::NoFrontMatter);
     }
     let Some(close) = lines.position(|l| l.trim_end() == "---") else {
-        return Err("the front matter is not closed by a `---` line".into());
+        return Err(RecordError::Unclosed);
     };
     let normalized = expand_front_matter_tabs(&text, close);
-    let parsed = gray_matter::Matter::<SplitOnly>::new()
-        .parse::<gray_matter::Pod>(&normalized)
-        .map_err(|e| format!("cannot split the front matter: {e}"))?;
+    let parsed = gray_matter::Matter::<SplitOnly>::new().parse::<gray_matter::Pod>(&normalized).map_err(RecordError::Split)?;
     if parsed.matter.trim().is_empty() {
-        return Err("the front matter is empty (it needs at least `type:`)".into());
+        return Err(RecordError::EmptyFrontMatter);
     }
-    let fm: FrontMatterIn = serde_yaml::from_str(&parsed.matter).map_err(|e| format!("front matter is not valid YAML: {e}"))?;
+    let fm: FrontMatterIn = serde_yaml::from_str(&parsed.matter).map_err(RecordError::Yaml)?;
     let kind_text = fm.kind.unwrap_or_default();
-    let kind = MemoryType::parse(&kind_text).ok_or_else(|| {
-        let names: Vec<&str> = MemoryType::ALL.iter().map(|t| t.as_str()).collect();
-        format!("unknown type `{}` (one of: {})", kind_text.trim(), names.join(", "))
-    })?;
+    let kind = MemoryType::parse(&kind_text).ok_or_else(|| RecordError::UnknownType(kind_text.trim().to_string()))?;
     let content = parsed.content.trim().to_string();
     if content.is_empty() {
-        return Err("no content after the front matter".into());
+        return Err(RecordError::NoContent);
     }
     Ok(Record {
         mem_id: mem_id.to_string(),
@@ -287,6 +282,30 @@ pub fn parse(mem_id: &str, text: &str) -> Result<Record, String> {
         updated: fm.updated.unwrap_or_default().trim().to_string(),
         content,
     })
+}
+
+/// Why the text of a memory file is not a memory.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("no front matter: the file must start with a `---` line")]
+    NoFrontMatter,
+    #[error("the front matter is not closed by a `---` line")]
+    Unclosed,
+    #[error("cannot split the front matter: {0}")]
+    Split(#[source] gray_matter::Error),
+    #[error("the front matter is empty (it needs at least `type:`)")]
+    EmptyFrontMatter,
+    #[error("front matter is not valid YAML: {0}")]
+    Yaml(#[source] serde_yaml::Error),
+    #[error("unknown type `{0}` (one of: {types})", types = type_names())]
+    UnknownType(String),
+    #[error("no content after the front matter")]
+    NoContent,
+}
+
+/// Every memory type, for the refusal of one that is none.
+fn type_names() -> String {
+    MemoryType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 /// YAML forbids tabs in indentation, and a hand edit often has them (or indents the whole

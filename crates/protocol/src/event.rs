@@ -11,6 +11,10 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod fields;
+
+pub use fields::{AutonomyStatus, ErrorKind, SteerStatus, TodoAction};
+
 /// How a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -19,170 +23,6 @@ pub enum TurnOutcome {
     Cancelled,
     Blocked,
     Failed,
-}
-
-/// What an `error` event is about: its `kind` on the wire. Serialized as the plain string
-/// (`"busy"`, `"http_status"`, …); a kind this build does not know (a log written by another
-/// version) is kept as [`ErrorKind::Other`] and written back unchanged, so no log line stops
-/// parsing over it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "String", into = "String")]
-pub enum ErrorKind {
-    /// The agent is busy: a command that needs it idle was refused.
-    Busy,
-    /// A message too large for the context window.
-    TooLarge,
-    /// The role or session could not be opened.
-    Open,
-    /// A turn failed outside the gateway's own errors.
-    Turn,
-    /// A wake could not run or end.
-    Wake,
-    Clear,
-    Compact,
-    Retry,
-    /// A conversation command refused or failed.
-    Command,
-    Hook,
-    Memory,
-    Autonomy,
-    /// serve's own fault (a job that stopped).
-    Internal,
-    /// The gateway could not be reached.
-    Connect,
-    /// The gateway answered an error status.
-    HttpStatus,
-    NoApiKey,
-    StreamError,
-    IncompleteStream,
-    Decode,
-    Timeout,
-    Cancelled,
-    Other(String),
-}
-
-impl ErrorKind {
-    const KNOWN: [ErrorKind; 21] = [
-        ErrorKind::Busy,
-        ErrorKind::TooLarge,
-        ErrorKind::Open,
-        ErrorKind::Turn,
-        ErrorKind::Wake,
-        ErrorKind::Clear,
-        ErrorKind::Compact,
-        ErrorKind::Retry,
-        ErrorKind::Command,
-        ErrorKind::Hook,
-        ErrorKind::Memory,
-        ErrorKind::Autonomy,
-        ErrorKind::Internal,
-        ErrorKind::Connect,
-        ErrorKind::HttpStatus,
-        ErrorKind::NoApiKey,
-        ErrorKind::StreamError,
-        ErrorKind::IncompleteStream,
-        ErrorKind::Decode,
-        ErrorKind::Timeout,
-        ErrorKind::Cancelled,
-    ];
-
-    /// The wire name.
-    pub fn as_str(&self) -> &str {
-        match self {
-            ErrorKind::Busy => "busy",
-            ErrorKind::TooLarge => "too_large",
-            ErrorKind::Open => "open",
-            ErrorKind::Turn => "turn",
-            ErrorKind::Wake => "wake",
-            ErrorKind::Clear => "clear",
-            ErrorKind::Compact => "compact",
-            ErrorKind::Retry => "retry",
-            ErrorKind::Command => "command",
-            ErrorKind::Hook => "hook",
-            ErrorKind::Memory => "memory",
-            ErrorKind::Autonomy => "autonomy",
-            ErrorKind::Internal => "internal",
-            ErrorKind::Connect => "connect",
-            ErrorKind::HttpStatus => "http_status",
-            ErrorKind::NoApiKey => "no_api_key",
-            ErrorKind::StreamError => "stream_error",
-            ErrorKind::IncompleteStream => "incomplete_stream",
-            ErrorKind::Decode => "decode",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::Cancelled => "cancelled",
-            ErrorKind::Other(s) => s,
-        }
-    }
-}
-
-impl From<String> for ErrorKind {
-    fn from(s: String) -> Self {
-        ErrorKind::KNOWN.into_iter().find(|k| k.as_str() == s).unwrap_or(ErrorKind::Other(s))
-    }
-}
-
-impl From<ErrorKind> for String {
-    fn from(k: ErrorKind) -> String {
-        match k {
-            ErrorKind::Other(s) => s,
-            known => known.as_str().to_string(),
-        }
-    }
-}
-
-/// Compares by wire name (`kind == "busy"`), as a reader of the JSON would.
-impl PartialEq<str> for ErrorKind {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for ErrorKind {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl std::fmt::Display for ErrorKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What became of a steer (the `status` of a `steered` event and of `POST …/steer`'s answer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SteerStatus {
-    /// Waiting for the running turn's next round.
-    Queued,
-    /// The agent was idle: the text started a turn of its own.
-    Prompted,
-    /// the runtime's `turn::Steering::CAP` texts already wait (CMDC's cap 3).
-    RejectedFull,
-    /// It went into a round's user message.
-    Delivered,
-    /// A `before_steering` hook refused it (the `hook` event before it gives the reason); it
-    /// is dropped.
-    Refused,
-}
-
-impl SteerStatus {
-    /// The wire name (`rejected_full`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SteerStatus::Queued => "queued",
-            SteerStatus::Prompted => "prompted",
-            SteerStatus::RejectedFull => "rejected_full",
-            SteerStatus::Delivered => "delivered",
-            SteerStatus::Refused => "refused",
-        }
-    }
-}
-
-impl std::fmt::Display for SteerStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
 }
 
 /// What a resident agent is doing (DESIGN.md §9 states, from CMDC): `idle` → request `running`
@@ -339,7 +179,7 @@ pub enum EventKind {
     /// A todo was added, claimed, done, removed or rescheduled (`action`), with its line as
     /// `cicy-agent todo ls` prints it.
     TodoChange {
-        action: String,
+        action: TodoAction,
         id: u32,
         line: String,
     },
@@ -388,7 +228,7 @@ pub enum EventKind {
     /// (`preempted by human`) or the new priority.
     Autonomy {
         job: String,
-        status: String,
+        status: AutonomyStatus,
         detail: Option<String>,
     },
 }
@@ -489,31 +329,6 @@ pub fn preview(s: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
-
-    #[test]
-    fn a_steer_status_is_written_under_its_wire_name() {
-        use SteerStatus::*;
-        for status in [Queued, Prompted, RejectedFull, Delivered, Refused] {
-            assert_eq!(serde_json::to_string(&status).unwrap(), format!("\"{}\"", status.as_str()));
-        }
-        let ev = Event { seq: 5, agent_id: "w-1".into(), kind: EventKind::Steered { status: RejectedFull } };
-        assert_eq!(serde_json::to_string(&ev).unwrap(), r#"{"seq":5,"agent_id":"w-1","type":"steered","status":"rejected_full"}"#);
-    }
-
-    #[test]
-    fn an_error_kind_is_its_wire_name_and_one_this_build_does_not_know_is_kept_as_it_came() {
-        for kind in ErrorKind::KNOWN {
-            assert_eq!(ErrorKind::from(kind.as_str().to_string()), kind);
-        }
-        let known = r#"{"seq":3,"agent_id":"w-1","type":"error","kind":"http_status","message":"503"}"#;
-        let ev: Event = serde_json::from_str(known).unwrap();
-        assert_eq!(ev.kind, EventKind::Error { kind: ErrorKind::HttpStatus, message: "503".into() });
-        assert_eq!(serde_json::to_string(&ev).unwrap(), known);
-        let other = r#"{"seq":4,"agent_id":"w-1","type":"error","kind":"quota","message":"over"}"#;
-        let ev: Event = serde_json::from_str(other).unwrap();
-        assert_eq!(ev.kind, EventKind::Error { kind: ErrorKind::Other("quota".into()), message: "over".into() });
-        assert_eq!(serde_json::to_string(&ev).unwrap(), other);
-    }
 
     #[test]
     fn events_serialize_flat_with_increasing_seq() {

@@ -111,9 +111,9 @@ pub(super) struct Target {
 }
 
 impl Target {
-    /// Errors: the pattern's text, when it is not a glob globset can compile (e.g. an
-    /// unbalanced `{`).
-    pub(super) fn new(pattern: &str) -> Result<Self, String> {
+    /// Errors: [`BadPattern`], when it is not a glob globset can compile (e.g. an unbalanced
+    /// `{`).
+    pub(super) fn new(pattern: &str) -> Result<Self, BadPattern> {
         let pattern = normalize_pattern(pattern);
         // A brace with a `/` inside spans components; such a word is rare and cut into pieces
         // by the component split below, so it is not guessed at.
@@ -121,7 +121,7 @@ impl Target {
             .literal_separator(true)
             .backslash_escape(true)
             .build()
-            .map_err(|_| pattern.clone())?
+            .map_err(|_| BadPattern(pattern.clone()))?
             .compile_matcher();
         let mut prefix = PathBuf::from("/");
         let mut literal = true;
@@ -165,6 +165,11 @@ impl Target {
         self.matches(dir) || self.inside(dir)
     }
 }
+
+/// A normalised pattern globset cannot compile; its text is the pattern.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct BadPattern(pub String);
 
 /// A glob component with its backslash escapes removed (globset's [`globset::escape`] form).
 fn unescape(c: &str) -> String {
@@ -215,7 +220,7 @@ mod tests {
         assert!(!t.at_or_inside(mem) && !t.at_or_above(mem));
         let t = Target::new(&format!("{}/*", globset::escape("/ws/a[1]"))).unwrap();
         assert!(t.matches(Path::new("/ws/a[1]/x")) && !t.matches(Path::new("/ws/a1/x")));
-        assert!(Target::new("/ws/{a,b").is_err());
+        assert_eq!(Target::new("/ws/{a,b").unwrap_err(), BadPattern("/ws/{a,b".into()));
     }
 
     #[test]

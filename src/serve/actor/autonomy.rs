@@ -3,6 +3,7 @@
 //! `crate::autonomy::tick`; how a job runs is `crate::serve`'s intent job. Must not touch HTTP.
 
 use super::*;
+use crate::event::AutonomyStatus;
 
 impl Actor {
     /// Nothing asks anything of the agent (DESIGN.md §13 "idle only when …"; the files' part —
@@ -29,7 +30,7 @@ impl Actor {
         self.priorities = out.priorities;
         for i in out.promoted {
             let (job, detail) = (format!("intent:{}", i.id), format!("priority {} (starvation)", i.priority));
-            self.emit(EventKind::Autonomy { job, status: "promoted".into(), detail: Some(detail) });
+            self.emit(EventKind::Autonomy { job, status: AutonomyStatus::Promoted, detail: Some(detail) });
         }
         match out.tick {
             Tick::Run(job) => {
@@ -52,8 +53,8 @@ impl Actor {
     /// A request of class `by` arrived: the running autonomy job gives way if `by` has the
     /// smaller number *(idle)*, unless it is on the never-killed list (then `by` waits).
     pub(super) fn preempt(&mut self, by: Class) {
-        let Some((job, _)) = &self.preemption else { return };
-        if self.priorities.of(by) >= job.priority {
+        let Some(a) = self.phase.auto() else { return };
+        if self.priorities.of(by) >= a.job.priority {
             return;
         }
         self.stop_auto(by.as_str());
@@ -63,13 +64,13 @@ impl Actor {
     /// SIGTERM, a model turn yields at its next round boundary. A never-killed job is left to
     /// finish, with a log line.
     fn stop_auto(&mut self, by: &str) {
-        let Some((job, preemption)) = &self.preemption else { return };
-        if job.never_killed {
-            crate::autonomy::log::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", job.pick.job()));
+        let Some(a) = self.phase.auto() else { return };
+        if a.job.never_killed {
+            crate::autonomy::log::note(&self.record.workspace, &format!("{} is never killed; {by} waits for it", a.job.pick.job()));
             return;
         }
-        preemption.set(by);
-        if job.pick.run().is_some() {
+        a.preemption.set(by);
+        if a.job.pick.run().is_some() {
             self.cancel.cancel();
         } else {
             self.steering.request_yield();
@@ -78,8 +79,8 @@ impl Actor {
 
     /// The 0.5 s poll while an autonomy job runs: a drop, the switch, a message.
     pub(super) fn poll_preempt(&mut self) {
-        let Some((job, _)) = &self.preemption else { return };
-        let (ws, job) = (self.record.workspace.clone(), job.clone());
+        let Some(a) = self.phase.auto() else { return };
+        let (ws, job) = (self.record.workspace.clone(), a.job.clone());
         match fsutil::blocking(|| crate::autonomy::tick::poll(&ws, &job)) {
             Some(by) if by == Class::Human.as_str() => self.preempt(Class::Human),
             Some(by) => self.stop_auto(by),
@@ -96,7 +97,7 @@ impl Actor {
         }
         for id in notes.interrupted {
             let detail = Some("preempted by restart".to_string());
-            self.emit(EventKind::Autonomy { job: format!("intent:{id}"), status: "interrupted".into(), detail });
+            self.emit(EventKind::Autonomy { job: format!("intent:{id}"), status: AutonomyStatus::Interrupted, detail });
         }
     }
 }

@@ -116,11 +116,11 @@ pub(super) fn render(msg: &NewMessage, at: NaiveDateTime, unique: Unique) -> Ren
 /// `YYYY-MM-DDTHH:MM:SS` or the legacy `YYYY-MM-DDTHH-MM-SS`, else `mtime` as local time (the
 /// Unix epoch without one), never now. The body is the trimmed rest.
 ///
-/// Errors: the reason, for the caller to name the file with.
-pub fn parse(name: &str, content: &str, mtime: Option<SystemTime>) -> Result<MessageFile, String> {
+/// Errors: [`NotAMessage`], for the caller to name the file with.
+pub fn parse(name: &str, content: &str, mtime: Option<SystemTime>) -> Result<MessageFile, NotAMessage> {
     let text = content.trim();
-    let rest = text.strip_prefix("---").ok_or("it does not start with a `---` front matter line")?;
-    let end = rest.find("\n---").ok_or("its front matter is not closed by a `---` line")?;
+    let rest = text.strip_prefix("---").ok_or(NotAMessage::NoFrontMatter)?;
+    let end = rest.find("\n---").ok_or(NotAMessage::Unclosed)?;
     let (mut from, mut subject, mut timestamp, mut question) = (String::new(), String::new(), None, false);
     let mut meta = BTreeMap::new();
     for line in rest[..end].lines() {
@@ -147,6 +147,15 @@ pub fn parse(name: &str, content: &str, mtime: Option<SystemTime>) -> Result<Mes
         meta,
         body: rest[end + 4..].trim().to_string(),
     })
+}
+
+/// Why a file's content is not a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotAMessage {
+    #[error("it does not start with a `---` front matter line")]
+    NoFrontMatter,
+    #[error("its front matter is not closed by a `---` line")]
+    Unclosed,
 }
 
 fn parse_timestamp(v: &str) -> Option<NaiveDateTime> {

@@ -118,8 +118,11 @@ fn missing_or_bad_timestamp_falls_back_to_mtime_never_now() {
 
 #[test]
 fn parse_errors_say_why() {
-    assert_eq!(parse("n.md", "from: a\n", None).unwrap_err(), "it does not start with a `---` front matter line");
-    assert_eq!(parse("n.md", "---\nfrom: a\n", None).unwrap_err(), "its front matter is not closed by a `---` line");
+    let refused = |text| parse("n.md", text, None).unwrap_err();
+    assert_eq!(refused("from: a\n"), NotAMessage::NoFrontMatter);
+    assert_eq!(refused("from: a\n").to_string(), "it does not start with a `---` front matter line");
+    assert_eq!(refused("---\nfrom: a\n"), NotAMessage::Unclosed);
+    assert_eq!(refused("---\nfrom: a\n").to_string(), "its front matter is not closed by a `---` line");
 }
 
 #[test]

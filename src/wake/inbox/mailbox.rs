@@ -121,7 +121,7 @@ impl Mailbox {
         };
         if [self.dir_of(to), archive].iter().any(|d| d.join(&rendered.name).exists()) {
             let path = self.dir_of(to).join(&rendered.name);
-            return format::parse(&rendered.name, &rendered.content, None).map_err(|reason| InboxError::Parse { path, reason });
+            return format::parse(&rendered.name, &rendered.content, None).map_err(|e| InboxError::Parse { path, reason: e.to_string() });
         }
         self.write_rendered(to, &rendered)
     }
@@ -151,7 +151,7 @@ impl Mailbox {
         }
         fs::rename(&tmp, &path).map_err(|e| io_err(&path, e))?;
         sync_dir(&dir).map_err(|e| io_err(&dir, e))?;
-        format::parse(&rendered.name, &rendered.content, None).map_err(|reason| InboxError::Parse { path, reason })
+        format::parse(&rendered.name, &rendered.content, None).map_err(|e| InboxError::Parse { path, reason: e.to_string() })
     }
 
     /// Pending inbox files, oldest first ([`super::order_key`]; dotfiles, names not ending in
@@ -466,7 +466,7 @@ fn load(dir: &Path, name: &str) -> Loaded {
     };
     match format::parse(name, &text, mtime) {
         Ok(m) => Loaded::Parsed(m),
-        Err(reason) => Loaded::Bad { reason, mtime },
+        Err(e) => Loaded::Bad { reason: e.to_string(), mtime },
     }
 }
 
