@@ -325,8 +325,14 @@ async fn nothing_the_recognizer_says_can_write_outside_the_memory_folder() {
     let after = tree(t.dir.path());
     let mem_rel = memory_dir(&t, &id).strip_prefix(t.dir.path()).unwrap().to_path_buf();
     let hist_rel = t.workspace(&id).join(".cicy/history").strip_prefix(t.dir.path()).unwrap().to_path_buf();
+    // The record that the gateway was asked for its context window (it answers 404 here).
+    let windows_rel = t.workspace(&id).join(".cicy/context_windows.json").strip_prefix(t.dir.path()).unwrap().to_path_buf();
     for p in after.difference(&before) {
-        assert!(p.starts_with(&mem_rel) || p.starts_with(&hist_rel), "written outside the memory folder: {}", p.display());
+        assert!(
+            p.starts_with(&mem_rel) || p.starts_with(&hist_rel) || *p == windows_rel,
+            "written outside the memory folder: {}",
+            p.display()
+        );
     }
     let names: Vec<String> = std::fs::read_dir(memory_dir(&t, &id))
         .unwrap()
