@@ -1,4 +1,4 @@
-//! Idle autonomy under measurement (issue 12 benchmarks, DESIGN.md §13 "Numbers"):
+//! Idle autonomy under measurement (issue 12 benchmarks, docs/design.md §13 "Numbers"):
 //!
 //! - an empty tick (no open intent, no routine) in-process: what serve's actor pays every
 //!   `tick_secs` per idle agent (target < 1 ms, no gateway call: the bench has no gateway);

@@ -1,4 +1,4 @@
-//! A checkpoint of a 600-message history (DESIGN.md §12 "Numbers": < 20 ms).
+//! A checkpoint of a 600-message history (docs/design.md §12 "Numbers": < 20 ms).
 //!
 //! `save_600`: what `checkpoint <id> save` and the automatic checkpoint pay — copy current.json
 //! (150 tool turns = 600 messages, tool results of ~400 bytes), reply.json, plan.json,

@@ -1,11 +1,11 @@
-//! The dashboard (DESIGN.md §14, issue 13) measured in a real headless chromium against a real
+//! The dashboard (docs/design.md §14, issue 13) measured in a real headless chromium against a real
 //! `cicy-agent serve` and the scripted gateway on 127.0.0.1:
 //!
 //! - page weight: the bytes of the four embedded files as served, plain and gzipped (target
 //!   < 40 KB plain, hard limit 60 KB);
 //! - start to first paint: from spawning serve with 100 agents to the page showing all 100
 //!   rows (median of 5), with the browser's own first-contentful-paint, and the time of
-//!   `GET /api/agents` for those 100 agents (DESIGN.md §14: 100 agents < 100 ms);
+//!   `GET /api/agents` for those 100 agents (docs/design.md §14: 100 agents < 100 ms);
 //! - render rate: one answer of 20,000 text deltas streamed as fast as the gateway can, from
 //!   the page's first event to the whole text shown; events per second, and how far the
 //!   page's `cicyStats.rendered` fell behind `cicyStats.events`.

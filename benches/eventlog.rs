@@ -1,4 +1,4 @@
-//! The event log's two DESIGN.md §9 numbers.
+//! The event log's two docs/design.md §9 numbers.
 //!
 //! `emit_then_next`: one `AgentEvents::emit` and the same task's live subscription yielding it
 //! (numbering, ring, broadcast, queueing for the writer, which writes to a temp folder on the

@@ -1,4 +1,4 @@
-//! The file tools' path confinement under measurement (DESIGN.md §12 Numbers: path check
+//! The file tools' path confinement under measurement (docs/design.md §12 Numbers: path check
 //! < 20 µs), a criterion bench:
 //!
 //! - `check_and_open`: a 5-deep relative path checked (`Workspace::resolve`) and opened beneath

@@ -1,6 +1,6 @@
-//! The cost of the wish guard's `run` check (DESIGN.md §13), a bench binary. No target is set by
-//! DESIGN.md; the figure tells a caller (the idle tick checks hand-written ledger lines at
-//! pickup, DESIGN.md §13) what one check costs: parsing the line as bash and classifying every
+//! The cost of the wish guard's `run` check (docs/design.md §13), a bench binary. No target is set by
+//! docs/design.md; the figure tells a caller (the idle tick checks hand-written ledger lines at
+//! pickup, docs/design.md §13) what one check costs: parsing the line as bash and classifying every
 //! command in it. No gateway call is involved.
 //!
 //! `guard_check_run_simple`: `echo hi > notes.txt`. `guard_check_run_compound`: a realistic

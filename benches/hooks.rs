@@ -1,4 +1,4 @@
-//! The hook round trip of DESIGN.md §12 Numbers (target < 10 ms), a bench binary.
+//! The hook round trip of docs/design.md §12 Numbers (target < 10 ms), a bench binary.
 //!
 //! `hook_round_trip`: one `before_prompt` hook point with one hook, a tiny `/bin/sh` script that
 //! reads its JSON stdin and prints a `modify` action: building the stdin, spawning the process

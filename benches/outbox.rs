@@ -1,4 +1,4 @@
-//! The Maildir outbox under measurement (DESIGN.md §11 Numbers), a bench binary:
+//! The Maildir outbox under measurement (docs/design.md §11 Numbers), a bench binary:
 //!
 //! - `cicy-agent outbox-send '<json>'`: wall time of the whole process, median and p90 of 50
 //!   (target < 5 ms), next to the library's `Outbox::send` alone (the process start is the rest),

@@ -1,4 +1,4 @@
-//! Questions an agent's turn puts to its user and the answers that come back (DESIGN.md §12
+//! Questions an agent's turn puts to its user and the answers that come back (docs/design.md §12
 //! `ask_user`, CMDC `ask_user` / `user_respond`).
 //!
 //! Owns the open questions of one agent: [`Questions::ask`] opens one under a fresh `ref` and

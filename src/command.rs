@@ -1,4 +1,4 @@
-//! `/compact` and `/clear` as library operations (DESIGN.md §7), so the CLI and `serve` run
+//! `/compact` and `/clear` as library operations (docs/design.md §7), so the CLI and `serve` run
 //! them the same way and report them with the same events, byte for byte.
 //!
 //! Owns reading a chat text as a command or a message (`parse`), what each command does to an

@@ -2,7 +2,7 @@
 //!
 //! Agents are created from role templates, keep their identity in an editable AGENTS.md, and
 //! hold conversations against an AI gateway through a turn loop with tools, byte-stable prompts
-//! and history files that survive a crash. The contract is `DESIGN.md`; each module names the
+//! and history files that survive a crash. The design is `docs/design.md`; each module names the
 //! section it implements.
 
 pub mod agent;

@@ -1,4 +1,4 @@
-//! Prompt assembly for one round (DESIGN.md §5).
+//! Prompt assembly for one round (docs/design.md §5).
 //!
 //! Owns turning the persisted history plus the role, skills, tools and memories into a
 //! [`Prompt`]: the wire window (from the last compact summary), the wire-only `<role>` and
@@ -95,7 +95,7 @@ pub fn assemble(inp: &PromptInputs<'_>) -> Prompt {
 }
 
 /// The text inside a wire-only `<role>` or `<memories>` block with `<` as `&lt;` and `>` as
-/// `&gt;` (DESIGN.md §8), so nothing in AGENTS.md or MEMORY.md (a hand edit, a pasted file, a
+/// `&gt;` (docs/design.md §8), so nothing in AGENTS.md or MEMORY.md (a hand edit, a pasted file, a
 /// planted memory) can close its block early or open another one. `&` is kept as it is: with no
 /// `<` left, no text can form a tag.
 pub fn escape_block_text(text: &str) -> String {

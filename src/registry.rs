@@ -1,4 +1,4 @@
-//! The agent registry: table `agent_config` in `$CICY_HOME/cicy.db` (DESIGN.md §3).
+//! The agent registry: table `agent_config` in `$CICY_HOME/cicy.db` (docs/design.md §3).
 //!
 //! Owns the SQLite schema (versioned with `PRAGMA user_version`, migrations in code) and the
 //! agent rows; the index of their workspaces is `workspaces`. It does not create workspaces or
@@ -104,7 +104,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         created_at    TEXT NOT NULL,
         updated_at    TEXT NOT NULL
     );",
-    // DESIGN.md §10: todos and reply obligations (`crate::wake`). No foreign key to
+    // docs/design.md §10: todos and reply obligations (`crate::wake`). No foreign key to
     // agent_config: the wake code checks the agent itself, and a row must never block a delete.
     "CREATE TABLE todo (
         agent_id TEXT NOT NULL,
@@ -130,7 +130,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         resolved_by TEXT CHECK (resolved_by IN ('agent', 'fallback', 'notice'))
     );
     CREATE INDEX obligation_open ON obligation (agent_id, resolved_at);",
-    // DESIGN.md §11: conversations, members, messages, deliveries, tasks and cron jobs
+    // docs/design.md §11: conversations, members, messages, deliveries, tasks and cron jobs
     // (`crate::messages`). Principals are `w-<n>` or `human:<name>`; like the wake tables, no
     // foreign key to agent_config, so deleting an agent never fails on its messages.
     "CREATE TABLE conversation (
@@ -199,7 +199,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         next_run INTEGER NOT NULL,
         PRIMARY KEY (agent_id, name)
     );",
-    // DESIGN.md §11 master/worker: one row per `msg` (`crate::messages::store` call.rs). The
+    // docs/design.md §11 master/worker: one row per `msg` (`crate::messages::store` call.rs). The
     // state decides who carries the answer back: a waiting tool takes it; otherwise a 🔔
     // message does, when `callback` asks for one.
     "CREATE TABLE msg_call (
@@ -217,7 +217,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX msg_call_to ON msg_call (to_agent, state);
     CREATE INDEX msg_call_from ON msg_call (from_p, state);",
-    // DESIGN.md §13 idle autonomy: the job an agent's autonomy runs now, one row per agent
+    // docs/design.md §13 idle autonomy: the job an agent's autonomy runs now, one row per agent
     // (`crate::autonomy::lease`), so another process can report it.
     "CREATE TABLE lease (
         agent_id    TEXT PRIMARY KEY,
@@ -227,7 +227,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         priority    INTEGER NOT NULL,
         started_at  TEXT NOT NULL
     );",
-    // DESIGN.md §10: what each claimed file was (inbox name, archive name, inode, size, mtime;
+    // docs/design.md §10: what each claimed file was (inbox name, archive name, inode, size, mtime;
     // `crate::wake::obligation::ClaimedFile`), so a new message saved under a claimed name is
     // not taken for the claimed one. NULL on rows claimed before this column.
     "ALTER TABLE obligation ADD COLUMN files TEXT;",

@@ -78,3 +78,51 @@ fn the_product_crates_never_take_the_test_fixtures() {
         assert!(!deps.contains("cicy-test-support"), "{name} takes cicy-test-support as a normal dependency");
     }
 }
+
+/// Every `.rs`, `.md` and `.toml` file under the folders people write in.
+fn source_files() -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<std::path::PathBuf> =
+        ["src", "crates", "tests", "benches", "docs", "scripts"].iter().map(|d| Path::new(ROOT).join(d)).collect();
+    out.push(Path::new(ROOT).join("README.md"));
+    out.push(Path::new(ROOT).join("Cargo.toml"));
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "md" || e == "toml") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// A citation's quoted topic with its comment markers and line breaks folded to single spaces.
+fn fold(topic: &str) -> String {
+    topic.split_whitespace().filter(|w| !matches!(*w, "//" | "///" | "//!")).collect::<Vec<_>>().join(" ")
+}
+
+#[test]
+fn every_design_citation_names_a_section_and_topic_docs_design_md_has() {
+    let design = std::fs::read_to_string(Path::new(ROOT).join("docs/design.md")).unwrap();
+    let headings: Vec<&str> = design.lines().filter(|l| l.starts_with('#')).collect();
+    let cite = regex::Regex::new(r#"docs/design\.md §(\d+(?:\.\d+)*)(?:,? "([^"]+)")?"#).unwrap();
+    let mut seen = 0;
+    let mut missing = Vec::new();
+    for file in source_files().into_iter().filter(|f| !f.ends_with("docs/design.md")) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for c in cite.captures_iter(&text) {
+            seen += 1;
+            let section = format!("§{}", &c[1]);
+            let has_section = headings.iter().any(|h| h.split_whitespace().nth(1) == Some(section.as_str()));
+            let topic_ok = c.get(2).is_none_or(|t| headings.iter().any(|h| h.contains(&format!("\"{}\"", fold(t.as_str())))));
+            if !has_section || !topic_ok {
+                missing.push(format!("{}: {}", file.strip_prefix(ROOT).unwrap().display(), &c[0]));
+            }
+        }
+    }
+    assert!(seen > 300, "the code cites docs/design.md ({seen} citations found)");
+    assert!(missing.is_empty(), "citations docs/design.md has no heading for:\n{}", missing.join("\n"));
+}

@@ -1,4 +1,4 @@
-//! `ask_user` through real processes against the scripted gateway (DESIGN.md §12): answered
+//! `ask_user` through real processes against the scripted gateway (docs/design.md §12): answered
 //! through `POST /api/agents/<id>/respond` of a running serve, answered by the next stdin line of
 //! a chat session, refused in a one-shot chat, and timed out when no answer comes.
 

@@ -1,5 +1,5 @@
 //! `cicy-agent wish …` and `cicy-agent intents …` as a user runs them, the `wish` tool through a
-//! turn, and `GET /api/agents/{id}/autonomy` (DESIGN.md §13): real processes, a temporary
+//! turn, and `GET /api/agents/{id}/autonomy` (docs/design.md §13): real processes, a temporary
 //! `$CICY_HOME`, the scripted gateway as the guardrails' judge.
 
 use std::path::{Path, PathBuf};

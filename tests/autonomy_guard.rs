@@ -1,4 +1,4 @@
-//! The wish guard's judge against the scripted gateway (DESIGN.md §13 "Guardrails at write
+//! The wish guard's judge against the scripted gateway (docs/design.md §13 "Guardrails at write
 //! time"): the exact request it sends (`x-cicy-aux: guard`, session `guard-<id>`, its system
 //! text and user text, one attempt), and each outcome — allow, refuse with the judge's class and
 //! reason, HTTP 500, an unreadable answer and a gateway that is not listening all refusing with

@@ -1,4 +1,4 @@
-//! Idle autonomy in a real `serve` (DESIGN.md §13): the tick picks an intent of the ledger when
+//! Idle autonomy in a real `serve` (docs/design.md §13): the tick picks an intent of the ledger when
 //! the agent is truly idle, a chat preempts it (its process group killed, `preempted_by:
 //! human`), `min_gap` keeps it from starting again at once, a `git` command is never killed,
 //! three preemptions promote it once, a model-turn intent yields at its round boundary, a
@@ -30,7 +30,7 @@ async fn idler() -> (ScriptedGateway, TestHome, String) {
     (gw, t, id)
 }
 
-/// Appends a hand-written ledger line (checked at pickup, as DESIGN.md §13 says).
+/// Appends a hand-written ledger line (checked at pickup, as docs/design.md §13 says).
 fn hand_wish(t: &TestHome, id: &str, iid: &str, run: Option<&str>, extra: &str) {
     let run = run.map_or(String::new(), |r| format!(r#","run":{}"#, serde_json::to_string(r).unwrap()));
     // Wished now: a wish older than a day would be promoted at the first tick.

@@ -1,4 +1,4 @@
-//! One idle tick without serve (DESIGN.md §13 "Tick"): it runs an intent only when the agent is
+//! One idle tick without serve (docs/design.md §13 "Tick"): it runs an intent only when the agent is
 //! truly idle — an unread message, a due todo or a message it owes an answer keeps it from
 //! starting anything —, the role's `autonomy.enabled: false` and the agent's switch stop it, a
 //! dry run writes nothing, and an empty tick reads no database and calls no gateway.

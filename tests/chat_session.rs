@@ -2,7 +2,7 @@
 //! `cicy-agent` process and the scripted gateway: a piped session flushes its memory buffer
 //! after the line that made it due (keyword, 6-turn batch) and at EOF, never drops buffered
 //! turns; a cancelled turn is followed by no recognizer call; a session's exit code is the
-//! worst over its lines (DESIGN.md §8 "Write", docs/serve.md "Output, Ctrl-C and exit codes").
+//! worst over its lines (docs/design.md §8 "Write", docs/serve.md "Output, Ctrl-C and exit codes").
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};

@@ -1,4 +1,4 @@
-//! `cicy-agent checkpoint …` as a user runs it (DESIGN.md §12 "Checkpoints"): real processes, a
+//! `cicy-agent checkpoint …` as a user runs it (docs/design.md §12 "Checkpoints"): real processes, a
 //! temporary `$CICY_HOME`, the scripted gateway; a save killed with SIGKILL mid-way.
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! `/compact` and `/clear` as library calls (`cicy::command`, DESIGN.md §7): what each returns
+//! `/compact` and `/clear` as library calls (`cicy::command`, docs/design.md §7): what each returns
 //! and the exact events the CLI and `serve` report them with.
 
 use cicy::command::{self, CommandEnd};

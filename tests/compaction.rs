@@ -1,4 +1,4 @@
-//! `/compact` and automatic compaction against the scripted gateway (DESIGN.md §6.4, §7): the
+//! `/compact` and automatic compaction against the scripted gateway (docs/design.md §6.4, §7): the
 //! aux request, the archive, where the summary goes, what the next request carries, chunked
 //! summaries of a history too big to send, the hard cap, and the concrete inputs.
 

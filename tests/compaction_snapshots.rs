@@ -1,4 +1,4 @@
-//! The snapshots a compaction leaves (DESIGN.md §7, issue 7 item 21): a long turn with many
+//! The snapshots a compaction leaves (docs/design.md §7, issue 7 item 21): a long turn with many
 //! automatic compactions keeps the first and the last `compaction.keep_snapshots`
 //! `current.<unix>.json` / `reply.<unix>.json` pairs, never more, and never touches the live
 //! files.

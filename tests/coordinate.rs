@@ -1,4 +1,4 @@
-//! The master/worker topology (DESIGN.md §11, cicy's `msg`, `broadcast`, `fork`) against a real
+//! The master/worker topology (docs/design.md §11, cicy's `msg`, `broadcast`, `fork`) against a real
 //! `serve` and a scripted gateway: a coordinator's `msg` waits for the worker's final answer,
 //! a timed-out call comes back as one 🔔 message that needs no reply, a busy worker answers
 //! after its turn, `broadcast` collects one line per worker, `fork` copies an agent, the `msg`

@@ -1,4 +1,4 @@
-//! Crash safety (DESIGN.md §6.4: "a kill -9 at any point leaves files that load, heal and
+//! Crash safety (docs/design.md §6.4: "a kill -9 at any point leaves files that load, heal and
 //! send"): a real `cicy-agent chat` session runs tool rounds and automatic compactions against
 //! the scripted gateway and is killed with SIGKILL at varied moments, again and again. After
 //! every kill each history file must parse and heal into a valid history; every request any

@@ -1,4 +1,4 @@
-//! The dashboard (DESIGN.md §14, issue 13) in a real browser: Debian's headless chromium,
+//! The dashboard (docs/design.md §14, issue 13) in a real browser: Debian's headless chromium,
 //! driven through chromedriver, against a real `cicy-agent serve` and the scripted gateway.
 //! The token form (and a program that takes serve's port after it stops, which never gets the
 //! token), a streamed chat answer and a tool call, a queued prompt and cancelling a long tool, a
@@ -498,7 +498,7 @@ impl Drop for CutProxy {
     }
 }
 
-/// The seqs of the entries the live pane shows for `events` (DESIGN.md §14's DOM contract):
+/// The seqs of the entries the live pane shows for `events` (docs/design.md §14's DOM contract):
 /// a run of text (or thinking) deltas is one entry at its first delta, a tool call one entry
 /// at its `tool_started` that its `tool_finished` fills in, `text_end` closes a block,
 /// `state` shows on the list's dot only and `prompt` as a bubble (`.you`, not `.ev`); every

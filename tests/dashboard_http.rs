@@ -1,4 +1,4 @@
-//! The dashboard's HTTP side (DESIGN.md §14) against a real serve: the page's files and their
+//! The dashboard's HTTP side (docs/design.md §14) against a real serve: the page's files and their
 //! headers, and `GET /api/events` resuming from a cursor after a dropped connection. The page
 //! itself, in a browser, is `tests/dashboard.rs`.
 

@@ -1,4 +1,4 @@
-//! The file tools (DESIGN.md §12): the path-escape corpus with zero escapes (nothing outside the
+//! The file tools (docs/design.md §12): the path-escape corpus with zero escapes (nothing outside the
 //! workspace read, listed or written), the `.cicy/` write guard, `edit_file`'s match rule, and a
 //! real turn against the scripted gateway whose next request carries the tools' exact results.
 

@@ -1,4 +1,4 @@
-//! Integration tests of the gateway client against the scripted gateway (DESIGN.md §4, §10):
+//! Integration tests of the gateway client against the scripted gateway (docs/design.md §4, §10):
 //! exact wire bytes and headers, streaming, tool rounds, retries, cut-off streams, cancel,
 //! unreachable gateways, and key hygiene. Split invariance is in `gateway_split.rs`.
 

@@ -1,4 +1,4 @@
-//! The gateway client's one retry layer against the scripted gateway (DESIGN.md §4, §6.2): one
+//! The gateway client's one retry layer against the scripted gateway (docs/design.md §4, §6.2): one
 //! attempt budget per round, `retry-after`, errors that repeat, refused connections, errors
 //! that say what to fix (no key, a 404), and compressed bodies. Waits run on tokio's paused
 //! clock, so nothing here sleeps for real.

@@ -1,5 +1,5 @@
-//! Split invariance (DESIGN.md §4 "the same byte stream split at any point yields the same
-//! events"): a full Anthropic stream (text + tool_use + usage) and a full OpenAI stream, cut at
+//! Split invariance (docs/design.md §4): the same byte stream split at any point yields the same
+//! events. A full Anthropic stream (text + tool_use + usage) and a full OpenAI stream, cut at
 //! every byte offset and at random points — offline through `client::replay`, and over real
 //! HTTP through the scripted gateway — always give the same `Response`.
 

@@ -1,4 +1,4 @@
-//! Groups of agents and people (DESIGN.md §11) over the §10 inbox, against a real `serve`: a
+//! Groups of agents and people (docs/design.md §11) over the §10 inbox, against a real `serve`: a
 //! person's post wakes the agent members with the Choruz envelope (roster included), an
 //! agent's `reply` is posted in the group and wakes the other agents, two agents answering
 //! each other stop after 8 hops, a post whose files a crash cut short is delivered at the

@@ -1,4 +1,4 @@
-//! Restoring an interrupted turn from the files a crash left behind (DESIGN.md §6.3, §6.4).
+//! Restoring an interrupted turn from the files a crash left behind (docs/design.md §6.3, §6.4).
 
 use cicy::conversation::invariants;
 use cicy::conversation::message::{Content, ContentBlock, Message, Role};

@@ -1,4 +1,4 @@
-//! Hooks (DESIGN.md §12) through real turns: real scripts in a role folder, run by the turn loop
+//! Hooks (docs/design.md §12) through real turns: real scripts in a role folder, run by the turn loop
 //! against the scripted gateway; the assertions are on the bytes of the next request, the
 //! history file and the events.
 

@@ -1,4 +1,4 @@
-//! What a real `serve` claims from an inbox (DESIGN.md §10): a new message under a name that
+//! What a real `serve` claims from an inbox (docs/design.md §10): a new message under a name that
 //! was claimed and answered before is a new message; a file still being written is left out
 //! of every claim until its writer is done, then read whole; a hand-broken `wake.json` claims
 //! nothing and says so, and the messages wait for the wake that can run.

@@ -1,4 +1,4 @@
-//! `cicy-agent send` and `cicy-agent inbox` through the real binary (DESIGN.md §10 "CLI"): the
+//! `cicy-agent send` and `cicy-agent inbox` through the real binary (docs/design.md §10 "CLI"): the
 //! files written in the reference A6 format and what `inbox` prints, without moving a file.
 
 use std::fs;

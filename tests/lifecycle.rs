@@ -1,4 +1,4 @@
-//! The conversation lifecycle around compaction (DESIGN.md §6.4, §7): compactions in a row,
+//! The conversation lifecycle around compaction (docs/design.md §6.4, §7): compactions in a row,
 //! the hard cap when no summary can be had, `/clear`, and retry after a compaction.
 
 use cicy::compact::{self, CompactError};

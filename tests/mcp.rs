@@ -1,4 +1,4 @@
-//! MCP tools (DESIGN.md §12) against a real MCP server nobody on this project wrote: the MCP
+//! MCP tools (docs/design.md §12) against a real MCP server nobody on this project wrote: the MCP
 //! project's reference server `@modelcontextprotocol/server-everything`, installed from npm by
 //! `scripts/mcp-test-server.sh` (scripts/test.sh passes its path in `CICY_TEST_MCP_SERVER`;
 //! without it the test runs the script itself). Turns run against the scripted gateway.

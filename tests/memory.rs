@@ -1,4 +1,4 @@
-//! Long-term memory against the scripted gateway (DESIGN.md §8): the write loop and its
+//! Long-term memory against the scripted gateway (docs/design.md §8): the write loop and its
 //! debounce, the recognizer call's exact request, the files, MEMORY.md, the `<memories>` block
 //! on the wire after a new conversation, failures that never fail a turn, and hostile
 //! recognizer output that cannot write outside the memory folder.

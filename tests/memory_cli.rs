@@ -1,5 +1,5 @@
 //! `cicy-agent memory …` and the memory timers as a user runs them: real processes, a temporary
-//! `$CICY_HOME`, the scripted gateway (DESIGN.md §8 "CLI", "Write").
+//! `$CICY_HOME`, the scripted gateway (docs/design.md §8 "CLI", "Write").
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

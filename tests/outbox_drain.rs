@@ -1,4 +1,4 @@
-//! serve drains the agents' outboxes (DESIGN.md §11 "Consumer"): after each tool batch of a
+//! serve drains the agents' outboxes (docs/design.md §11 "Consumer"): after each tool batch of a
 //! wake turn, and while no turn runs; a `set_cron` job fires a `[choruz-cron]` wake. Real
 //! `serve`, scripted gateway, commands queued by a shell tool through `$CICY_SEND` or dropped
 //! into `new/` as a script running beside the agent would.

@@ -1,4 +1,4 @@
-//! `cicy-agent outbox-send` and the shim as shell scripts use them (DESIGN.md §11 Tests):
+//! `cicy-agent outbox-send` and the shim as shell scripts use them (docs/design.md §11 Tests):
 //! real processes on a temporary outbox, plus a shell tool that queues through `$CICY_SEND`.
 
 use std::fs;

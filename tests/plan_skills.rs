@@ -1,4 +1,4 @@
-//! `write_todos` and skills through real turns against the scripted gateway (DESIGN.md §12):
+//! `write_todos` and skills through real turns against the scripted gateway (docs/design.md §12):
 //! the plan file and the result the model reads, the `plan_change` event.
 
 use cicy::event::EventKind;

@@ -1,4 +1,4 @@
-//! The wire-only `<role>` and `<memories>` blocks (DESIGN.md §5, §8) hold their text as data: an
+//! The wire-only `<role>` and `<memories>` blocks (docs/design.md §5, §8) hold their text as data: an
 //! AGENTS.md or a memory that contains `</role>`, `<role>` or `</memories>` cannot close its
 //! block early or open another one. Checked on the exact request bytes the gateway receives.
 

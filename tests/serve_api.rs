@@ -1,4 +1,4 @@
-//! `cicy-agent serve` as a client sees it (DESIGN.md §9): one per home, the guards and their
+//! `cicy-agent serve` as a client sees it (docs/design.md §9): one per home, the guards and their
 //! JSON errors, the dispatch of chats while busy (`queued` / `flush` / `done`), `/compact`
 //! refused while busy, the states of a tool turn, agents that do not wait for each other.
 //! Each test runs a real serve process against the scripted gateway.

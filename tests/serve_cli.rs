@@ -1,4 +1,4 @@
-//! The CLI with a running serve (DESIGN.md §9 "CLI ↔ serve"): `chat`, `retry`, `compact` and
+//! The CLI with a running serve (docs/design.md §9 "CLI ↔ serve"): `chat`, `retry`, `compact` and
 //! `clear` go through HTTP when `serve.json` names a live serve of the home and run in-process
 //! otherwise (a dead pid, `--local`), with the same output and exit codes either way; Ctrl-C
 //! cancels through the API. Real `cicy-agent` processes against the scripted gateway.

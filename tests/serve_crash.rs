@@ -1,4 +1,4 @@
-//! Crash safety of the resident runtime (DESIGN.md §9–§11): a real `cicy-agent serve` of four
+//! Crash safety of the resident runtime (docs/design.md §9–§11): a real `cicy-agent serve` of four
 //! agents on port 0 is killed with SIGKILL (by pid) at seeded random moments while inbox
 //! bursts (renamed in, or written in place in two parts), due todos (`todo add --at`), outbox
 //! commands (`outbox-send` of a `send` to another agent) and chats (`chat` over serve) run, and
@@ -592,7 +592,7 @@ async fn kill_9_of_serve_at_random_moments_loses_nothing_and_does_nothing_twice(
         gw.requests().len(),
         started.elapsed().as_secs_f64()
     );
-    // Not a check: serve keeps a queued input in memory (DESIGN.md §9 `pending`), so a kill
+    // Not a check: serve keeps a queued input in memory (docs/design.md §9 `pending`), so a kill
     // before its follow-up turn drops it although its `chat` said it was queued and exited 0.
     let inputs = inputs(&gw);
     for c in ledger.chats.iter().filter(|c| c.code == 0 && c.stdout.is_empty() && !inputs.iter().any(|t| t.contains(&c.token))) {

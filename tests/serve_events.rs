@@ -1,4 +1,4 @@
-//! `serve`'s event log and control of a running turn (DESIGN.md §9): replay after a reconnect,
+//! `serve`'s event log and control of a running turn (docs/design.md §9): replay after a reconnect,
 //! seq numbers that survive `kill -9`, steering that lands after the tool results, abort and
 //! interrupt that kill the tool's process group, the memory timer, and the clean stop.
 //! Each test runs a real serve process against the scripted gateway.

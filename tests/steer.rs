@@ -1,4 +1,4 @@
-//! Steering a running turn (DESIGN.md §9 "Steer") against the scripted gateway: texts pushed
+//! Steering a running turn (docs/design.md §9 "Steer") against the scripted gateway: texts pushed
 //! while a tool runs land after that round's tool results, an interrupt kills the running tool's
 //! process group and skips the rest of its batch, and a turn without tool calls leaves the
 //! texts queued for the caller. Tools and the test meet through FIFOs and event hooks, never

@@ -1,4 +1,4 @@
-//! `task` against the scripted gateway (DESIGN.md §12): the child's last text comes back as the
+//! `task` against the scripted gateway (docs/design.md §12): the child's last text comes back as the
 //! parent's tool result, the child's requests carry a fresh conversation and no `task` tool,
 //! nesting is refused, a role slug gives the child that role, the timeout stops the child, the
 //! parent's cancel reaches it, and `subagent_start` / `subagent_end` frame it on the parent's

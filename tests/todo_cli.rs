@@ -1,5 +1,5 @@
 //! `cicy-agent todo …` and `cicy-agent time …` as a user runs them: real processes, a temporary
-//! `$CICY_HOME`, `TZ=UTC` (DESIGN.md §10 "CLI", "Tests").
+//! `$CICY_HOME`, `TZ=UTC` (docs/design.md §10 "CLI", "Tests").
 
 use std::path::Path;
 

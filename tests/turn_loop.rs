@@ -1,4 +1,4 @@
-//! The turn loop against the scripted gateway (DESIGN.md §5, §6): tool rounds through `shell`,
+//! The turn loop against the scripted gateway (docs/design.md §5, §6): tool rounds through `shell`,
 //! the final tool-free round, the exact request bytes, cancel, and failures that leave a
 //! well-formed history.
 

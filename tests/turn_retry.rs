@@ -1,4 +1,4 @@
-//! The turn loop over the gateway's one retry layer (DESIGN.md §4, §6.2): a rate limit costs one
+//! The turn loop over the gateway's one retry layer (docs/design.md §4, §6.2): a rate limit costs one
 //! attempt budget per round, a re-run after shown text is marked and waits, and a partial answer
 //! cut for good stays in the history, marked, until `retry` replaces it. Waits run on tokio's
 //! paused clock.

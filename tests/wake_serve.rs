@@ -1,4 +1,4 @@
-//! Hibernate and wake in a real `serve` (DESIGN.md §10): an inbox file wakes the agent however
+//! Hibernate and wake in a real `serve` (docs/design.md §10): an inbox file wakes the agent however
 //! it was written (tmp + rename, a plain write, while serve was down, after the watch lost its
 //! folder), one turn per conversation, a claimed message never replayed after `kill -9`, a
 //! killed wake's todos rescheduled, a silent or crashed wake never silent, a late wake says

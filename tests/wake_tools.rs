@@ -1,4 +1,4 @@
-//! The wake tools' gate and the edges of a wake in a real `serve` (DESIGN.md §10): unread mail
+//! The wake tools' gate and the edges of a wake in a real `serve` (docs/design.md §10): unread mail
 //! and a due todo refuse `sleep_until`, `inbox receive` claims the next conversation, a
 //! half-written inbox file is claimed once complete, a wake that runs past its cap is cancelled
 //! and ends as a crash, and the messages route and `status` show the result.

@@ -1,4 +1,4 @@
-//! Creating an agent (DESIGN.md §3): the checks on its title and template, its `w-<n>` id and
+//! Creating an agent (docs/design.md §3): the checks on its title and template, its `w-<n>` id and
 //! registry row, its workspace and the AGENTS.md seeded from the role. It must not open a
 //! session or run a turn; an agent whose workspace could not be made is deleted again.
 

@@ -1,5 +1,5 @@
 //! An agent: creating one (`create`: workspace, AGENTS.md, registry row) and opening a
-//! [`Session`] that holds what its turns need (DESIGN.md §3).
+//! [`Session`] that holds what its turns need (docs/design.md §3).
 //!
 //! Owns resolving the agent's model, wire style and gateway, and the per-turn reading of its
 //! role template, AGENTS.md, MEMORY.md and skills (re-read every turn so edits take effect on
@@ -80,15 +80,15 @@ pub struct Session {
     /// Tool process groups a crash left running that opening the agent for a turn killed (or
     /// could not check), for the caller to show; see [`crate::tools::reaper`].
     pub reaped: Vec<Reaped>,
-    /// What this turn's `wake` tools share with its runner (DESIGN.md §10); serve replaces it
+    /// What this turn's `wake` tools share with its runner (docs/design.md §10); serve replaces it
     /// before each turn it runs, the in-process CLI keeps the plain one.
     pub wake: std::sync::Arc<crate::wake::state::WakeTurn>,
-    /// Where `ask_user` puts its questions (DESIGN.md §12): set by whoever has a user to answer
+    /// Where `ask_user` puts its questions (docs/design.md §12): set by whoever has a user to answer
     /// them (serve, the stdin chat session); `None` (a one-shot chat) refuses the tool with
     /// `error: no user attached`.
     pub questions: Option<std::sync::Arc<crate::ask::Questions>>,
     /// The role's MCP servers, started on first need and kept running while the session lives
-    /// (DESIGN.md §12).
+    /// (docs/design.md §12).
     pub mcp: crate::mcp::Pool,
 }
 
@@ -174,7 +174,7 @@ impl Session {
         Ok(old.conversation_id)
     }
 
-    /// A session for a sub-agent of this agent (DESIGN.md §12 `task`): the same home, row,
+    /// A session for a sub-agent of this agent (docs/design.md §12 `task`): the same home, row,
     /// configuration, gateway client, wake state, user and MCP servers, with an empty conversation of its own
     /// in `store` (never this agent's history). Writes nothing and takes no lock: the parent's
     /// turn holds it.

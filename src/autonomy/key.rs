@@ -1,4 +1,4 @@
-//! The secret behind a ledger line's `checked` mark (DESIGN.md §13 "Hand-written lines are
+//! The secret behind a ledger line's `checked` mark (docs/design.md §13 "Hand-written lines are
 //! checked at pickup"): `$CICY_HOME/autonomy.key`, 32 random bytes, mode 0600, made on first
 //! use. The mark is HMAC-SHA256 under it, so a line written past the guardrails (by hand, or
 //! by an agent's own shell appending to its ledger) cannot carry a valid mark and is checked

@@ -1,4 +1,4 @@
-//! The lease row of DESIGN.md §13 *(idle: the `running` lease with pid and priority)*: table
+//! The lease row of docs/design.md §13 *(idle: the `running` lease with pid and priority)*: table
 //! `lease` of `$CICY_HOME/cicy.db`, `(agent_id, job, pid, pgid, priority, started_at)`, one
 //! row per agent while its autonomy runs a job.
 //!

@@ -1,4 +1,4 @@
-//! The intents ledger `<workspace>/.cicy/intents.jsonl` (DESIGN.md §13, the idle seed's
+//! The intents ledger `<workspace>/.cicy/intents.jsonl` (docs/design.md §13, the idle seed's
 //! `ops\intents.jsonl`): one JSON object per line, appended, never rewritten.
 //!
 //! Owns the line format ([`Intent`]), folding the file into the current state of each intent
@@ -88,7 +88,7 @@ impl Status {
 
 /// One line of the ledger: the whole state of intent `id` as of `line_at`. Fields of the idle
 /// seed (`id, at, by, what, why, run, priority, min_gap, needs, status, done_at, result`) plus
-/// DESIGN.md §13's `preempted_by, preempted_count, promoted, refused_reason` and **[chosen]**
+/// docs/design.md §13's `preempted_by, preempted_count, promoted, refused_reason` and **[chosen]**
 /// `started_at` (the last start, from which `min_gap` counts) and `line_at` (when this line was
 /// written). Times are RFC 3339 UTC. Keys this version does not know are kept in `extra` and
 /// written back on the next line of that id.

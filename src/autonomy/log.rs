@@ -1,5 +1,5 @@
 //! `<workspace>/.cicy/autonomy.log`: one line per thing autonomy did, for a person to read
-//! (DESIGN.md §13: "rest → one line per streak"; the idle seed: the side that gives way writes a
+//! (docs/design.md §13: "rest → one line per streak"; the idle seed: the side that gives way writes a
 //! log line). Lines are `<RFC 3339 UTC> <job> <what happened>`.
 //!
 //! Owns the file's path and line format. Appends only; a failed append is logged by the caller

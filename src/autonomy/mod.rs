@@ -1,4 +1,4 @@
-//! Idle autonomy (DESIGN.md §13, from the idle seed): what an agent does when nothing is asked
+//! Idle autonomy (docs/design.md §13, from the idle seed): what an agent does when nothing is asked
 //! of it, and how it gives way when something is.
 //!
 //! - `ledger`: the append-only `intents.jsonl`.

@@ -1,4 +1,4 @@
-//! What an idle tick would do (DESIGN.md §13 "Tick", "Starvation"): the pure decision, from the
+//! What an idle tick would do (docs/design.md §13 "Tick", "Starvation"): the pure decision, from the
 //! folded ledger, the priority table, the role's settings and the clock.
 //!
 //! Owns the order *(idle)* — own intents > self-check > recall > web > rest —, which intent

@@ -1,4 +1,4 @@
-//! The autonomy report of DESIGN.md §13 "Reports" (the idle seed's briefing lines "⑩ 我留给自己的
+//! The autonomy report of docs/design.md §13 "Reports" (the idle seed's briefing lines "⑩ 我留给自己的
 //! (最多 3 条)、⑪ 现在要做的、⑫ 被挤压的(被挤掉几次 / 多久没做)"): what the agent left for
 //! itself, what runs or would run now, what waits for a person, and what keeps being squeezed
 //! out. `intents <id> status` prints [`Report::text`]; `GET /api/agents/{id}/autonomy` serves it

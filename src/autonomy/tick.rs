@@ -1,4 +1,4 @@
-//! One idle tick (DESIGN.md §13) as serve's actor runs it and `intents <id> tick --dry-run`
+//! One idle tick (docs/design.md §13) as serve's actor runs it and `intents <id> tick --dry-run`
 //! shows it: what to run, whether the agent is truly idle, which class of work a wake is, what
 //! the 0.5 s poll looks for while a job runs, and the recovery of what a killed serve left.
 //!
@@ -26,7 +26,7 @@ use crate::wake::message::Reason;
 pub struct AutoJob {
     pub pick: Pick,
     pub priority: u8,
-    /// On the never-killed list (DESIGN.md §13): a preemption waits for it instead.
+    /// On the never-killed list (docs/design.md §13): a preemption waits for it instead.
     pub never_killed: bool,
     /// Rounds of a model turn (`autonomy.intent_rounds`, 20).
     pub rounds: u32,

@@ -1,4 +1,4 @@
-//! Writing to the ledger on a person's or the agent's word (DESIGN.md §13 "wish", "needs",
+//! Writing to the ledger on a person's or the agent's word (docs/design.md §13 "wish", "needs",
 //! "Off"): a new wish, checked by the guardrails before it is written; `approve` and `drop` of
 //! an intent; and the pickup check of a line nobody checked (one written by hand).
 //!
@@ -85,7 +85,7 @@ fn mark_checked(key: &GuardKey, intent: &mut Intent) {
     intent.extra.insert(CHECKED_KEY.to_string(), value.into());
 }
 
-/// DESIGN.md §13 "Hand-written lines are checked at pickup": runs the guardrails on an intent
+/// docs/design.md §13 "Hand-written lines are checked at pickup": runs the guardrails on an intent
 /// that is not [`is_checked`] and returns it with `checked` set, for the tick to append before
 /// it starts the intent.
 ///

@@ -1,5 +1,5 @@
-//! Loading a checkpoint back (DESIGN.md §12 "load restores as a new conversation and saves
-//! `before-load` first").
+//! Loading a checkpoint back (docs/design.md §12 "Checkpoints"): a load restores it as a new
+//! conversation and saves a `before-load` checkpoint first.
 //!
 //! Owns the order that keeps a load whole: read and check EVERYTHING the load needs from the
 //! checkpoint into memory first (a corrupt or incomplete checkpoint changes nothing and saves

@@ -1,4 +1,4 @@
-//! Checkpoints of one agent (DESIGN.md §12, CMDC `Checkpoint` and `AutoCheckpoint`).
+//! Checkpoints of one agent (docs/design.md §12, CMDC `Checkpoint` and `AutoCheckpoint`).
 //!
 //! Owns `<workspace>/.cicy/checkpoints/<unix>-<rand6>/`: saving one (a copy of the active
 //! conversation's current.json and reply.json, `.cicy/plan.json`, AGENTS.md and the memory

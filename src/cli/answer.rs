@@ -1,4 +1,4 @@
-//! The stdin chat session's answers to `ask_user` (DESIGN.md §12): while a line's turn runs and
+//! The stdin chat session's answers to `ask_user` (docs/design.md §12): while a line's turn runs and
 //! a question of it is open, the next non-blank stdin line (trimmed, taken as it is, even one
 //! that looks like a command) is its answer. Lines are read only while a question waits, so
 //! piped lines after the question's line are never taken as messages meanwhile. At EOF no

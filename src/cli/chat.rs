@@ -18,7 +18,7 @@
 //! `/clear` do and print is `cicy::command`'s (shared with `serve`); this file maps how they
 //! ended to exit codes.
 //!
-//! Memory (DESIGN.md §8): memory work never runs before a turn or holds the turn lock. A
+//! Memory (docs/design.md §8): memory work never runs before a turn or holds the turn lock. A
 //! one-shot process flushes a due buffer after its turn has ended (the answer printed),
 //! having released the lock; a session flushes a due buffer after each line and at EOF, and
 //! its memory timer flushes it while waiting for a line, also without the lock, so
@@ -367,7 +367,7 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
 }
 
 async fn clear_now(session: &mut Session, events: &Emitter, current: &Current) -> Result<u8> {
-    // The conversation ends: its `session_end` hooks run first (DESIGN.md §12).
+    // The conversation ends: its `session_end` hooks run first (docs/design.md §12).
     let token = arm(current);
     cicy::hooks::session_end(session, events, &token).await;
     unset(current);

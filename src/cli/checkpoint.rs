@@ -1,4 +1,4 @@
-//! `cicy-agent checkpoint <id> save [--label L] | ls | load <c> | rm <c>` (DESIGN.md §12).
+//! `cicy-agent checkpoint <id> save [--label L] | ls | load <c> | rm <c>` (docs/design.md §12).
 //!
 //! `save` and `load` hold the agent's turn lock, so they are refused (exit 1) while a turn runs
 //! (in this or another process, `serve` included: it takes the same lock per turn and re-reads

@@ -1,4 +1,4 @@
-//! `cicy-agent msg|msgs|broadcast|fork` (DESIGN.md §11, cicy's master/worker commands): message
+//! `cicy-agent msg|msgs|broadcast|fork` (docs/design.md §11, cicy's master/worker commands): message
 //! an agent and wait for its answer, list the calls of an agent, ask every worker of a master,
 //! fork an agent.
 //!

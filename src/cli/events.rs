@@ -1,5 +1,5 @@
 //! The events of one in-process CLI run, numbered by the agent's persistent event log
-//! (DESIGN.md §9 "Event log"), so `--json` shows the same `seq` a serve would and a later
+//! (docs/design.md §9 "Event log"), so `--json` shows the same `seq` a serve would and a later
 //! subscriber can replay what this run did.
 //!
 //! Owns opening the agent's log for the run, printing each event as it is numbered, and

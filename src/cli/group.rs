@@ -1,4 +1,4 @@
-//! `cicy-agent group …` (DESIGN.md §11 "CLI"): create a group of agents and people, post in it
+//! `cicy-agent group …` (docs/design.md §11 "CLI"): create a group of agents and people, post in it
 //! as a person, read its messages a page at a time, list its tasks.
 //!
 //! Works on `cicy.db` and the agents' inbox files (`cicy::messages::groups`), so it needs no

@@ -1,4 +1,4 @@
-//! `cicy-agent send <id> …` and `cicy-agent inbox <id> …` (DESIGN.md §10 "CLI"): drop one
+//! `cicy-agent send <id> …` and `cicy-agent inbox <id> …` (docs/design.md §10 "CLI"): drop one
 //! message file into an agent's inbox, and show its pending messages and dialog.
 //!
 //! Works on the files alone (`cicy::wake::inbox`), so it needs no running serve: serve's watch

@@ -1,5 +1,5 @@
 //! `cicy-agent wish <id> "<what>" …` and `cicy-agent intents <id> ls|status|approve|drop|off|on|
-//! rm|tick --dry-run` (DESIGN.md §13). They work on the agent's files directly (a serve need not
+//! rm|tick --dry-run` (docs/design.md §13). They work on the agent's files directly (a serve need not
 //! run: its tick reads the ledger each time); `status` also reads the lease from `cicy.db`.
 //!
 //! Must not touch: the ledger's format, the guardrails or the tick (`cicy::autonomy`).

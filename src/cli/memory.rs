@@ -1,4 +1,4 @@
-//! `cicy-agent memory <id> ls|show|check|rebuild|flush|forget` (DESIGN.md §8 "CLI").
+//! `cicy-agent memory <id> ls|show|check|rebuild|flush|forget` (docs/design.md §8 "CLI").
 //!
 //! Reads and manages one agent's memory folder without opening its conversation (a turn may be
 //! running in another process). Listings go to stdout, notes to stderr.

@@ -1,4 +1,4 @@
-//! The command line (DESIGN.md §3): argument parsing, command dispatch and the only code that
+//! The command line (docs/design.md §3): argument parsing, command dispatch and the only code that
 //! knows about the terminal. Library errors become `anyhow` errors here and are printed once.
 
 mod answer;
@@ -119,7 +119,7 @@ enum Command {
         #[arg(long)]
         local: bool,
     },
-    /// Host every agent in one resident process with an HTTP API on 127.0.0.1 (DESIGN.md §9);
+    /// Host every agent in one resident process with an HTTP API on 127.0.0.1 (docs/design.md §9);
     /// runs until SIGTERM or Ctrl-C. `chat`, `retry`, `compact` and `clear` go through it
     /// while it runs.
     Serve {
@@ -163,13 +163,13 @@ enum Command {
         #[command(subcommand)]
         action: memory::Action,
     },
-    /// Checkpoints of an agent (DESIGN.md §12): save [--label L], ls, load <c>, rm <c>.
+    /// Checkpoints of an agent (docs/design.md §12): save [--label L], ls, load <c>, rm <c>.
     Checkpoint {
         id: String,
         #[command(subcommand)]
         action: checkpoint::Action,
     },
-    /// Todos of an agent (DESIGN.md §10): add "<text>" --at <time>, ls [--all], done <n>, rm <n>.
+    /// Todos of an agent (docs/design.md §10): add "<text>" --at <time>, ls [--all], done <n>, rm <n>.
     Todo {
         id: String,
         #[command(subcommand)]
@@ -191,7 +191,7 @@ enum Command {
     /// Write one message file into an agent's inbox (`.cicy/messages/inbox/`); a running serve
     /// wakes the agent.
     Send(inbox::SendArgs),
-    /// Message an agent (DESIGN.md §11 `msg`) and wait for its answer.
+    /// Message an agent (docs/design.md §11 `msg`) and wait for its answer.
     Msg(coordinate::MsgArgs),
     /// The `msg` calls from or to an agent.
     Msgs(coordinate::MsgsArgs),
@@ -211,7 +211,7 @@ enum Command {
         #[arg(long)]
         master: Option<String>,
     },
-    /// Groups of agents and people (DESIGN.md §11): create, post, messages, tasks.
+    /// Groups of agents and people (docs/design.md §11): create, post, messages, tasks.
     Group {
         #[command(subcommand)]
         action: group::GroupAction,
@@ -225,7 +225,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Queue one command in the outbox for the runtime (DESIGN.md §11); what the shim
+    /// Queue one command in the outbox for the runtime (docs/design.md §11); what the shim
     /// `$CICY_SEND` runs. The outbox is `$CICY_OUTBOX_DIR` (absolute), else beside the shim,
     /// else `$CICY_WORKSPACE/.cicy/outbox`. Exit 2: not a JSON object with a `type`, nothing
     /// written; exit 1: `.seq` unreadable or a write failed.
@@ -235,10 +235,10 @@ enum Command {
         #[arg(allow_hyphen_values = true)]
         json: String,
     },
-    /// Write an intent for an agent's idle time (DESIGN.md §13), checked by the guardrails
+    /// Write an intent for an agent's idle time (docs/design.md §13), checked by the guardrails
     /// first; prints `<iid> pending`, or `<iid> refused: <class>: <reason>` and exits 1.
     Wish(intents::WishArgs),
-    /// An agent's idle intents (DESIGN.md §13): ls, status, approve <iid>, drop <iid>, off, on,
+    /// An agent's idle intents (docs/design.md §13): ls, status, approve <iid>, drop <iid>, off, on,
     /// rm, tick --dry-run.
     Intents {
         id: String,
@@ -478,7 +478,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// Runs `remote` (a command through a live serve, DESIGN.md §9) unless `--local` was given;
+/// Runs `remote` (a command through a live serve, docs/design.md §9) unless `--local` was given;
 /// `None` means: run it in this process.
 fn remote_unless(local: bool, remote: impl FnOnce() -> Result<Option<ExitCode>>) -> Result<Option<ExitCode>> {
     if local {

@@ -1,4 +1,4 @@
-//! `cicy-agent outbox-send '<json>'` (DESIGN.md §11): the producer behind the shim
+//! `cicy-agent outbox-send '<json>'` (docs/design.md §11): the producer behind the shim
 //! `<ws>/.cicy/send`. It runs before the home, the registry or logging are set up, so a call
 //! costs little more than a process start.
 

@@ -1,5 +1,5 @@
 //! `chat`, `retry`, `compact` and `clear` through a running `cicy-agent serve` of this home
-//! (DESIGN.md §9 "CLI ↔ serve"): while a serve runs it owns the agents (their sessions, turn
+//! (docs/design.md §9 "CLI ↔ serve"): while a serve runs it owns the agents (their sessions, turn
 //! locks and pending queues), so the CLI asks it over HTTP instead of taking the lock itself.
 //!
 //! A serve is live when `$CICY_HOME/serve.json` names a pid that exists (`kill(pid, 0)` succeeds
@@ -45,7 +45,7 @@ use super::chat::{self, Input};
 use super::exit::{Tally, Worst, CANCELLED};
 use super::print;
 
-/// DESIGN.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
+/// docs/design.md §9: a serve that does not answer `/api/health` within 200 ms is not used.
 const HEALTH_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// How long a serve whose event stream broke has to answer `/api/health` before it counts as

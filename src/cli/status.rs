@@ -1,4 +1,4 @@
-//! `cicy-agent status <id> [--json]` (DESIGN.md §10 CLI): what an agent is doing and when it
+//! `cicy-agent status <id> [--json]` (docs/design.md §10 CLI): what an agent is doing and when it
 //! wakes next. Through a live serve it is serve's status row (`GET /api/agents/{id}`); without
 //! one it is read from the files and `cicy.db` (state `idle`, or `busy` when another process
 //! holds the agent's turn lock).

@@ -1,4 +1,4 @@
-//! `cicy-agent todo <id> add|ls|done|rm` and `cicy-agent time [expr]` (DESIGN.md §10 "CLI").
+//! `cicy-agent todo <id> add|ls|done|rm` and `cicy-agent time [expr]` (docs/design.md §10 "CLI").
 //!
 //! Changes go through a live serve of the home (`/api/agents/<id>/todos`), so its scheduler
 //! sees a new todo at once; without one they run in this process against `cicy.db` (a serve

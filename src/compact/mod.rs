@@ -1,4 +1,4 @@
-//! Compaction (DESIGN.md §7): `/compact`, automatic compaction before a round, the hard cap.
+//! Compaction (docs/design.md §7): `/compact`, automatic compaction before a round, the hard cap.
 //!
 //! Owns when to compact ([`Settings`], [`before_round`]), the context window learned from the
 //! gateway ([`window`]), what to keep ([`cut`]; the running turn's user message is carried
@@ -364,7 +364,7 @@ pub async fn before_round(
 
 /// When [`before_round`] would compact now (a threshold is passed, or after
 /// [`AutoState::force_next`]): the number of messages in the window. What a `before_compact`
-/// hook is asked about (DESIGN.md §12); it does not change `state`.
+/// hook is asked about (docs/design.md §12); it does not change `state`.
 pub fn due(session: &Session, m: &TurnMaterials, tools: &[ToolSpec], state: &AutoState) -> Option<usize> {
     let settings = settings(session, m);
     let msgs = &session.current.messages;

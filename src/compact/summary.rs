@@ -1,4 +1,4 @@
-//! The summary of a compaction (DESIGN.md §7): transcript, the eight-section prompt, chunking
+//! The summary of a compaction (docs/design.md §7): transcript, the eight-section prompt, chunking
 //! and the `X-Cicy-Aux: compact` calls.
 //!
 //! Owns turning messages into a transcript (one line per block; tool inputs cut to 300
@@ -30,7 +30,7 @@ pub const TOOL_INPUT_CHARS: usize = 300;
 /// cicy: a `tool_result` is cut to 400 characters in the transcript.
 pub const TOOL_RESULT_CHARS: usize = 400;
 
-/// The system prompt of every summary call: the eight sections of DESIGN.md §7.
+/// The system prompt of every summary call: the eight sections of docs/design.md §7.
 pub const SYSTEM_PROMPT: &str = "You are the conversation compactor of an agent runtime. You do not answer, continue or comment on the conversation: you write the summary that replaces its earlier messages, so the agent can carry on the work without them.
 
 Write in the language the user writes in. Be specific: keep names, paths, commands, numbers, identifiers and error messages exactly as they appear. Leave out small talk and anything later superseded.

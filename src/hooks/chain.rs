@@ -1,4 +1,4 @@
-//! The hooks of one hook point, run in order and combined (DESIGN.md §12, CMDC plugins).
+//! The hooks of one hook point, run in order and combined (docs/design.md §12, CMDC plugins).
 //!
 //! Owns reading what a hook answered ([`Action`]: stdout empty = allow, else one JSON object
 //! `{"action": …}`; exit 2 = deny with stderr as the reason), which actions each hook point
@@ -43,7 +43,7 @@ impl Action {
     }
 }
 
-/// The field a `modify` at `name` replaces, if it may modify (DESIGN.md §12).
+/// The field a `modify` at `name` replaces, if it may modify (docs/design.md §12).
 pub fn modify_field(name: HookName) -> Option<&'static str> {
     match name {
         HookName::BeforeTool => Some("input"),
@@ -53,7 +53,7 @@ pub fn modify_field(name: HookName) -> Option<&'static str> {
     }
 }
 
-/// Whether `action` is allowed at `name` (DESIGN.md §12; CMDC's table narrowed to the actions
+/// Whether `action` is allowed at `name` (docs/design.md §12; CMDC's table narrowed to the actions
 /// §12 names). `deny` aborts the turn where it cannot refuse something smaller, so it is not
 /// allowed where nothing is left to stop (after_turn, session_end) **[chosen]**.
 pub fn allowed(name: HookName, action: &Action) -> bool {

@@ -1,4 +1,4 @@
-//! Hooks (DESIGN.md §12, CMDC's 13 hook points): programs a role's `meta.yaml` names, run at
+//! Hooks (docs/design.md §12, CMDC's 13 hook points): programs a role's `meta.yaml` names, run at
 //! fixed points of a turn, that may allow, deny, modify, inject, skip or switch the model.
 //!
 //! Owns the per-turn hook state ([`Hooks`]: the round, a switched model, the injects used, the

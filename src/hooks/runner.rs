@@ -1,4 +1,4 @@
-//! Running one hook process (DESIGN.md §12): exec'd directly, JSON on stdin, stdout and stderr
+//! Running one hook process (docs/design.md §12): exec'd directly, JSON on stdin, stdout and stderr
 //! read, stopped on timeout or cancel.
 //!
 //! Owns finding the program ([`resolve`]), starting it and waiting for it ([`run`]). The process

@@ -1,4 +1,4 @@
-//! MCP servers as tools (DESIGN.md §12), through the official Rust SDK `rmcp` (client side,
+//! MCP servers as tools (docs/design.md §12), through the official Rust SDK `rmcp` (client side,
 //! child-process transport): `initialize`, `tools/list` with its cursor, `tools/call`.
 //!
 //! Owns a role's `mcp_servers` entries ([`config`]), one running server ([`server`]), the

@@ -30,7 +30,7 @@ use super::McpError;
 use crate::event::{Emitter, EventKind};
 use crate::tools::{Tool, ToolOutput};
 
-/// Backoff cap between starts of a failing server (DESIGN.md §12: 1 … 60 s).
+/// Backoff cap between starts of a failing server (docs/design.md §12: 1 … 60 s).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// The agent's MCP servers; cheap to clone, every clone shares the servers. Dropping the last

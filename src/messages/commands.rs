@@ -1,4 +1,4 @@
-//! Running the commands of an agent's Maildir outbox (DESIGN.md §11 "Commands", "Results";
+//! Running the commands of an agent's Maildir outbox (docs/design.md §11 "Commands", "Results";
 //! Choruz B4, B7, B8): the handler [`crate::outbox::Outbox::drain`] calls for each command a
 //! shell script queued through `$CICY_SEND`, in the context of the turn that drains it.
 //!
@@ -457,7 +457,7 @@ fn set_cron(w: &WakeTurn, name: &str, schedule: &str, message: &str) -> Result<(
     Ok(())
 }
 
-/// `provision_agent` (DESIGN.md §3 create **[chosen]** for Choruz's web route): a worker of
+/// `provision_agent` (docs/design.md §3 create **[chosen]** for Choruz's web route): a worker of
 /// the requester's role template titled `name`, `instructions` appended to its AGENTS.md.
 fn provision(home: &Home, requester: &str, name: &str, instructions: &str, model: Option<String>) -> Result<AgentRecord, CommandError> {
     let template = Registry::open(&home.db_path())?.get(requester)?.role_template;

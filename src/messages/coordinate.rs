@@ -1,4 +1,4 @@
-//! Master and workers (DESIGN.md §11, cicy's topology): `msg` one agent and wait for its
+//! Master and workers (docs/design.md §11, cicy's topology): `msg` one agent and wait for its
 //! answer (or get it back later as a 🔔 message), `broadcast` to every worker of a master,
 //! `fork` an agent, and the list of a master's workers.
 //!
@@ -133,7 +133,7 @@ pub async fn wait(home: &Home, id: i64, timeout: Duration, cancel: &Cancellation
 /// serve's fallback): each waiting caller takes it; for each call nobody waits for that asked
 /// for a callback, a 🔔 message `🔔 [<agent>] msg <id> → done` + the answer (≤ 2000
 /// characters) goes to the caller in their direct conversation. A 🔔 wakes its caller but is
-/// never answered back (DESIGN.md §11 **[chosen]**).
+/// never answered back (docs/design.md §11 **[chosen]**).
 ///
 /// Errors: the store's and the files'.
 pub fn answer(home: &Home, agent: &str, ids: &[i64], reply: &str, hops: u32) -> Result<(), CoordError> {

@@ -1,4 +1,4 @@
-//! The texts an agent reads for its messages (DESIGN.md §11 "Envelope", Choruz B1): the
+//! The texts an agent reads for its messages (docs/design.md §11 "Envelope", Choruz B1): the
 //! `[choruz-incoming]` envelope, the `[choruz-batch]` prompt, the `[choruz-cron]` line, the
 //! attachments suffix, and cicy's thread context before a thread follow-up.
 //!
@@ -16,7 +16,7 @@ pub const NAME_MAX_CHARS: usize = 120;
 pub const YOUR_TASKS_MAX: usize = 20;
 
 /// Most messages of a thread shown before a follow-up: the root and the latest earlier replies
-/// (DESIGN.md §11).
+/// (docs/design.md §11).
 pub const THREAD_CONTEXT_MAX: usize = 20;
 
 /// The line that introduces attachments, followed by one local path per line (Choruz B1).
@@ -32,7 +32,7 @@ pub enum Place<'a> {
 }
 
 /// One roster entry: an active, visible agent member of the conversation. Serialized compact
-/// with the key order `id,name,type[,host]` (DESIGN.md §11; Choruz's docs order).
+/// with the key order `id,name,type[,host]` (docs/design.md §11; Choruz's docs order).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RosterEntry {
     /// `w-<n>`.
@@ -88,7 +88,7 @@ pub struct Incoming<'a> {
 }
 
 /// A name in envelope metadata: control characters and `|` removed, then cut to
-/// [`NAME_MAX_CHARS`] characters (Choruz does this to roster names and task titles; DESIGN.md
+/// [`NAME_MAX_CHARS`] characters (Choruz does this to roster names and task titles; docs/design.md
 /// §11 extends it to senders and groups so `" | "` always ends the metadata).
 pub fn clean_name(s: &str) -> String {
     s.chars().filter(|c| !c.is_control() && *c != '|').take(NAME_MAX_CHARS).collect()
@@ -99,7 +99,7 @@ pub fn sort_roster(roster: &mut [RosterEntry]) {
     roster.sort_by_cached_key(|r| (clean_name(&r.name).to_lowercase(), r.id.clone()));
 }
 
-/// The envelope of one message (Choruz B1, DESIGN.md §11), one line up to the body:
+/// The envelope of one message (Choruz B1, docs/design.md §11), one line up to the body:
 /// `[choruz-incoming] from:@<sender> group:<name> conv:<id13>[ thread:<root>] roster:<json>[
 /// your_tasks:<json>] | <body>`, or `direct-chat` in place of `group:<name>`; then, with
 /// attachments, `\n` [`ATTACHMENTS_LINE`] and one path per line. The thread context is not

@@ -1,4 +1,4 @@
-//! Golden texts of `envelope.rs` (DESIGN.md §11 "Tests": group+thread+tasks, direct, `|` and
+//! Golden texts of `envelope.rs` (docs/design.md §11 "Tests": group+thread+tasks, direct, `|` and
 //! newlines in names, 21 tasks → 20, roster order, `[]`, batch of 3, cron, attachments).
 
 use super::*;

@@ -1,4 +1,4 @@
-//! What a person does with a group (DESIGN.md §11 "CLI and serve routes"): create it, post in
+//! What a person does with a group (docs/design.md §11 "CLI and serve routes"): create it, post in
 //! it, read its messages a page at a time, list its tasks. The CLI and serve's routes both call
 //! these, so the two answer alike.
 //!

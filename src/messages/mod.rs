@@ -1,4 +1,4 @@
-//! Messages between agents and humans (DESIGN.md §11, from Choruz): conversations (direct and
+//! Messages between agents and humans (docs/design.md §11, from Choruz): conversations (direct and
 //! group), their members, messages with per-conversation `seq` and threads, per-agent
 //! deliveries, board tasks, and the exact envelope texts an agent reads.
 //!

@@ -1,4 +1,4 @@
-//! Posting into a conversation and handing each agent member its copy (DESIGN.md §11 over the
+//! Posting into a conversation and handing each agent member its copy (docs/design.md §11 over the
 //! §10 inbox): a message is a row of the store (its `seq`, thread root and deliveries) and, for
 //! every agent member but the sender, a message file in that agent's inbox, which is what
 //! wakes it in serve. Also the prompt an agent reads for the files a wake claimed: the Choruz
@@ -34,7 +34,7 @@ pub const META_OUTBOX_CMD: &str = "outbox_cmd";
 pub const META_HOPS: &str = "hops";
 
 /// A message that took more than this many agent-to-agent hops is stored but delivered to no
-/// agent (DESIGN.md §11: "> 8 hops not delivered"), so two agents that answer each other's
+/// agent (docs/design.md §11: "> 8 hops not delivered"), so two agents that answer each other's
 /// answers stop.
 pub const MAX_HOPS: u32 = 8;
 

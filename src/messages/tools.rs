@@ -1,4 +1,4 @@
-//! The `coordinate` tool group (DESIGN.md §11 master/worker, cicy's names): `msg`, `broadcast`,
+//! The `coordinate` tool group (docs/design.md §11 master/worker, cicy's names): `msg`, `broadcast`,
 //! `fork`, `agents`.
 //!
 //! Each tool reads its input and calls `super::coordinate`; the caller is the turn's agent

@@ -1,6 +1,6 @@
 //! The workspace index of `agent_config`: column `real_path` (unique index `agent_real_path`)
 //! holds each workspace's [`key`], so `create` checks a new workspace against every agent by a
-//! few indexed lookups instead of resolving every agent's path (DESIGN.md §3).
+//! few indexed lookups instead of resolving every agent's path (docs/design.md §3).
 //!
 //! Owns the key, the lookups that refuse shared and nested workspaces, and filling the column
 //! for rows written before it existed. Must not touch any other column or table.

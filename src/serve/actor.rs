@@ -1,4 +1,4 @@
-//! One actor task per agent (DESIGN.md §9 "Agents", "Dispatch", "Steer"; codex-rs
+//! One actor task per agent (docs/design.md §9 "Agents", "Dispatch", "Steer"; codex-rs
 //! `submit(Op)`): it alone owns the agent's [`Session`], state, pending queue, steering queue,
 //! cancel token and memory timer, and takes [`Op`]s from a bounded queue and serve's signals
 //! beside it (`handle`).
@@ -7,7 +7,7 @@
 //! takes the session and gives it back, so the actor keeps answering (queueing, steering,
 //! cancelling) while it runs. A run is the job an input started plus the follow-ups the queued
 //! inputs start; it ends with `state idle` and `done`. When the agent is truly idle, a tick
-//! every `autonomy.tick_secs` (30 s) may start an idle-autonomy job (DESIGN.md §13,
+//! every `autonomy.tick_secs` (30 s) may start an idle-autonomy job (docs/design.md §13,
 //! `crate::autonomy::tick`); anything of a higher priority that arrives preempts it at once (a
 //! command's group gets SIGTERM, a model turn yields at its next round boundary), except a job
 //! on the never-killed list, which the newcomer waits for. Must not touch HTTP: routes turn
@@ -112,7 +112,7 @@ pub(super) enum Op {
     Note {
         note: crate::wake::state::WakeNote,
     },
-    /// `POST /api/agents/{id}/respond` (DESIGN.md §12): answers the open `ask_user` question
+    /// `POST /api/agents/{id}/respond` (docs/design.md §12): answers the open `ask_user` question
     /// `reference`.
     Respond {
         reference: String,
@@ -184,7 +184,7 @@ pub(super) struct CompactReply {
 pub(super) struct Busy;
 
 /// What `POST /api/cicy/cancel` did: whether a job was running, and how many inputs the
-/// cancel dropped with it, queued prompts and waiting steers both (DESIGN.md §9 abort clears
+/// cancel dropped with it, queued prompts and waiting steers both (docs/design.md §9 abort clears
 /// the pending queue and the steering queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct CancelReply {
@@ -192,7 +192,7 @@ pub(super) struct CancelReply {
     pub dropped: usize,
 }
 
-/// A row of `GET /api/agents` (DESIGN.md §9). `wake_at` (the earliest pending todo, local
+/// A row of `GET /api/agents` (docs/design.md §9). `wake_at` (the earliest pending todo, local
 /// minute) and `unanswered` (unresolved reply obligations) are filled in by the route from
 /// `cicy.db`.
 #[derive(Debug, Clone, Serialize)]
@@ -233,7 +233,7 @@ pub(super) struct Shared {
     pub wake_limits: super::wake_job::WakeLimits,
     /// What a drain changed goes there (`super::drain`).
     pub drained: super::drain::DrainTargets,
-    /// Runs the idle ticks of every agent (DESIGN.md §13).
+    /// Runs the idle ticks of every agent (docs/design.md §13).
     pub ticks: super::tick_worker::TickWorker,
 }
 
@@ -296,7 +296,7 @@ struct Actor {
     wake_retry_at: Option<Instant>,
     /// The agent's open `ask_user` questions: its turns ask, `Op::Respond` answers.
     questions: Arc<crate::ask::Questions>,
-    /// The next idle tick (DESIGN.md §13); armed whenever the actor is idle.
+    /// The next idle tick (docs/design.md §13); armed whenever the actor is idle.
     tick_at: Option<Instant>,
     /// The role's `autonomy.tick_secs`, as the last tick read it.
     tick_every: Duration,
@@ -508,7 +508,7 @@ impl Actor {
         fsutil::blocking(|| super::drain::drain_and_report(&w, &tracker.emitter(), &self.shared.drained));
     }
 
-    /// DESIGN.md §10: claims what is due and starts the wake turn, or, while a run goes on,
+    /// docs/design.md §10: claims what is due and starts the wake turn, or, while a run goes on,
     /// keeps the wake for its end.
     fn wake(&mut self, reason: Reason) {
         if self.busy() {
@@ -856,7 +856,7 @@ impl Actor {
     }
 
     /// The run is over: `state idle`, `done`, then a due memory flush (after `turn_ended`,
-    /// without the turn lock, DESIGN.md §9 "Shape").
+    /// without the turn lock, docs/design.md §9 "Shape").
     fn end_run(&mut self) {
         self.finish_run();
         if let Some(reason) = self.wake_due.take() {
@@ -897,7 +897,7 @@ impl Actor {
         Some(self.flush_not_before.map_or(due, |n| due.max(n)))
     }
 
-    /// The memory timer fired (DESIGN.md §9: `sleep_until(next_due)`, only when idle).
+    /// The memory timer fired (docs/design.md §9: `sleep_until(next_due)`, only when idle).
     fn flush_memory(&mut self) {
         if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
             self.spawn_flush(flush);

@@ -1,4 +1,4 @@
-//! The dashboard of DESIGN.md §14 (the cryo seed's hub): one page embedded in the binary and
+//! The dashboard of docs/design.md §14 (the cryo seed's hub): one page embedded in the binary and
 //! served at `GET /` with its script, style sheet and icon.
 //!
 //! Owns the page's bytes and the headers they go out with: a strict Content-Security-Policy
@@ -11,11 +11,11 @@
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
-/// DESIGN.md §14: nothing but this origin; no inline script or style, no frames, no plugins.
+/// docs/design.md §14: nothing but this origin; no inline script or style, no frames, no plugins.
 pub(super) const CSP: &str = "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; object-src 'none'";
 
 /// The page's files, `(path, content type, bytes)`. Their sum is the page weight the
-/// dashboard bench reports (DESIGN.md §14: < 40 KB; issue 13: < 60 KB).
+/// dashboard bench reports (docs/design.md §14: < 40 KB; issue 13: < 60 KB).
 pub(super) const FILES: [(&str, &str, &str); 4] = [
     ("/", "text/html; charset=utf-8", include_str!("dashboard/index.html")),
     ("/app.js", "text/javascript; charset=utf-8", include_str!("dashboard/app.js")),
@@ -64,7 +64,7 @@ pub(super) async fn icon() -> Response {
 mod tests {
     use super::*;
 
-    /// DESIGN.md §14 "no external request": no file names another host. The SVG namespace is
+    /// docs/design.md §14 "no external request": no file names another host. The SVG namespace is
     /// an identifier the browser never fetches.
     #[test]
     fn no_file_names_another_host() {

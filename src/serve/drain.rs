@@ -1,4 +1,4 @@
-//! Where serve drains the agents' Maildir outboxes and fires their cron jobs (DESIGN.md §11
+//! Where serve drains the agents' Maildir outboxes and fires their cron jobs (docs/design.md §11
 //! "Consumer", `set_cron`).
 //!
 //! Owns the drain points: after every tool batch of a turn (the [`AfterBatch`] hook a job puts
@@ -29,7 +29,7 @@ use crate::wake::deliver::SERVE_SENDER;
 use crate::wake::inbox::{Folder, Mailbox, NewMessage};
 use crate::wake::state::{AfterBatch, WakeTurn};
 
-/// How often the outboxes of agents without a running turn are looked at (DESIGN.md §11
+/// How often the outboxes of agents without a running turn are looked at (docs/design.md §11
 /// "every 2 s").
 pub(super) const IDLE_POLL: Duration = Duration::from_secs(2);
 

@@ -1,4 +1,4 @@
-//! The group routes of DESIGN.md §11 (for the dashboard and scripts): create a group, post in
+//! The group routes of docs/design.md §11 (for the dashboard and scripts): create a group, post in
 //! it as a person, page its messages, list its tasks.
 //!
 //! Owns turning these requests into `crate::messages::groups` calls on a blocking thread and

@@ -1,4 +1,4 @@
-//! The HTTP edge of `serve` (DESIGN.md §9 "Auth"): the guards every request passes, JSON
+//! The HTTP edge of `serve` (docs/design.md §9 "Auth"): the guards every request passes, JSON
 //! errors and JSON bodies.
 //!
 //! Owns the `Host` check (loopback:port only, the cryo hub's DNS-rebinding guard → 403), the
@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::Hub;
 
-/// DESIGN.md §9: a body over 1 MiB is refused with 413.
+/// docs/design.md §9: a body over 1 MiB is refused with 413.
 pub(super) const BODY_LIMIT: usize = 1 << 20;
 
 /// An error answer: `{"error": code, "message": text}` with `status`.

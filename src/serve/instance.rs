@@ -1,4 +1,4 @@
-//! The one `serve` of a home (DESIGN.md §9): `serve.lock`, `serve.json` and the API token.
+//! The one `serve` of a home (docs/design.md §9): `serve.lock`, `serve.json` and the API token.
 //!
 //! Owns `$CICY_HOME/serve.lock` (an exclusive `flock` held for the process's life, so the
 //! kernel frees it even after `kill -9`), `$CICY_HOME/serve.json` (who holds it and where it
@@ -18,7 +18,7 @@ use crate::home::Home;
 /// Errors starting a serve.
 #[derive(Debug, thiserror::Error)]
 pub enum InstanceError {
-    /// Another serve holds this home's `serve.lock` (DESIGN.md §9: the second exits 2).
+    /// Another serve holds this home's `serve.lock` (docs/design.md §9: the second exits 2).
     #[error("serve already running (pid {pid}, port {port})")]
     AlreadyRunning { pid: String, port: String },
     #[error("{path}: {source}")]
@@ -31,7 +31,7 @@ pub enum InstanceError {
     BadToken { from: String },
 }
 
-/// `serve.json` *(DESIGN.md §9)*: `{pid, port, instance_id, started_at}`, 0600.
+/// `serve.json` *(docs/design.md §9)*: `{pid, port, instance_id, started_at}`, 0600.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServeInfo {
     pub pid: u32,

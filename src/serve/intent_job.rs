@@ -1,4 +1,4 @@
-//! An idle-autonomy job inside a job (DESIGN.md §13): an intent of the ledger or a routine the
+//! An idle-autonomy job inside a job (docs/design.md §13): an intent of the ledger or a routine the
 //! tick picked, run holding the turn lock like every other job.
 //!
 //! Owns the job's life in the files: the guardrail check of a hand-written line at pickup, the

@@ -1,5 +1,5 @@
 //! One piece of work a resident agent runs in its own task: a turn, a retry, `/compact`,
-//! `/clear` (DESIGN.md §9 "Agents"), a wake (§10, `super::wake_job`), an idle-autonomy job
+//! `/clear` (docs/design.md §9 "Agents"), a wake (§10, `super::wake_job`), an idle-autonomy job
 //! (§13, `super::intent_job`), and the memory flush after a run (§8).
 //!
 //! Owns taking the §7 turn lock for the work, opening or re-reading the session under it (so
@@ -35,9 +35,9 @@ pub(super) enum Work {
         keep: usize,
     },
     Clear,
-    /// A wake (DESIGN.md §10) whose todos and conversation are already claimed.
+    /// A wake (docs/design.md §10) whose todos and conversation are already claimed.
     Wake(Box<crate::wake::run::Prepared>),
-    /// An intent or routine an idle tick picked (DESIGN.md §13), and who preempts it.
+    /// An intent or routine an idle tick picked (docs/design.md §13), and who preempts it.
     Auto(Box<crate::autonomy::tick::AutoJob>, super::intent_job::Preemption),
 }
 
@@ -113,7 +113,7 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
         )
         .with_after_batch(ctx.after_batch()),
     );
-    // A user can always answer through the route while serve runs (DESIGN.md §12).
+    // A user can always answer through the route while serve runs (docs/design.md §12).
     session.questions = Some(ctx.questions.clone());
     let end = match work {
         Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
@@ -171,7 +171,7 @@ impl FlushCtx {
         fsutil::blocking(|| matches!(self.memory.due(SystemTime::now()), Ok(Some(_))))
     }
 
-    /// Flushes a due buffer (DESIGN.md §8), reporting through `events`; never holds the turn lock.
+    /// Flushes a due buffer (docs/design.md §8), reporting through `events`; never holds the turn lock.
     pub(super) async fn flush(self, events: Emitter, cancel: CancellationToken) {
         if self.model.is_empty() {
             return;

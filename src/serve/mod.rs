@@ -1,4 +1,4 @@
-//! `cicy-agent serve` (DESIGN.md §9): one resident process per home hosting every agent.
+//! `cicy-agent serve` (docs/design.md §9): one resident process per home hosting every agent.
 //!
 //! Owns the process's life: taking the home's `serve.lock`, the API token, binding
 //! 127.0.0.1, `serve.json`, one actor per registry row (`actor`), the router (`routes`,
@@ -89,7 +89,7 @@ pub struct ServeOptions {
     pub session_idle: Duration,
     /// A wake's cap and in-wake retries (cryo: 3600 s; 10 re-runs from 1 s).
     pub wake: WakeLimits,
-    /// The inbox watch (DESIGN.md §10: notify, 50 ms debounce, a full scan every 30 s).
+    /// The inbox watch (docs/design.md §10: notify, 50 ms debounce, a full scan every 30 s).
     pub watch: watch::WatchOptions,
     /// **[chosen]** At most this many sessions are warmed after bind (the first agents in id
     /// order); the others open at their first turn. Ten thousand warmed sessions would cost
@@ -129,7 +129,7 @@ pub struct Hub {
 /// Every agent's actor and workspace, by id.
 type Agents = Arc<RwLock<BTreeMap<String, (AgentHandle, PathBuf)>>>;
 
-/// The inbox folder of a workspace (DESIGN.md §10).
+/// The inbox folder of a workspace (docs/design.md §10).
 fn inbox_of(ws: &std::path::Path) -> PathBuf {
     crate::wake::inbox::Mailbox::of_workspace(ws).inbox_dir()
 }
@@ -265,7 +265,7 @@ pub async fn run(
     let http = reqwest::Client::builder().connect_timeout(config.connect_timeout).build().map_err(|e| ServeError::Client(e.to_string()))?;
     let global = crate::eventlog::GlobalFeed::starting_now();
     let wake_db = crate::fsutil::blocking(|| crate::wake::db::WakeDb::open(&home))?;
-    // Autonomy leases a killed serve left (DESIGN.md §13): those agents' actors recover their
+    // Autonomy leases a killed serve left (docs/design.md §13): those agents' actors recover their
     // intents (kill the recorded groups, write `interrupted`); the others have nothing to do.
     let leased =
         crate::fsutil::blocking(|| wake_db.lease_agents().and_then(|a| wake_db.lease_clear_all().map(|_| a))).unwrap_or_else(|e| {
@@ -333,7 +333,7 @@ pub async fn run(
     served.map_err(ServeError::Http)
 }
 
-/// DESIGN.md §10 at start: the recovery of agents a killed serve left mid-wake (before any
+/// docs/design.md §10 at start: the recovery of agents a killed serve left mid-wake (before any
 /// wake), then the scheduler (overdue todos wake at once) and the inbox watch (mail that came
 /// while serve was down wakes at once).
 fn start_waking(

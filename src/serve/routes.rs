@@ -1,4 +1,4 @@
-//! The routes of DESIGN.md §9: each turns a request into an [`Op`] for the agent's actor, or
+//! The routes of docs/design.md §9: each turns a request into an [`Op`] for the agent's actor, or
 //! reads files no actor owns (history, AGENTS.md), and answers JSON or SSE.
 //!
 //! SSE frames are cicy's ([`super::sse`]): `event: <type>\ndata: <Event JSON>\nid: <seq>\n\n`,
@@ -317,7 +317,7 @@ pub(super) struct RespondBody {
     response: Option<String>,
 }
 
-/// `POST /api/agents/{id}/respond` `{ref, response}` (DESIGN.md §12, CMDC `user_respond`):
+/// `POST /api/agents/{id}/respond` `{ref, response}` (docs/design.md §12, CMDC `user_respond`):
 /// answers the agent's open `ask_user` question `ref` → `{success, ref}`; 400 when a field is
 /// missing or blank, 404 for an unknown agent or a `ref` that is not open (never asked,
 /// answered, timed out).
@@ -359,7 +359,7 @@ pub(super) async fn agent_events(
     Ok(sse(gathered(sub), &hub))
 }
 
-/// `GET /api/events`: every agent's events as they happen (DESIGN.md §14), each frame with
+/// `GET /api/events`: every agent's events as they happen (docs/design.md §14), each frame with
 /// `id: <gseq>` ([`crate::eventlog::global`]). `Last-Event-ID: N` replays every event after
 /// gseq N once, then goes live; when that cannot be done (N older than the ring, or from
 /// another run of serve) an `event: gap` frame `{"from", "to"}` without `id:` comes first. A
@@ -381,7 +381,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// `GET /api/agents/{id}/autonomy` (DESIGN.md §13 "Reports"): the ⑩⑪⑫ report of
+/// `GET /api/agents/{id}/autonomy` (docs/design.md §13 "Reports"): the ⑩⑪⑫ report of
 /// [`crate::autonomy::report::Report`] (`enabled`, `off_reason`, `tick_secs`, `lease`, `mine`,
 /// `mine_total`, `now`, `waiting`, `squeezed`, `skipped`) plus `intents`, every intent's latest
 /// state. Read from the files and `cicy.db`, as `intents <id> status --json` does.

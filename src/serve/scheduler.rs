@@ -1,4 +1,4 @@
-//! The todo scheduler of `serve` (DESIGN.md §10 "Scheduler"): one task for every agent, never a
+//! The todo scheduler of `serve` (docs/design.md §10 "Scheduler"): one task for every agent, never a
 //! timer per agent.
 //!
 //! Owns an ordered set of `(at_unix, agent)`, the earliest pending todo of each agent, loaded

@@ -1,4 +1,4 @@
-//! One thread that runs every agent's idle tick (DESIGN.md §13): an actor asks, the thread
+//! One thread that runs every agent's idle tick (docs/design.md §13): an actor asks, the thread
 //! reads the agent's files (`crate::autonomy::tick::tick`), writes the rest line that starts a
 //! streak, and answers. Thousands of agents ticking cost one thread, never one blocked worker
 //! each, and their file reads never run on the async workers.

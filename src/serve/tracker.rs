@@ -1,4 +1,4 @@
-//! The agent's state as its events show it (DESIGN.md §9 states, from CMDC).
+//! The agent's state as its events show it (docs/design.md §9 states, from CMDC).
 //!
 //! Owns the `state` of one resident agent and the `state` events that report each change: a
 //! sink between the turn loop's [`Emitter`] and the agent's event log that sees `round_started`

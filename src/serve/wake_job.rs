@@ -1,4 +1,4 @@
-//! A wake turn inside a job (DESIGN.md §10): the turn on the wake message, cryo's in-wake
+//! A wake turn inside a job (docs/design.md §10): the turn on the wake message, cryo's in-wake
 //! retries of a turn that failed before it sent anything (≤ 10, 1…512 s), the cap on a wake's
 //! length (3600 s), then the wake's end (`crate::wake::run::finalize`) with the error lines the
 //! turn reported.

@@ -1,4 +1,4 @@
-//! The routes of DESIGN.md §10 (for the CLI through serve and the dashboard later): an agent's
+//! The routes of docs/design.md §10 (for the CLI through serve and the dashboard later): an agent's
 //! todos (list, add, done, remove) and messages (paged; post one into its inbox), and the
 //! §10 columns of the status rows (`wake_at`, `unanswered`).
 //!

@@ -1,4 +1,4 @@
-//! `ask_user` (DESIGN.md §12, CMDC): puts a question to the user and waits for the answer.
+//! `ask_user` (docs/design.md §12, CMDC): puts a question to the user and waits for the answer.
 //!
 //! Owns the tool's schema, input checks and the wait: it opens the question in the agent's
 //! [`Questions`], emits `ask_user {ref, question, options}` and returns the answer as the

@@ -72,26 +72,26 @@ pub struct ToolContext {
     /// Environment variables the tool's processes must not inherit (the gateway API key).
     pub hidden_env: Vec<String>,
     /// Variables every tool process gets: the outbox's `CICY_SEND`, `CICY_OUTBOX_DIR`, …
-    /// ([`crate::outbox::shim::tool_env`], DESIGN.md §11).
+    /// ([`crate::outbox::shim::tool_env`], docs/design.md §11).
     pub env: Vec<(&'static str, std::ffi::OsString)>,
     /// Where each running tool's process group is recorded so that the next start of the agent
     /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
     /// nothing.
     pub running_dir: Option<PathBuf>,
     /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
-    /// `subagent_start`, `ask_user`, DESIGN.md §12); `None` outside a turn.
+    /// `subagent_start`, `ask_user`, docs/design.md §12); `None` outside a turn.
     pub events: Option<crate::event::Emitter>,
-    /// Runs `task`'s sub-agents (DESIGN.md §12); `None` where `task` is not enabled, which is
+    /// Runs `task`'s sub-agents (docs/design.md §12); `None` where `task` is not enabled, which is
     /// always the case inside a sub-agent (no nesting).
     pub subagent: Option<Arc<dyn task::Spawn>>,
-    /// The user `ask_user` asks and how long it waits (DESIGN.md §12); `None` when no user is
+    /// The user `ask_user` asks and how long it waits (docs/design.md §12); `None` when no user is
     /// attached (a one-shot chat).
     pub user: Option<ask_user::User>,
     /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
     pub skill_guard: Option<Arc<skill_guard::Guard>>,
     /// Feature data that only that feature's tools read, by type: the turn's
-    /// `Arc<crate::wake::state::WakeTurn>` for the wake and coordinate tools (DESIGN.md §10), the
-    /// `Arc<wish::WishJudge>` where `wish` is enabled (DESIGN.md §13). A typed map, so this
+    /// `Arc<crate::wake::state::WakeTurn>` for the wake and coordinate tools (docs/design.md §10), the
+    /// `Arc<wish::WishJudge>` where `wish` is enabled (docs/design.md §13). A typed map, so this
     /// module holds no slot for a feature above it and a tool finds its data missing, not wrong.
     pub extensions: http::Extensions,
 }

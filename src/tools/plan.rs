@@ -1,5 +1,5 @@
 //! The `write_todos` tool: the agent's working plan in `<workspace>/.cicy/plan.json`
-//! (DESIGN.md §12, CMDC `write_todos`). Not §10's `todo` (timed wake-ups), which is `crate::wake`'s.
+//! (docs/design.md §12, CMDC `write_todos`). Not §10's `todo` (timed wake-ups), which is `crate::wake`'s.
 //!
 //! Owns the input check, the plan file and the `plan_change` event. Each call replaces the whole
 //! list (CMDC: the full list every time); the file is written atomically, so a reader sees the

@@ -148,7 +148,7 @@ pub(crate) struct Logged {
 
 /// Starts `job` as [`run`] does (`bash -lc`, a process group of its own, recorded under
 /// `ctx.running_dir`), with stdout and stderr appended to `log`: idle autonomy's intents
-/// (DESIGN.md §13), whose lease needs the group's id while the command runs. `job.timeout` and
+/// (docs/design.md §13), whose lease needs the group's id while the command runs. `job.timeout` and
 /// `job.output_limit` are not used; [`Logged::wait`] takes the timeout.
 ///
 /// Errors: [`StartError`], bash could not be started, or `log` could not be shared with it.

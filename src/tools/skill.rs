@@ -1,6 +1,6 @@
 //! The `skill` tool and the installed-skills list: project skills in
 //! `<workspace>/.cicy/skills/<folder>/SKILL.md` over global ones in
-//! `$CICY_HOME/skills/<folder>/SKILL.md` (DESIGN.md §12, CMDC "project > global").
+//! `$CICY_HOME/skills/<folder>/SKILL.md` (docs/design.md §12, CMDC "project > global").
 //!
 //! Owns finding installed skills, reading their YAML front matter (`name`, `description`,
 //! `allowed_tools`, also spelt `allowed-tools`, a list or a comma-separated string) and the tool's list and read results. Read-only: it never installs, edits

@@ -1,4 +1,4 @@
-//! The skill guard (DESIGN.md §12, CMDC SkillGuard): with `skill_guard: strict` in the role's
+//! The skill guard (docs/design.md §12, CMDC SkillGuard): with `skill_guard: strict` in the role's
 //! meta.yaml, a tool call runs only when the tool is in the union of the active skills'
 //! `allowed_tools`.
 //!

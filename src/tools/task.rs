@@ -1,4 +1,4 @@
-//! `task` (DESIGN.md §12, CMDC SubAgent): hands a piece of work to a sub-agent that runs in
+//! `task` (docs/design.md §12, CMDC SubAgent): hands a piece of work to a sub-agent that runs in
 //! the same process with a fresh conversation and returns its last answer text.
 //!
 //! Owns the tool's name, schema and input checks. Running the sub-agent is the turn loop's

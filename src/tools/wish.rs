@@ -1,4 +1,4 @@
-//! The `wish` tool (DESIGN.md §13 "wish"): the agent writes an intent for its idle time into
+//! The `wish` tool (docs/design.md §13 "wish"): the agent writes an intent for its idle time into
 //! its own ledger, `by: self`, checked by the guardrails before it is written.
 //!
 //! Owns the tool's input, description and result text; the wish itself is

@@ -1,4 +1,4 @@
-//! The turn loop (DESIGN.md §6.1–6.2).
+//! The turn loop (docs/design.md §6.1–6.2).
 //!
 //! Owns one turn: append the user text, run rounds (assemble → send → stream → run tools) until
 //! a tool-free answer or the round budget, write the history before every round, end every
@@ -7,7 +7,7 @@
 //! checks of what fits the context window in `fit`, the texts a caller steers a running turn
 //! with and its interrupt in `steer`, the sub-agents of the `task` tool in `subagent`. Before
 //! each round it lets `crate::compact` compact the history if it has grown too large. The
-//! role's hooks (`crate::hooks`, DESIGN.md §12) are asked at fixed points; what they change is
+//! role's hooks (`crate::hooks`, docs/design.md §12) are asked at fixed points; what they change is
 //! changed before it is stored. It knows nothing of the terminal or HTTP; the caller supplies
 //! the emitter and the cancel token.
 
@@ -71,7 +71,7 @@ enum Author {
 /// Where a turn starts: a new user message, or the unfinished turn already in the history.
 enum Start {
     New(String, Author),
-    /// A sub-agent's one message (`task`, DESIGN.md §12): as `New`, but nothing goes to memory
+    /// A sub-agent's one message (`task`, docs/design.md §12): as `New`, but nothing goes to memory
     /// and no `before_prompt` hook is asked (the parent's tool call already was).
     Sub(String),
     Resume {
@@ -101,7 +101,7 @@ pub async fn run_turn_with(
     run_new_turn(session, text, Author::User, None, events, cancel, steering).await
 }
 
-/// Runs a wake's turn (DESIGN.md §10) on serve's wake message `text`: [`run_turn_with`], but
+/// Runs a wake's turn (docs/design.md §10) on serve's wake message `text`: [`run_turn_with`], but
 /// the message is cicy's, not a person's, so no `prompt` event announces it.
 pub async fn run_wake_turn(
     session: &mut Session,
@@ -113,7 +113,7 @@ pub async fn run_wake_turn(
     run_new_turn(session, text, Author::Runtime, None, events, cancel, steering).await
 }
 
-/// Runs an idle-autonomy intent as a model turn (DESIGN.md §13): [`run_turn_with`] with at most
+/// Runs an idle-autonomy intent as a model turn (docs/design.md §13): [`run_turn_with`] with at most
 /// `max_rounds` rounds (or the role's `max_tool_rounds` if that is smaller). The actor preempts
 /// it with [`Steering::request_yield`], so it stops at its next round boundary.
 pub async fn run_intent_turn(
@@ -180,7 +180,7 @@ pub async fn retry_turn_with(
     run_user_turn(session, start, materials, events, cancel, steering).await.map(Some)
 }
 
-/// Runs a sub-agent's turn (`task`, DESIGN.md §12) on `session`, a [`Session::subagent`], with
+/// Runs a sub-agent's turn (`task`, docs/design.md §12) on `session`, a [`Session::subagent`], with
 /// the materials its spawner made: as [`run_turn`], except that nothing is recorded to long-term
 /// memory (CMDC: a sub-agent does not share its parent's memory).
 async fn run_subagent_turn(

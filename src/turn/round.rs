@@ -1,4 +1,4 @@
-//! The rounds of one turn (DESIGN.md §6.1 steps 3–5): [`rounds`] reads as the page of steps it
+//! The rounds of one turn (docs/design.md §6.1 steps 3–5): [`rounds`] reads as the page of steps it
 //! runs, each step a function below it.
 //!
 //! Owns the round budget, the order of the steps, sending a round (with one re-send after the
@@ -33,7 +33,7 @@ pub(super) struct Turn<'a> {
     pub events: &'a Emitter,
     pub cancel: &'a CancellationToken,
     pub steering: &'a Steering,
-    /// The role's hooks for this turn (DESIGN.md §12); a hook's abort ends the turn `blocked`.
+    /// The role's hooks for this turn (docs/design.md §12); a hook's abort ends the turn `blocked`.
     pub hooks: &'a crate::hooks::Hooks,
 }
 
@@ -86,7 +86,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
                 // The runner's hook (serve drains the outbox the batch's commands wrote to).
                 t.session.wake.clone().after_tool_batch().await;
                 if let Some(text) = t.session.wake.take_end() {
-                    // `sleep_until` (DESIGN.md §10): the turn ends after the batch that ran it,
+                    // `sleep_until` (docs/design.md §10): the turn ends after the batch that ran it,
                     // with an assistant message so the next turn's user message alternates.
                     append(t, Message::assistant(vec![ContentBlock::text(text)]))?;
                     return Ok(None);

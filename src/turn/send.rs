@@ -1,4 +1,4 @@
-//! Sending one round's request (DESIGN.md §6.2) and naming a failed request in an `error`
+//! Sending one round's request (docs/design.md §6.2) and naming a failed request in an `error`
 //! event.
 //!
 //! Owns [`send_with_reruns`] and [`error_kind`]. Every retry and re-run decision is

@@ -1,4 +1,4 @@
-//! Steering a running turn (DESIGN.md §9 "Steer", from CMDC).
+//! Steering a running turn (docs/design.md §9 "Steer", from CMDC).
 //!
 //! Owns the queue of steering texts a caller adds while a turn runs ([`Steering`], capped at
 //! [`Steering::CAP`]), delivering them into the next round's user message after the tool results
@@ -20,7 +20,7 @@ use crate::conversation::message::ContentBlock;
 use crate::event::{EventKind, SteerStatus};
 
 /// The result text of a tool call that a steer with `interrupt` stopped or kept from starting
-/// (DESIGN.md §9).
+/// (docs/design.md §9).
 pub const INTERRUPTED_RESULT: &str = "error: interrupted by steer";
 
 /// A steer was refused: [`Steering::CAP`] texts already wait.
@@ -98,7 +98,7 @@ impl Steering {
 
     /// Asks the running turn to end before its next round starts, as a cancel at that point
     /// would (outcome `cancelled`): what the round did stays, nothing is cut mid-answer or
-    /// mid-tool. Idle autonomy's preemption of a model-turn intent (DESIGN.md §13 **[chosen]**).
+    /// mid-tool. Idle autonomy's preemption of a model-turn intent (docs/design.md §13 **[chosen]**).
     pub fn request_yield(&self) {
         self.lock().yield_turn = true;
     }
@@ -174,7 +174,7 @@ impl Drop for BatchGuard<'_> {
 /// `steered {status: "delivered"}`. Nothing happens when no text waits.
 pub(super) async fn deliver(t: &mut Turn<'_>) -> Result<(), AgentError> {
     let mut texts = Vec::new();
-    // The `before_steering` hooks may change a text or refuse it (DESIGN.md §12).
+    // The `before_steering` hooks may change a text or refuse it (docs/design.md §12).
     for text in t.steering.take_all() {
         match t.hooks.before_steering(text).await {
             Ok(text) => texts.push(text),

@@ -1,4 +1,4 @@
-//! `task`'s sub-agents (DESIGN.md §12, CMDC SubAgent): one child turn in the same process.
+//! `task`'s sub-agents (docs/design.md §12, CMDC SubAgent): one child turn in the same process.
 //!
 //! Owns what a child gets and how it ends. A child is a [`Session::subagent`] of the parent
 //! (same workspace, gateway client, wake state and user) whose conversation is new and lives

@@ -1,4 +1,4 @@
-//! The tool calls of one response (DESIGN.md §6.1 step 5, §6.2 cancel).
+//! The tool calls of one response (docs/design.md §6.1 step 5, §6.2 cancel).
 //!
 //! Owns deciding, per call, whether it runs ([`Plan`]), running one call ([`run_call`]) and
 //! persisting each result the moment it exists: the results go into ONE user message that is

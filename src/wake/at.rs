@@ -1,4 +1,4 @@
-//! Time expressions of `todo add --at` and `cicy-agent time` (DESIGN.md §10 "Todos"; the
+//! Time expressions of `todo add --at` and `cicy-agent time` (docs/design.md §10 "Todos"; the
 //! grammar is cryo's `cryo-agent time`).
 //!
 //! Owns parsing an expression into a local wall-clock time and its unix second, and the local
@@ -138,7 +138,7 @@ fn parse_absolute(expr: &str) -> Option<NaiveDateTime> {
 }
 
 /// A local wall-clock time as an instant: the earlier of a fold, the next valid minute after a
-/// gap (**[chosen]** in DESIGN.md §10).
+/// gap (**[chosen]** in docs/design.md §10).
 fn resolve_local<Tz: TimeZone>(tz: &Tz, naive: NaiveDateTime) -> Option<DateTime<Tz>> {
     for minutes in 0..=GAP_SEARCH_MINUTES {
         let candidate = naive.checked_add_signed(TimeDelta::minutes(minutes))?;

@@ -1,4 +1,4 @@
-//! Unit tests of `at.rs`: every accepted and refused form of DESIGN.md §10 "Tests", DST.
+//! Unit tests of `at.rs`: every accepted and refused form of docs/design.md §10 "Tests", DST.
 
 use chrono::{TimeZone, Utc};
 use chrono_tz::Europe::Berlin;

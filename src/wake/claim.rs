@@ -1,4 +1,4 @@
-//! Claiming one conversation of an agent's inbox (DESIGN.md §10 "Obligations"; cryo A9, A10).
+//! Claiming one conversation of an agent's inbox (docs/design.md §10 "Obligations"; cryo A9, A10).
 //!
 //! Owns the order that makes a claimed message impossible to lose or replay: commit the
 //! obligation (with each claimed file's inbox name, archive name and stamp), then move the
@@ -88,7 +88,7 @@ pub fn claim_next(db: &mut WakeDb, mb: &Mailbox, agent: &str, now: SystemTime, g
     }
     let mut claim = claim_of(ob.id, conv, &taken, archived);
     if taken.iter().all(|m| m.meta.contains_key(coordinate::CALLBACK_OF) || m.from == SERVE_SENDER) {
-        // A 🔔 callback is never answered back (DESIGN.md §11), nor a notice of serve's:
+        // A 🔔 callback is never answered back (docs/design.md §11), nor a notice of serve's:
         // nobody waits for a reply.
         db.obligation_resolve(claim.obligation_id, ResolvedBy::Notice)?;
         claim.answered = true;

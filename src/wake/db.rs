@@ -1,4 +1,4 @@
-//! The wake tables of `$CICY_HOME/cicy.db`: `todo` and `obligation` (DESIGN.md §10).
+//! The wake tables of `$CICY_HOME/cicy.db`: `todo` and `obligation` (docs/design.md §10).
 //!
 //! Owns the connection the wake code reads and writes them through, and its errors. The schema
 //! itself is a migration of `crate::registry` (one file, one `user_version`). The rows' meaning
@@ -40,7 +40,7 @@ pub enum WakeDbError {
 
 impl WakeDb {
     /// Opens cicy.db through [`Registry::open`] (so migrations run), in WAL mode with
-    /// `synchronous=FULL` (DESIGN.md §10 "Obligations": a committed obligation survives a power
+    /// `synchronous=FULL` (docs/design.md §10 "Obligations": a committed obligation survives a power
     /// loss) and the registry's busy timeout.
     ///
     /// Errors: [`WakeDbError::Registry`] (including a file that is not a database, naming it),

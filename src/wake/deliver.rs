@@ -1,4 +1,4 @@
-//! Writing a message on an agent's behalf (DESIGN.md §10 `reply`, `send`, serve's fallbacks).
+//! Writing a message on an agent's behalf (docs/design.md §10 `reply`, `send`, serve's fallbacks).
 //!
 //! Owns where a message goes: a copy in the sender's `outbox/` always (the record of what it
 //! said, which `inbox` and the dashboard page through) and, when the recipient is an agent of
@@ -31,7 +31,7 @@ pub struct Outgoing {
     pub meta: BTreeMap<String, String>,
 }
 
-/// Whether `name` has the shape of an agent id (`w-<n>`, DESIGN.md §1).
+/// Whether `name` has the shape of an agent id (`w-<n>`, docs/design.md §1).
 pub fn is_agent_id(name: &str) -> bool {
     name.strip_prefix("w-").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }

@@ -1,4 +1,4 @@
-//! The user message that starts a wake turn (DESIGN.md §10 "Wake message").
+//! The user message that starts a wake turn (docs/design.md §10 "Wake message").
 //!
 //! Owns the exact text: the `[cicy-wake]` line, the notices (delayed wake, previous crash), the
 //! due todos, the todo list (cryo's 2048-byte cap), then the envelopes of the claimed messages
@@ -6,7 +6,7 @@
 
 use super::todo::{prompt_section, Todo};
 
-/// Why a wake turn runs (DESIGN.md §10).
+/// Why a wake turn runs (docs/design.md §10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Reason {

@@ -1,4 +1,4 @@
-//! Hibernate and wake (DESIGN.md §10, from cryo): todos, the inbox, reply obligations, and the
+//! Hibernate and wake (docs/design.md §10, from cryo): todos, the inbox, reply obligations, and the
 //! wake turn's message, tools and fallbacks.
 //!
 //! Owns the state a wake reads and writes (the `todo` and `obligation` tables of `cicy.db`, the

@@ -1,4 +1,4 @@
-//! Reply obligations (DESIGN.md §10 "Obligations"; cryo's reply-obligation journal, reference
+//! Reply obligations (docs/design.md §10 "Obligations"; cryo's reply-obligation journal, reference
 //! A10): the durable record that a wake claimed messages and owes their sender an answer.
 //!
 //! Owns the `obligation` rows. The order that makes them safe is the caller's: commit the

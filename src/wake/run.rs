@@ -1,4 +1,4 @@
-//! The start and the end of a wake (DESIGN.md §10), as blocking steps serve runs around the
+//! The start and the end of a wake (docs/design.md §10), as blocking steps serve runs around the
 //! turn: [`prepare`] reads what the wake needs, claims the due todos and one conversation and
 //! writes the wake message (a claim it cannot run on is released, never kept);
 //! [`finalize`] makes the wake never silent (the direct-chat answer, the fallbacks with the
@@ -236,7 +236,7 @@ pub fn finalize(home: &Home, agent: &str, ws: &Path, todos: &[u32], left: &Left,
         sent += 1;
     }
     // A claim answered with nothing sent is one of 🔔 callbacks only (`claim_next`): the agent
-    // was told an answer it asked for, and nobody waits to hear back (DESIGN.md §11).
+    // was told an answer it asked for, and nobody waits to hear back (docs/design.md §11).
     let told = left.claim.as_ref().is_some_and(|c| c.answered);
     if sent == 0 && !told {
         let base = if crashed { "(cicy: agent crashed before sending)" } else { "(cicy: agent hibernated without sending anything)" };

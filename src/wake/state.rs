@@ -1,4 +1,4 @@
-//! What one turn's `wake` tools share with whoever runs the turn (DESIGN.md §10): the
+//! What one turn's `wake` tools share with whoever runs the turn (docs/design.md §10): the
 //! conversation claimed for it and whether it was answered, how many visible messages it sent,
 //! and the `sleep_until` that ends it after the current batch of tool calls.
 //!
@@ -60,7 +60,7 @@ pub struct WakeState {
 /// Where a turn's [`WakeNote`]s go.
 pub type Notify = Arc<dyn Fn(WakeNote) + Send + Sync>;
 
-/// What runs after every completed batch of tool calls (serve: the outbox drain, DESIGN.md §11
+/// What runs after every completed batch of tool calls (serve: the outbox drain, docs/design.md §11
 /// "Consumer"), on a blocking thread, with the turn's wake state.
 pub type AfterBatch = Arc<dyn Fn(&WakeTurn) + Send + Sync>;
 

@@ -1,4 +1,4 @@
-//! Todos (DESIGN.md §10 "Todos", cryo `todo.json` in reference A5): add with dedupe, list,
+//! Todos (docs/design.md §10 "Todos", cryo `todo.json` in reference A5): add with dedupe, list,
 //! done, remove, the scheduler's claim and finish with `(attempt k)` retries, and the wake
 //! message's todo section.
 //!

@@ -1,4 +1,4 @@
-//! The `wake` tool group (DESIGN.md §10 "Tools"): `todo`, `sleep_until`, `reply`, `send`,
+//! The `wake` tool group (docs/design.md §10 "Tools"): `todo`, `sleep_until`, `reply`, `send`,
 //! `inbox`, and their refusals (cryo's hibernate gate).
 //!
 //! Each tool reads its input, does its one thing through `super::db`, `super::inbox`,

@@ -1,4 +1,4 @@
-//! What decides whether and how often an agent works on its own (DESIGN.md §13 "Tick", "Off"):
+//! What decides whether and how often an agent works on its own (docs/design.md §13 "Tick", "Off"):
 //! the role's `autonomy:` block in meta.yaml and the agent's own switch
 //! `<workspace>/.cicy/autonomy.json` (`intents <id> off|on`).
 //!

@@ -1,4 +1,4 @@
-//! Runtime configuration: `$CICY_HOME/config.yaml` overridden by environment (DESIGN.md §4).
+//! Runtime configuration: `$CICY_HOME/config.yaml` overridden by environment (docs/design.md §4).
 //!
 //! Owns the file's schema, the env overrides and the resulting [`Config`]. The API key is read
 //! from the environment only and is never written anywhere by the runtime.
@@ -12,7 +12,7 @@
 //!   connect_timeout_secs: 10
 //!   idle_timeout_secs: 300           # longest silence inside a streaming response
 //!   max_retries: 10                  # cicy: 10
-//! compaction:                        # DESIGN.md §7, automatic compaction before a round
+//! compaction:                        # docs/design.md §7, automatic compaction before a round
 //!   auto: true
 //!   max_messages: 300                # cicy: compact when the window has more messages
 //!   context_percent: 85              # cicy: … or its estimated tokens exceed this share
@@ -85,7 +85,7 @@ struct FileCompaction {
     keep_snapshots: Option<usize>,
 }
 
-/// When and how much automatic compaction summarizes (DESIGN.md §7); `compaction:` in
+/// When and how much automatic compaction summarizes (docs/design.md §7); `compaction:` in
 /// config.yaml. Defaults are cicy's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompactionConfig {

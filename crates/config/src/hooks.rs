@@ -1,4 +1,4 @@
-//! The `hooks:` block of a role's `meta.yaml` (DESIGN.md §12): its types and their validation.
+//! The `hooks:` block of a role's `meta.yaml` (docs/design.md §12): its types and their validation.
 //!
 //! Owns the 13 hook names, one hook's settings ([`HookSpec`]) and the per-name lists sorted by
 //! priority ([`HooksConfig`]). Everything is checked while meta.yaml is parsed, so a bad hook is
@@ -33,7 +33,7 @@ pub enum HookName {
 }
 
 impl HookName {
-    /// Every name, in the order of DESIGN.md §12.
+    /// Every name, in the order of docs/design.md §12.
     pub const ALL: [HookName; 13] = [
         HookName::SessionStart,
         HookName::SessionEnd,
@@ -84,7 +84,7 @@ impl HookName {
 
     /// What a failed hook means when its `on_error` is not set: deny where letting an
     /// unchecked call or prompt through is the risk (before_tool, before_prompt), allow
-    /// elsewhere (DESIGN.md §12 **[chosen]**).
+    /// elsewhere (docs/design.md §12 **[chosen]**).
     pub fn default_on_error(self) -> OnError {
         match self {
             HookName::BeforeTool | HookName::BeforePrompt => OnError::Deny,
@@ -101,7 +101,7 @@ pub enum OnError {
     Deny,
 }
 
-/// cicy: a hook gets 10 s unless `timeout_secs` says otherwise (DESIGN.md §12 **[chosen]**).
+/// cicy: a hook gets 10 s unless `timeout_secs` says otherwise (docs/design.md §12 **[chosen]**).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The priority of a hook without one (CMDC's guide example uses 100).
 pub const DEFAULT_PRIORITY: u32 = 100;

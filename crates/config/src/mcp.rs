@@ -1,4 +1,4 @@
-//! `mcp_servers` of a role's `meta.yaml` (DESIGN.md §12): how to start each server, and the
+//! `mcp_servers` of a role's `meta.yaml` (docs/design.md §12): how to start each server, and the
 //! name rules its tools must meet.
 //!
 //! Owns the [`McpServerConfig`] shape, its validation when meta.yaml is read, and the
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-/// DESIGN.md §12: a server's request timeout unless meta.yaml says otherwise, in seconds.
+/// docs/design.md §12: a server's request timeout unless meta.yaml says otherwise, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 
 /// Prefix of every MCP tool's name: `mcp__<server>__<tool>`.

@@ -1,4 +1,4 @@
-//! The priority table `<workspace>/.cicy/sched-priority.json` (DESIGN.md §13, the idle seed's
+//! The priority table `<workspace>/.cicy/sched-priority.json` (docs/design.md §13, the idle seed's
 //! `ops\sched-priority.json`): which kind of work gives way to which; a smaller number wins.
 //!
 //! Owns the classes of work, the defaults, and reading the file (a missing file is the
@@ -14,13 +14,13 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Class {
-    /// A todo that came due (DESIGN.md §10).
+    /// A todo that came due (docs/design.md §10).
     Alarm,
     /// A person: chat, prompt, steer, a command, a message in the inbox.
     Human,
     /// Housekeeping: the outbox drain, the memory flush.
     Daemon,
-    /// A task another agent gave (`task_create`, DESIGN.md §11).
+    /// A task another agent gave (`task_create`, docs/design.md §11).
     Task,
     /// An intent of the ledger (its own priority applies; this is the default for a wish).
     Intent,

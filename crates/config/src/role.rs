@@ -1,4 +1,4 @@
-//! Role templates, `meta.yaml`, tool groups and AGENTS.md (DESIGN.md §3).
+//! Role templates, `meta.yaml`, tool groups and AGENTS.md (docs/design.md §3).
 //!
 //! Owns reading a template (`system.md`, `role.md`, `meta.yaml`) from `$CICY_HOME/roles/<slug>/`
 //! with the packaged `roles/` compiled in as the fallback (per file: a user file wins, even
@@ -101,17 +101,17 @@ pub struct RoleMeta {
     /// How long `ask_user` waits for the user's answer, in seconds (CMDC: 300).
     #[serde(default)]
     pub ask_user_timeout_secs: Option<u64>,
-    /// Programs run at the turn's hook points, validated while parsing (DESIGN.md §12, `crate::hooks`).
+    /// Programs run at the turn's hook points, validated while parsing (docs/design.md §12, `crate::hooks`).
     #[serde(default)]
     pub hooks: crate::hooks::HooksConfig,
     /// `strict`: a tool call runs only if the active skills allow it (CMDC SkillGuard, see
     /// `crate::tools::skill_guard`); `warn`: it runs with a system event; default `off`.
     #[serde(default)]
     pub skill_guard: crate::skill_guard::Mode,
-    /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (DESIGN.md §12).
+    /// MCP servers whose tools join each turn as `mcp__<server>__<tool>` (docs/design.md §12).
     #[serde(default, deserialize_with = "crate::unique_map::deserialize")]
     pub mcp_servers: BTreeMap<String, crate::mcp::McpServerConfig>,
-    /// Idle autonomy for agents of this role (DESIGN.md §13, `crate::autonomy::settings`).
+    /// Idle autonomy for agents of this role (docs/design.md §13, `crate::autonomy::settings`).
     #[serde(default)]
     pub autonomy: crate::autonomy::AutonomyConfig,
 }
@@ -209,7 +209,7 @@ fn pick_file(user_dir: &Path, slug: &str, file: &str, packaged_text: Option<&str
 }
 
 /// Only the meta.yaml of template `slug`, parsed and validated (not its tool names): for a
-/// caller that needs one setting often, such as idle autonomy's tick (DESIGN.md §13).
+/// caller that needs one setting often, such as idle autonomy's tick (docs/design.md §13).
 ///
 /// Errors: as [`load_template`], but an unknown slug is [`RoleError::Unknown`] without the list.
 pub fn load_meta(home: &Home, slug: &str) -> Result<RoleMeta, RoleError> {

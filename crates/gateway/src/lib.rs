@@ -1,4 +1,4 @@
-//! The AI gateway client (DESIGN.md §4).
+//! The AI gateway client (docs/design.md §4).
 //!
 //! Owns the two wire styles (Anthropic Messages, OpenAI chat completions), SSE decoding, the
 //! translation of streamed responses back into canonical content blocks, usage, and the one
@@ -32,7 +32,7 @@ pub struct EncodedRequest {
     pub body: Vec<u8>,
     /// Lowercase hex sha256 of the Anthropic-shaped body up to and including the end of its last
     /// `"cache_control":{"type":"ephemeral"}` object (the whole body when there is none), whatever
-    /// the wire style (DESIGN.md §5 "prefix_sha256").
+    /// the wire style (docs/design.md §5 "prefix_sha256").
     pub prefix_sha256: String,
 }
 
@@ -171,7 +171,7 @@ pub(crate) fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
 
 /// Merges usage numbers reported in several places of one response: a non-zero value replaces
 /// the one seen before (gateways put the real numbers in `message_start`, in `message_delta`,
-/// or in both — DESIGN.md §4 "usage merges").
+/// or in both — docs/design.md §4 "usage merges").
 pub(crate) fn merge_usage(into: &mut Usage, from: &Usage) {
     for (dst, src) in [
         (&mut into.input_tokens, from.input_tokens),

@@ -6,7 +6,7 @@
 //! random numbers other than a passed-in jitter source, or events — `client.rs` does the
 //! waiting, the cancelling and the reporting, and the turn loop only reads the outcome.
 //!
-//! Numbers *(cicy, DESIGN.md §4, §6.2)*: one budget of `1 + max_retries` attempts per round (10
+//! Numbers *(cicy, docs/design.md §4, §6.2)*: one budget of `1 + max_retries` attempts per round (10
 //! retries); a failure before any content streamed is retried; a failure after content began
 //! (stream cut, in-stream error) re-runs the round at most 2 times, out of the same budget and
 //! after the same wait; `retry-after` is a floor capped at 60 s; otherwise `min(0.5·2^n, 8)` s ×

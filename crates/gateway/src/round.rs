@@ -1,4 +1,4 @@
-//! One round: the attempts of one request under one attempt budget (DESIGN.md §4, §6.2).
+//! One round: the attempts of one request under one attempt budget (docs/design.md §4, §6.2).
 //!
 //! Owns: the retry loop around [`GatewayClient`]'s attempts — the waits, the whole-call
 //! timeout, cancellation, the `Retry` events and the text a failed round had streamed. Every

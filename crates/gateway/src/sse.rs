@@ -4,7 +4,7 @@
 //! Owns: turning the raw response bytes of a gateway into [`SseEvent`]s (event name + data).
 //! Must not touch: what an event means (that is `anthropic.rs` / `openai.rs`), HTTP, retries.
 //!
-//! Contract (DESIGN.md §4): bytes are buffered across reads; an event fires only at its blank
+//! Contract (docs/design.md §4): bytes are buffered across reads; an event fires only at its blank
 //! line; CR, LF and CRLF all end lines; a multi-byte UTF-8 character split across reads decodes
 //! correctly; the same byte stream split at any point yields the same events.
 //!

@@ -1,4 +1,4 @@
-//! The write loop's buffer: `.cicy/memory/.pending.jsonl` (DESIGN.md §8 "Write").
+//! The write loop's buffer: `.cicy/memory/.pending.jsonl` (docs/design.md §8 "Write").
 //!
 //! Owns recording finished turns (`{user, answer, tools}`, each cut to 2000 bytes on a character
 //! boundary), the explicit keywords, when a flush is due, and removing the turns a flush

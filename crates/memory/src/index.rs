@@ -1,4 +1,4 @@
-//! MEMORY.md, the index that is injected as the `<memories>` block (DESIGN.md §8 "Index + read").
+//! MEMORY.md, the index that is injected as the `<memories>` block (docs/design.md §8 "Index + read").
 //!
 //! Owns rendering the index (one line per memory, `- [<type>★<salience>] <title>: <content>`,
 //! strongest and most recent first), deciding when it is stale (a memory file newer than it,

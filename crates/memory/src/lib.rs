@@ -1,4 +1,4 @@
-//! Long-term memory (DESIGN.md §8): the agent remembers stable facts, preferences and lessons
+//! Long-term memory (docs/design.md §8): the agent remembers stable facts, preferences and lessons
 //! across `/clear`, compaction and restarts, in plain files under `<workspace>/.cicy/memory/`.
 //!
 //! Owns that folder and nothing else: the buffer of finished turns (`buffer`), the pause after

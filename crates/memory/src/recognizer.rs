@@ -1,5 +1,5 @@
 //! The memory recognizer: one aux gateway call that reads buffered turns and says what to
-//! remember (DESIGN.md §8 "Recognize").
+//! remember (docs/design.md §8 "Recognize").
 //!
 //! Owns the recognizer's system prompt, its input text (the existing index and the turns), the
 //! call (`X-Cicy-Aux: memory`, session `memory-<agent id>`, 2048 output tokens, its own timeout), lenient

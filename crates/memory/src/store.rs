@@ -1,4 +1,4 @@
-//! Memory files: `.cicy/memory/<slug>.md`, one per memory (DESIGN.md §8 "Store").
+//! Memory files: `.cicy/memory/<slug>.md`, one per memory (docs/design.md §8 "Store").
 //!
 //! Owns the slug rule, writing a memory (front matter by the YAML serializer, a blank line, the
 //! content), reading one tolerantly, listing the folder, moving files to `_archive/`, and the
@@ -30,10 +30,10 @@ pub const MAX_SLUG_BYTES: usize = 80;
 pub const ARCHIVE_DIR: &str = "_archive";
 /// The index file (index.rs); never a memory.
 pub const INDEX_FILE: &str = "MEMORY.md";
-/// Salience used when a value is missing or outside 1–5 (DESIGN.md §8).
+/// Salience used when a value is missing or outside 1–5 (docs/design.md §8).
 pub const DEFAULT_SALIENCE: u8 = 3;
 
-/// The kinds of memory the recognizer may write (DESIGN.md §8).
+/// The kinds of memory the recognizer may write (docs/design.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum MemoryType {
     Preference,

@@ -1,4 +1,4 @@
-//! Turn progress as typed events (DESIGN.md §6.5).
+//! Turn progress as typed events (docs/design.md §6.5).
 //!
 //! Owns the one event enum the turn loop and `serve` emit, and the [`Emitter`] that hands them
 //! to a sink. Persistent per-agent sequence numbers belong to the store's `eventlog`; the CLI prints
@@ -25,7 +25,7 @@ pub enum TurnOutcome {
     Failed,
 }
 
-/// What a resident agent is doing (DESIGN.md §9 states, from CMDC): `idle` → request `running`
+/// What a resident agent is doing (docs/design.md §9 states, from CMDC): `idle` → request `running`
 /// → first chunk `streaming` → tool calls `executing_tools` → batch done `running` … → `idle`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -127,7 +127,7 @@ pub enum EventKind {
     TurnEnded {
         outcome: TurnOutcome,
     },
-    /// `serve`: the agent's state changed (DESIGN.md §9).
+    /// `serve`: the agent's state changed (docs/design.md §9).
     State {
         state: AgentState,
     },
@@ -153,7 +153,7 @@ pub enum EventKind {
         from: u64,
         to: u64,
     },
-    /// `serve`: a wake turn starts (DESIGN.md §10): `reason` `todo|inbox|recovery|heartbeat`,
+    /// `serve`: a wake turn starts (docs/design.md §10): `reason` `todo|inbox|recovery|heartbeat`,
     /// `n` the agent's wake count, the todo ids it claimed and the inbox files of the one
     /// conversation it claimed.
     Wake {
@@ -183,7 +183,7 @@ pub enum EventKind {
         id: u32,
         line: String,
     },
-    /// A `task` call started a sub-agent (DESIGN.md §12, CMDC `:subagent_start`): `id` names its
+    /// A `task` call started a sub-agent (docs/design.md §12, CMDC `:subagent_start`): `id` names its
     /// folder `.cicy/history/sub/<id>/`; `subagent_type` is `general-purpose` or a role slug.
     SubagentStart {
         id: String,
@@ -197,7 +197,7 @@ pub enum EventKind {
         outcome: SubagentOutcome,
         result: String,
     },
-    /// The `ask_user` tool waits for the user's answer to `question` (DESIGN.md §12, CMDC
+    /// The `ask_user` tool waits for the user's answer to `question` (docs/design.md §12, CMDC
     /// `:ask_user`): answer with `POST /api/agents/<id>/respond {ref, response}` or the chat
     /// session's next stdin line. `options` is empty for a free-text answer.
     AskUser {
@@ -206,7 +206,7 @@ pub enum EventKind {
         question: String,
         options: Vec<AskOption>,
     },
-    /// A hook ran (DESIGN.md §12): its point (`before_tool`), its `command` as meta.yaml writes
+    /// A hook ran (docs/design.md §12): its point (`before_tool`), its `command` as meta.yaml writes
     /// it, the `action` it took (`allow`, `deny`, `modify`, `inject`, `skip`, `switch_model`; a
     /// failed hook reports its `on_error`), the deny reason or the model switched to.
     Hook {
@@ -217,12 +217,12 @@ pub enum EventKind {
         reason: Option<String>,
         duration_ms: u64,
     },
-    /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (DESIGN.md §12 calls it
+    /// `write_todos` replaced the plan (`.cicy/plan.json`) with `todos` (docs/design.md §12 calls it
     /// `todo_change`; that name is the wake todos' event above, whose shape differs).
     PlanChange {
         todos: Vec<crate::plan::Todo>,
     },
-    /// Idle autonomy (DESIGN.md §13): a job of the tick changed. `job` is `intent:<id>` or a
+    /// Idle autonomy (docs/design.md §13): a job of the tick changed. `job` is `intent:<id>` or a
     /// routine (`selfcheck`, `recall`, `web`); `status` is `running`, `done`, `failed`,
     /// `interrupted`, `refused` or `promoted`; `detail` the result, the refusal, who preempted
     /// (`preempted by human`) or the new priority.

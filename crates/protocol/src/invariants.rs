@@ -1,4 +1,4 @@
-//! The history invariants every request obeys (DESIGN.md §6.4).
+//! The history invariants every request obeys (docs/design.md §6.4).
 //!
 //! Owns [`heal`] / [`heal_window`], which repair a message list in place, and [`check`] /
 //! [`check_history`], which report the first violation. Invariants: every `tool_use` has

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Start of the user message that carries a compact summary (DESIGN.md §7). Such a message is a
+/// Start of the user message that carries a compact summary (docs/design.md §7). Such a message is a
 /// *fence*: the wire window starts at the last one, and healing never merges across one.
 pub const SUMMARY_PREFIX: &str =
     "[Compressed summary of the earlier conversation, kept for context continuity; the most recent original messages follow.]\n\n";

@@ -1,4 +1,4 @@
-//! Outcome markers (DESIGN.md §6.2): the assistant text that ends a turn that did not end
+//! Outcome markers (docs/design.md §6.2): the assistant text that ends a turn that did not end
 //! normally, so the history is always well formed. Markers are history bookkeeping: the prompt
 //! assembler leaves them out of the wire window, so the model never sees (or imitates) them.
 

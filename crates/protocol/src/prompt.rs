@@ -43,7 +43,7 @@ impl ApiStyle {
 pub enum AuxKind {
     Compact,
     Memory,
-    /// The wish guard's judge (DESIGN.md §13).
+    /// The wish guard's judge (docs/design.md §13).
     Guard,
 }
 

@@ -1,4 +1,4 @@
-//! Atomic file writes and the "move a corrupt file aside" rule (DESIGN.md §2).
+//! Atomic file writes and the "move a corrupt file aside" rule (docs/design.md §2).
 //!
 //! Every file the runtime writes goes through [`write_atomic`]: a temp file in the same folder,
 //! fsync, rename over the target, fsync the folder. A file that fails to parse is never

@@ -1,4 +1,4 @@
-//! History files under `<workspace>/.cicy/history/` (DESIGN.md §6.3).
+//! History files under `<workspace>/.cicy/history/` (docs/design.md §6.3).
 //!
 //! Owns `chat/<conv_id>/current.json` (the whole display history), `reply.json` (the snapshot of
 //! the running or last turn), the archived snapshots `current.<unix>.json` / `reply.<unix>.json`
@@ -76,7 +76,7 @@ impl CurrentFile {
     }
 }
 
-/// `current.json` `status`: whether a turn was in flight when the file was written (DESIGN.md
+/// `current.json` `status`: whether a turn was in flight when the file was written (docs/design.md
 /// §6.3; the strings on disk are `idle` and `running`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -210,7 +210,7 @@ impl HistoryStore {
     }
 
     /// A store rooted at `dir` instead of a workspace's `.cicy/history/` (a sub-agent's
-    /// `.cicy/history/sub/<id>/`, DESIGN.md §12), with the same layout inside.
+    /// `.cicy/history/sub/<id>/`, docs/design.md §12), with the same layout inside.
     pub fn at(dir: PathBuf) -> Self {
         Self { dir, last_current: Arc::default() }
     }

@@ -1,4 +1,4 @@
-//! The runtime home, `$CICY_HOME` (default `~/.cicy`), and the paths inside it (DESIGN.md §2).
+//! The runtime home, `$CICY_HOME` (default `~/.cicy`), and the paths inside it (docs/design.md §2).
 //!
 //! Owns path names only; it reads and writes nothing except creating folders on request.
 

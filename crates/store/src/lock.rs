@@ -1,4 +1,4 @@
-//! The per-agent turn lock (DESIGN.md §7: `/compact` and `/clear` are refused while a turn runs).
+//! The per-agent turn lock (docs/design.md §7: `/compact` and `/clear` are refused while a turn runs).
 //!
 //! Owns `<workspace>/.cicy/turn.lock`. Whoever runs a turn, a compaction or a clear for an agent
 //! holds an exclusive `flock(2)` on it, so a second `cicy-agent` process working on the same

@@ -1,4 +1,4 @@
-//! A real headless browser for the dashboard's tests and bench (DESIGN.md §14): Debian's
+//! A real headless browser for the dashboard's tests and bench (docs/design.md §14): Debian's
 //! `chromedriver` started on 127.0.0.1 (port 0, the port it reports on stdout) and one
 //! WebDriver session on `chromium --headless=new` with a throwaway profile. Test fixtures only.
 //!

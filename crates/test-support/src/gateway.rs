@@ -1,4 +1,4 @@
-//! A scripted AI gateway for integration tests (DESIGN.md §10).
+//! A scripted AI gateway for integration tests (docs/design.md §10).
 //!
 //! Owns: an axum server on 127.0.0.1:0 inside the test that records every request and answers
 //! with queued [`Reply`]s in order (any method, any path but `GET /props`), plus builders of real-looking SSE

@@ -1,4 +1,4 @@
-//! The refused classes of a `run` line, by program and target (DESIGN.md §13 "Guardrails at
+//! The refused classes of a `run` line, by program and target (docs/design.md §13 "Guardrails at
 //! write time").
 //!
 //! Owns: what each simple command means ([`effects`]: the program run after wrappers, the paths

@@ -1,4 +1,4 @@
-//! `git` command lines (DESIGN.md §13 "push", "network egress", deleting memory): which are
+//! `git` command lines (docs/design.md §13 "push", "network egress", deleting memory): which are
 //! refused and which paths they delete or overwrite. Owns the git subcommand rules and the
 //! environment variables through which git runs a command of the caller's choosing; must not
 //! judge the paths (that is `classify::check_target`).

@@ -1,9 +1,9 @@
 //! The guard's judge: one aux gateway call that reads a wish's prose and says whether its
-//! meaning falls in a refused class (DESIGN.md §13 "`what`/`why` go to an aux call").
+//! meaning falls in a refused class (docs/design.md §13 "`what`/`why` go to an aux call").
 //!
 //! Owns: the judge's system text, its user text, the call (`X-Cicy-Aux: guard`, session
 //! `guard-<agent id>`, [`MAX_TOKENS`], [`TIMEOUT`], no retries) and the lenient reading of its
-//! answer. Every failure refuses (DESIGN.md §13 "failure = refuse"). Must not touch files.
+//! answer. Every failure refuses (docs/design.md §13 "failure = refuse"). Must not touch files.
 
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_TOKENS: u32 = 256;
 
 /// The judge's system text, sent byte for byte as the only system block (no cache
-/// breakpoint). It lists the refused classes of DESIGN.md §13 in our own words and asks for
+/// breakpoint). It lists the refused classes of docs/design.md §13 in our own words and asks for
 /// `{"verdict","class","reason"}`.
 pub const SYSTEM_TEXT: &str = "\
 You are the guard of an AI agent's idle-time wishes. A wish is something the agent (or its human) wants done later, when nobody is asking anything of the agent. You do not carry it out: you only decide whether it may be written down.

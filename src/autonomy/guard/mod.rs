@@ -1,4 +1,4 @@
-//! Guardrails at write time (DESIGN.md §13): whether a wish may be written, and which running
+//! Guardrails at write time (docs/design.md §13): whether a wish may be written, and which running
 //! intents are never killed.
 //!
 //! A wish's `run` line is parsed as bash and every simple command it would run is classified by
@@ -9,7 +9,7 @@
 //! the `refused` line with [`Refusal`]'s text.
 //!
 //! Classes (the `class` of a [`Refusal`]): `memory`, `kernel`, `model`, `migrate`, `handoff`,
-//! `gates`, `limits`, `network`, `install`, `push`, `config` (DESIGN.md §13); `unparsed` for a
+//! `gates`, `limits`, `network`, `install`, `push`, `config` (docs/design.md §13); `unparsed` for a
 //! `run` line the guard cannot follow safely (a syntax error, `eval`, a program or a written
 //! path that is only known when it runs, a program that runs others out of sight, a git config
 //! override, a path through `/proc` or `/dev/fd`); `judge` when the judge call failed or its answer could
@@ -122,7 +122,7 @@ pub async fn check(
     judge::judge(judge, what, why, cancel).await
 }
 
-/// The seed's never-killed list for a `run` line (DESIGN.md §13 "Never killed"): true when
+/// The seed's never-killed list for a `run` line (docs/design.md §13 "Never killed"): true when
 /// the line writes (redirects or a known writer such as `cp`, `mv`, `tee`, `rm`) under the
 /// workspace's `.cicy/history`, `.cicy/checkpoints` or `.cicy/memory`, or when every command it
 /// may run is `git` (any subcommand; argv[0]'s basename after the wrappers of [`check_run`]) or

@@ -1,4 +1,4 @@
-//! Option scanning of one command's arguments, getopt style (DESIGN.md §13 "program + target").
+//! Option scanning of one command's arguments, getopt style (docs/design.md §13 "program + target").
 //!
 //! Owns: telling options, their values and positional arguments apart, given which short
 //! letters and long names take a value. Must not know any program's meaning.

@@ -1,4 +1,4 @@
-//! Path targets of a `run` line and the places the guard protects (DESIGN.md §13).
+//! Path targets of a `run` line and the places the guard protects (docs/design.md §13).
 //!
 //! Owns: lexical normalisation, the glob pattern a shell word stands for, and the questions
 //! "may this pattern name that path, an ancestor of it, or something inside it". Every target

@@ -1,4 +1,4 @@
-//! Package managers, network programs and the runtime's own CLI (DESIGN.md §13 "network
+//! Package managers, network programs and the runtime's own CLI (docs/design.md §13 "network
 //! egress", "installing dependencies", "change the kernel"): which command lines of theirs are
 //! refused. Owns those lists; must not look at paths (that is `classify.rs`).
 
@@ -6,7 +6,7 @@ use super::classify::{refusal, unparsed, Effect};
 use super::opts::{scan, Spec};
 use super::shell::Arg;
 
-/// Programs that only reach other machines (DESIGN.md §13 "network egress").
+/// Programs that only reach other machines (docs/design.md §13 "network egress").
 pub(super) const NETWORK: &[&str] = &[
     "curl",
     "wget",

@@ -1,4 +1,4 @@
-//! A `run` line as the simple commands bash would run (DESIGN.md §13 "split to argv").
+//! A `run` line as the simple commands bash would run (docs/design.md §13 "split to argv").
 //!
 //! Owns: parsing with `brush-parser` (POSIX/bash grammar) and the walk over every list,
 //! pipeline stage, compound command, function body, command and process substitution and

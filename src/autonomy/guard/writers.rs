@@ -1,5 +1,5 @@
 //! Programs that write files named by their options or arguments, beyond the core utilities of
-//! `classify.rs` (DESIGN.md §13 "program + target"): in-place editors (`perl -i`, `awk -i
+//! `classify.rs` (docs/design.md §13 "program + target"): in-place editors (`perl -i`, `awk -i
 //! inplace`, `vim`, `ed`), `sort -o`, `patch`, archive extraction (`tar -x`, `unzip`), and
 //! `find`'s actions.
 //! Owns which arguments of theirs are written and how; must not judge the paths (that is

@@ -1,4 +1,4 @@
-//! `msg` calls of the master/worker topology (DESIGN.md §11, cicy `msg`): who asked whom what,
+//! `msg` calls of the master/worker topology (docs/design.md §11, cicy `msg`): who asked whom what,
 //! whether a tool still waits for the answer, and the answer.
 //!
 //! Owns the `msg_call` rows and the one decision they exist for: when the answer comes, a

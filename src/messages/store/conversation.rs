@@ -1,4 +1,4 @@
-//! Conversations and their members (DESIGN.md §11 `conversation`, `member`): direct and group
+//! Conversations and their members (docs/design.md §11 `conversation`, `member`): direct and group
 //! conversations, membership, group resolution by name (Choruz B7 `send`), display names and
 //! the roster (Choruz B1).
 //!

@@ -1,4 +1,4 @@
-//! Cron jobs of agents (DESIGN.md §11 `set_cron`; Choruz B7): the `cron_job` rows and when
+//! Cron jobs of agents (docs/design.md §11 `set_cron`; Choruz B7): the `cron_job` rows and when
 //! each runs next.
 //!
 //! Owns the rows and the two schedule forms: a `schedule` with a space is a 5-field cron

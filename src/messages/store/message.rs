@@ -1,4 +1,4 @@
-//! Messages and deliveries (DESIGN.md §11 `message`, `delivery`): posting with a gapless `seq`
+//! Messages and deliveries (docs/design.md §11 `message`, `delivery`): posting with a gapless `seq`
 //! per conversation and a canonical thread root (Choruz B7 `send` transaction), paged listing,
 //! threads, and each agent's delivery state.
 //!
@@ -14,7 +14,7 @@ use super::{MessageStore, StoreError};
 pub const MESSAGE_PAGE_MAX: u32 = 100;
 
 /// Most messages [`MessageStore::thread`] returns: the root and the latest replies
-/// (DESIGN.md §11).
+/// (docs/design.md §11).
 const THREAD_MAX: usize = crate::messages::envelope::THREAD_CONTEXT_MAX;
 
 /// One message.
@@ -394,7 +394,7 @@ impl MessageStore {
     }
 
     /// `agent`'s pending messages across conversations, oldest first (`created_at`, then
-    /// conversation and `seq`); a wake claims one conversation's at a time (DESIGN.md §10).
+    /// conversation and `seq`); a wake claims one conversation's at a time (docs/design.md §10).
     ///
     /// Errors: [`StoreError::BadRow`], [`StoreError::Sql`].
     pub fn pending_for(&self, agent: &str) -> Result<Vec<Message>, StoreError> {

@@ -1,4 +1,4 @@
-//! The message store: the migration-3 tables of `cicy.db` (DESIGN.md §11 "SQLite").
+//! The message store: the migration-3 tables of `cicy.db` (docs/design.md §11 "SQLite").
 //!
 //! Owns the connection they are read and written through, its errors, and the principal
 //! syntax. The rows' meaning is in `conversation.rs` (conversations, members, group
@@ -125,7 +125,7 @@ impl MessageStore {
 }
 
 /// Whether `p` is a principal: `w-<n>` (an agent) or `human:<name>` with a non-empty name
-/// without control characters (DESIGN.md §11 `member.principal`).
+/// without control characters (docs/design.md §11 `member.principal`).
 pub fn is_principal(p: &str) -> bool {
     if let Some(n) = p.strip_prefix("w-") {
         return !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());

@@ -1,4 +1,4 @@
-//! Board tasks of a conversation (DESIGN.md §11 `task`; Choruz B7 task commands, B8 result
+//! Board tasks of a conversation (docs/design.md §11 `task`; Choruz B7 task commands, B8 result
 //! codes): create with an idempotency key, update, transfer, list, and an agent's open tasks
 //! for the envelope's `your_tasks`.
 //!
@@ -12,7 +12,7 @@ use rusqlite::{params, OptionalExtension, TransactionBehavior};
 use super::{MessageStore, StoreError};
 use crate::messages::envelope::TaskSummary;
 
-/// `task.status` (DESIGN.md §11 **[chosen]** names; Choruz leaves them open, B11).
+/// `task.status` (docs/design.md §11 **[chosen]** names; Choruz leaves them open, B11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
@@ -226,7 +226,7 @@ fn given(s: Option<&str>) -> Option<&str> {
 impl MessageStore {
     /// Creates a task in one `BEGIN IMMEDIATE` transaction. The same idempotency key with the
     /// same (trimmed) title returns the existing task (`existed`); with another title it is
-    /// refused (DESIGN.md §11 "Results"). Without a task key the task gets `T-<n>`, the first
+    /// refused (docs/design.md §11 "Results"). Without a task key the task gets `T-<n>`, the first
     /// free n from the conversation's task count + 1 **[chosen]**.
     ///
     /// Errors ([`TaskError::code`]): `not_found`, `forbidden`, `missing_title`,

@@ -1,4 +1,4 @@
-//! The actor's side of idle autonomy (DESIGN.md §13): the tick, preemption, the 0.5 s poll and
+//! The actor's side of idle autonomy (docs/design.md §13): the tick, preemption, the 0.5 s poll and
 //! the recovery at start, as methods of the agent's actor. What a tick decides is
 //! `crate::autonomy::tick`; how a job runs is `crate::serve`'s intent job. Must not touch HTTP.
 
@@ -6,7 +6,7 @@ use super::*;
 use crate::event::AutonomyStatus;
 
 impl Actor {
-    /// Nothing asks anything of the agent (DESIGN.md §13 "idle only when …"; the files' part —
+    /// Nothing asks anything of the agent (docs/design.md §13 "idle only when …"; the files' part —
     /// inbox, todos, claims — is the tick's own check).
     fn idle_for_autonomy(&self) -> bool {
         // A memory flush is never cut short for autonomy (a job's start would cancel it).

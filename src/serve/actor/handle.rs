@@ -67,7 +67,7 @@ impl AgentHandle {
         self.tx.send(op).await.is_ok()
     }
 
-    /// A todo came due or the inbox may hold a message (DESIGN.md §10): the actor wakes now if
+    /// A todo came due or the inbox may hold a message (docs/design.md §10): the actor wakes now if
     /// idle, else after the current run.
     pub(crate) fn wake(&self, reason: Reason) {
         self.signals.raise(|r| {
@@ -77,7 +77,7 @@ impl AgentHandle {
         });
     }
 
-    /// The outbox's `new/` is not empty (DESIGN.md §11 "Consumer").
+    /// The outbox's `new/` is not empty (docs/design.md §11 "Consumer").
     pub(crate) fn drain(&self) {
         self.signals.raise(|r| r.drain = true);
     }
@@ -87,7 +87,7 @@ impl AgentHandle {
         self.signals.raise(|r| r.recover = true);
     }
 
-    /// At serve's start, for an agent whose autonomy lease a killed serve left (DESIGN.md §13).
+    /// At serve's start, for an agent whose autonomy lease a killed serve left (docs/design.md §13).
     pub(crate) fn recover_autonomy(&self) {
         self.signals.raise(|r| r.recover_autonomy = true);
     }

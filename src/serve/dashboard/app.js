@@ -1,4 +1,4 @@
-// The cicy dashboard (DESIGN.md §14): one page, no build step, no other host. Everything the
+// The cicy dashboard (docs/design.md §14): one page, no build step, no other host. Everything the
 // server sends is untrusted text: it reaches the page only through textContent.
 "use strict";
 

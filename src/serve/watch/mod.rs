@@ -1,4 +1,4 @@
-//! The inbox watch of `serve` (DESIGN.md §10 "Inbox … Watch … Fallbacks"): tells serve which
+//! The inbox watch of `serve` (docs/design.md §10 "Inbox", "Watch", "Fallbacks"): tells serve which
 //! agents' inboxes may hold a new message, by agent id on a channel.
 //!
 //! One inotify watcher (a non-recursive watch per inbox folder) and, past the inotify limit
@@ -45,7 +45,7 @@ pub enum WatchMode {
     Poll,
 }
 
-/// How to watch. Defaults: DESIGN.md §10 (50 ms debounce, full scan every 30 s, poll 2 s).
+/// How to watch. Defaults: docs/design.md §10 (50 ms debounce, full scan every 30 s, poll 2 s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchOptions {
     /// Events within this window after the first are sent as one batch (one send per agent).

@@ -36,7 +36,7 @@ pub(super) fn dir_id(dir: &Path) -> io::Result<DirId> {
     fs::metadata(dir).map(|m| (m.dev(), m.ino()))
 }
 
-/// The inbox naming rule (DESIGN.md §10, cryo A6): a message ends in `.md`; a name starting
+/// The inbox naming rule (docs/design.md §10, cryo A6): a message ends in `.md`; a name starting
 /// with `.` is a writer's temp file (`.<name>.tmp`) or hidden, never a message.
 pub(super) fn is_pending_name(name: &OsStr) -> bool {
     let bytes = name.as_encoded_bytes();

@@ -96,7 +96,7 @@ async fn temp_hidden_non_md_and_folder_names_do_not_wake() {
 async fn two_files_in_a_burst_wake_once() {
     let tmp = TempDir::new().unwrap();
     // A wide window so a slow machine cannot split the burst; the gap is the scenario's
-    // (DESIGN.md §10: two files 10 ms apart), it waits for nothing.
+    // (docs/design.md §10: two files 10 ms apart), it waits for nothing.
     let opts = WatchOptions { debounce: Duration::from_millis(500), ..quiet() };
     let (dirs, _watch, mut rx) = start(&tmp, 2, opts);
     fs::write(dirs[0].join("a.md"), "a\n").unwrap();

@@ -1,4 +1,4 @@
-//! `grep {pattern, path?, include?, context_lines=2, max_results=50}` (DESIGN.md §12, CMDC A7):
+//! `grep {pattern, path?, include?, context_lines=2, max_results=50}` (docs/design.md §12, CMDC A7):
 //! regex search of file contents beneath the workspace.
 //!
 //! Owns the search and its output. Matching is `grep-regex` + `grep-searcher` (line-oriented,

@@ -1,4 +1,4 @@
-//! The `files` tool group (DESIGN.md §12, CMDC names and limits): `read_file`, `write_file`,
+//! The `files` tool group (docs/design.md §12, CMDC names and limits): `read_file`, `write_file`,
 //! `edit_file`, `grep`, `glob`, `ls`.
 //!
 //! Owns the tools' names, descriptions, input schemas, input validation and dispatch. Each call

@@ -1,4 +1,4 @@
-//! `read_file {path, offset=1, limit}` (DESIGN.md §12, CMDC A7): a window of a text file as
+//! `read_file {path, offset=1, limit}` (docs/design.md §12, CMDC A7): a window of a text file as
 //! numbered lines.
 //!
 //! Owns opening a file for reading beneath the workspace ([`open_regular`], shared with `grep`

@@ -1,4 +1,4 @@
-//! Confinement of the file tools to the agent's workspace (DESIGN.md §12).
+//! Confinement of the file tools to the agent's workspace (docs/design.md §12).
 //!
 //! Owns the one rule every file tool obeys: a path names something beneath the workspace, and it
 //! is opened *relative to an open handle of the workspace* through `cap-std`, whose `Dir` opens
@@ -25,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, MetadataExt};
 
-/// The workspace folder of the runtime's own state, which no file tool writes into (DESIGN.md §12
+/// The workspace folder of the runtime's own state, which no file tool writes into (docs/design.md §12
 /// "writes to `.cicy/` internals refused"; all of it **[chosen]**: a replaced `turn.lock` breaks
 /// the running turn's lock, a written skill could lift the skill guard).
 pub const STATE_DIR: &str = ".cicy";
@@ -47,7 +47,7 @@ pub enum FileError {
     NotRegular(String),
     #[error("error: permission denied: {0}")]
     PermissionDenied(String),
-    /// write_file / edit_file never replace a symlink (DESIGN.md §12 "no symlink leaf").
+    /// write_file / edit_file never replace a symlink (docs/design.md §12 "no symlink leaf").
     #[error("error: {0} is a symlink; files are not written through symlinks")]
     SymlinkLeaf(String),
     /// A write whose target is [`STATE_DIR`] or inside it, by its text or its real folder.

@@ -1,5 +1,5 @@
 //! The workspace walk shared by `grep` and `glob`, and the listing tools `glob {pattern, path?}`
-//! and `ls {path?}` (DESIGN.md §12, CMDC A7).
+//! and `ls {path?}` (docs/design.md §12, CMDC A7).
 //!
 //! Owns the walk's rules: the `ignore` crate's walker with no symlink following, depth 25, the
 //! CMDC skip list, `.cicy/{history,outbox,events,checkpoints}` left out, and no ignore files

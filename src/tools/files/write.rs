@@ -1,4 +1,4 @@
-//! `write_file {path, content}` and `edit_file {path, old_string, new_string}` (DESIGN.md §12,
+//! `write_file {path, content}` and `edit_file {path, old_string, new_string}` (docs/design.md §12,
 //! CMDC A7): whole-file writes, atomic, beneath the workspace.
 //!
 //! Owns the atomic replace inside an open directory handle ([`write_atomic`]: a temp file

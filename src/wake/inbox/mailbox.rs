@@ -174,7 +174,7 @@ impl Mailbox {
         Ok((parsed, unparsed))
     }
 
-    /// The pending files a claim may take at `now` (DESIGN.md §10): only those whose writer
+    /// The pending files a claim may take at `now` (docs/design.md §10): only those whose writer
     /// has finished ([`settle::settled`] with `grace`), each read once and kept only when its
     /// stamp did not change while it was read. A file still being written is left alone (not
     /// even read) and sets [`Claimable::wait`].

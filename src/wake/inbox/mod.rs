@@ -1,4 +1,4 @@
-//! Message files of an agent (DESIGN.md §10 "Inbox", reference cryo_choruz.md A6 and A9): the
+//! Message files of an agent (docs/design.md §10 "Inbox", reference cryo_choruz.md A6 and A9): the
 //! folders under `<ws>/.cicy/messages/` (`inbox/`, `inbox/archive/`, `inbox/bad/`, `outbox/`),
 //! the file format, atomic writes, listing, archiving, paging, which pending messages one claim
 //! takes, and the dialog transcript.
@@ -81,7 +81,7 @@ pub struct Unparsed {
     pub error: String,
     /// It changed less than the write grace (`crate::fsutil::write_grace`, 2 s) ago: it may
     /// still be being written, so it is looked at again rather than moved to `inbox/bad/`
-    /// (DESIGN.md §10).
+    /// (docs/design.md §10).
     pub young: bool,
 }
 

@@ -201,7 +201,7 @@ impl std::fmt::Display for TodoAction {
     }
 }
 
-/// What became of an idle-autonomy job: the `status` of an `autonomy` event (DESIGN.md §13).
+/// What became of an idle-autonomy job: the `status` of an `autonomy` event (docs/design.md §13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AutonomyStatus {

@@ -1,11 +1,11 @@
 //! The in-memory side of an agent's event log: numbering, the ring, live subscribers and the
-//! writer task (DESIGN.md §9).
+//! writer task (docs/design.md §9).
 //!
 //! Owns no file itself: it drives one [`EventLog`] from a tokio task. `emit` is synchronous;
 //! it does I/O only to take the writer lease (the first event after the writer went idle) or
 //! when the reserved range runs out before the writer reserved the next one. The writer writes
 //! each batch it finds queued as soon as it wakes, so events reach the file well within
-//! DESIGN.md's "flushed 100 ms" without a timer; it fsyncs after `turn_ended`, and lets the
+//! docs/design.md's "flushed 100 ms" without a timer; it fsyncs after `turn_ended`, and lets the
 //! lease go whenever every event numbered so far is written.
 //!
 //! So another process logging the same agent (a CLI run with `--local`) waits at most for the
@@ -24,7 +24,7 @@ use super::global::GlobalFeed;
 use super::{events_dir, files::log_file, read_after, seq_before_last, EventLog, EventLogError, Published, RESERVE_CHUNK, ROTATE_BYTES};
 use cicy_protocol::event::{Emitter, Event, EventKind, EventSink};
 
-/// DESIGN.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
+/// docs/design.md §9: ring of 2048 (CMDC suggests 50–200; one answer exceeds it).
 pub(super) const RING: usize = 2048;
 /// Slots of the live channel; a subscriber further behind lags and is refilled.
 const LIVE_CAPACITY: usize = 2048;

@@ -1,4 +1,4 @@
-//! The server-wide feed behind `GET /api/events` (DESIGN.md §14 "live events"): every agent's
+//! The server-wide feed behind `GET /api/events` (docs/design.md §14 "live events"): every agent's
 //! events in the order they were emitted, numbered with a global sequence (`gseq`), a ring of
 //! the newest and live subscribers that can resume after a dropped connection.
 //!

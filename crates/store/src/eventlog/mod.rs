@@ -1,4 +1,4 @@
-//! The persistent per-agent event log (DESIGN.md §9 "Event log").
+//! The persistent per-agent event log (docs/design.md §9 "Event log").
 //!
 //! Owns `<workspace>/.cicy/events/`: `events.jsonl` (one [`Event`] per line, exactly as
 //! `serde_json::to_string` writes it), its rotated siblings `events.1.jsonl` … `events.4.jsonl`,
@@ -45,11 +45,11 @@ pub fn last_logged(workspace: &Path) -> Result<u64, EventLogError> {
 use cicy_protocol::event::Event;
 use files::{cut_torn_tail, last_logged_in, log_file, max_logged_setting_aside, DROPPED};
 
-/// DESIGN.md §9: `events.jsonl` is rotated when it reaches 8 MiB.
+/// docs/design.md §9: `events.jsonl` is rotated when it reaches 8 MiB.
 pub const ROTATE_BYTES: u64 = 8 * 1024 * 1024;
-/// DESIGN.md §9: 4 rotated files are kept (`events.1.jsonl` newest … `events.4.jsonl` oldest).
+/// docs/design.md §9: 4 rotated files are kept (`events.1.jsonl` newest … `events.4.jsonl` oldest).
 pub const KEPT_ROTATED: usize = 4;
-/// DESIGN.md §9: `hwm` reserves seqs 1024 ahead.
+/// docs/design.md §9: `hwm` reserves seqs 1024 ahead.
 pub const RESERVE_CHUNK: u64 = 1024;
 
 /// The newest logged seq, for a writer (under the lock): when the last line of the newest file
@@ -267,7 +267,7 @@ impl EventLog {
         Ok(())
     }
 
-    /// fsyncs `events.jsonl` if anything was appended since the last call (DESIGN.md §9: at
+    /// fsyncs `events.jsonl` if anything was appended since the last call (docs/design.md §9: at
     /// `turn_ended`).
     pub fn sync(&mut self) -> Result<(), EventLogError> {
         match &self.out {

@@ -1,4 +1,4 @@
-//! Typed outbox commands (Choruz B7; DESIGN.md §11 "Commands"): one JSON object per file,
+//! Typed outbox commands (Choruz B7; docs/design.md §11 "Commands"): one JSON object per file,
 //! field `type`, turned into an [`OutboxCommand`] or a [`Rejection`] carrying the exact text
 //! (or result envelope) Choruz gives for it.
 //!
@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::results::{ErrorCode, ResultEnvelope};
 
-/// Task statuses (DESIGN.md §11 [chosen]).
+/// Task statuses (docs/design.md §11 [chosen]).
 pub const TASK_STATUSES: [&str; 4] = ["todo", "in_progress", "blocked", "done"];
 
 /// One command of the outbox. Optional strings are `None` when absent, not a string or blank,
@@ -54,7 +54,7 @@ pub enum OutboxCommand {
     CreateGroup { name: String, description: Option<String>, members: Vec<String> },
     /// `set_cron`: `schedule` with a space is a 5-field cron, else `every` `<n>s|m|h|d`.
     SetCron { name: String, schedule: String, message: String },
-    /// `provision_agent`: a new agent `name` with `instructions` (DESIGN.md §3 create).
+    /// `provision_agent`: a new agent `name` with `instructions` (docs/design.md §3 create).
     ProvisionAgent { name: String, instructions: String, model: Option<String> },
     /// A non-empty `type` none of the above; the consumer answers `outbox: unknown command type`.
     Unknown(String),

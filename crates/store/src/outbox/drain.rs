@@ -1,4 +1,4 @@
-//! The consumer (Choruz B4; DESIGN.md §11 "Consumer"): one pass over `new/` that claims each
+//! The consumer (Choruz B4; docs/design.md §11 "Consumer"): one pass over `new/` that claims each
 //! command by a rename, parses it, hands it to the caller's handler and deletes it.
 //!
 //! Synchronous file I/O only: serve calls it through `spawn_blocking`. Several consumers may

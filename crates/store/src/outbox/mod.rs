@@ -1,4 +1,4 @@
-//! The Maildir outbox of one workspace (DESIGN.md §11, reference cryo_choruz.md B2–B4, B7, B8):
+//! The Maildir outbox of one workspace (docs/design.md §11, reference cryo_choruz.md B2–B4, B7, B8):
 //! the way shell commands a tool runs hand commands (`send`, `task_create`, …) to the runtime.
 //!
 //! Owns `<ws>/.cicy/outbox/{tmp,new,results,bad}/`, `.lock` and `.seq`, the shim `<ws>/.cicy/send`

@@ -1,4 +1,4 @@
-//! Result envelopes of task commands (Choruz B8; DESIGN.md §11 "Results"):
+//! Result envelopes of task commands (Choruz B8; docs/design.md §11 "Results"):
 //! `results/<ulid>.json`, written through `results/.partial-<id>` and a rename, never cleaned
 //! up (agents tell rounds apart by `emitted_at`).
 

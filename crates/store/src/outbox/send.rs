@@ -1,4 +1,4 @@
-//! The producer, `cicy-agent outbox-send '<json>'` (Choruz B3 with DESIGN.md §11's choices):
+//! The producer, `cicy-agent outbox-send '<json>'` (Choruz B3 with docs/design.md §11's choices):
 //! validate, stage in `tmp/`, number under a `flock` on `.lock`, publish into `new/`.
 //!
 //! It opens nothing but the outbox's own files: no registry, no home, no async runtime, so a
@@ -17,7 +17,7 @@ use super::{Outbox, OutboxError};
 use crate::fsutil::sync_dir;
 
 /// A `.lock` *directory* (a Choruz `mkdir` lock) older than this is a leftover of a killed
-/// helper and is removed (DESIGN.md §11 [chosen]); a younger one is waited for.
+/// helper and is removed (docs/design.md §11 [chosen]); a younger one is waited for.
 pub const STALE_LOCK_DIR: Duration = Duration::from_secs(10);
 
 /// How long to wait between looks at a young `.lock` directory (Choruz B3 polls every 10 ms).
@@ -44,7 +44,7 @@ pub fn resolve_dir(outbox_dir: Option<&OsStr>, shim: Option<&OsStr>, workspace: 
 }
 
 /// Checks that `json` is a command: it parses, is an object, and has a non-empty string
-/// `type` (DESIGN.md §11 [chosen]; Choruz's helper checks nothing).
+/// `type` (docs/design.md §11 [chosen]; Choruz's helper checks nothing).
 pub fn validate(json: &str) -> Result<(), OutboxError> {
     let invalid = |reason: String| OutboxError::Invalid { reason };
     let value: serde_json::Value = serde_json::from_str(json).map_err(|e| invalid(format!("the argument is not JSON ({e})")))?;
@@ -146,7 +146,7 @@ fn stage(tmp_dir: &Path, json: &str) -> Result<(PathBuf, String), OutboxError> {
 }
 
 /// Replaces `.seq` with `n` as 20 digits and a newline (Choruz B3 step 5): a temp file in the
-/// outbox, fsynced, renamed over it (DESIGN.md §2; the folder is fsynced by the caller).
+/// outbox, fsynced, renamed over it (docs/design.md §2; the folder is fsynced by the caller).
 fn write_seq(root: &Path, seq_path: &Path, n: u64) -> Result<(), OutboxError> {
     let mut tmp = tempfile::Builder::new().prefix(".seq-").tempfile_in(root).map_err(OutboxError::io(root))?;
     let written = tmp.write_all(format!("{n:020}\n").as_bytes()).and_then(|()| tmp.as_file().sync_data());

@@ -1,4 +1,4 @@
-//! The workspace side of `share_file` (Choruz B7; DESIGN.md §11 "Commands"): which paths may
+//! The workspace side of `share_file` (Choruz B7; docs/design.md §11 "Commands"): which paths may
 //! be shared, whether a file is text or binary, and the reply texts. Delivering the file is the
 //! handler's; this only reads the workspace.
 
@@ -10,7 +10,7 @@ use std::path::{Component, Path, PathBuf};
 pub const BINARY_EXTENSIONS: [&str; 18] =
     ["png", "jpg", "jpeg", "gif", "webp", "svg", "pdf", "zip", "tar", "gz", "mp4", "mp3", "wav", "ogg", "wasm", "exe", "bin", "ico"];
 
-/// The largest file `share_file` takes, in bytes (DESIGN.md §11 [chosen]: 25 MB).
+/// The largest file `share_file` takes, in bytes (docs/design.md §11 [chosen]: 25 MB).
 pub const MAX_SHARE_BYTES: u64 = 25 * 1024 * 1024;
 
 /// Why a `share_file` path is refused; Choruz ignores the command with a warning.

@@ -1,4 +1,4 @@
-//! The shim `<ws>/.cicy/send` and the environment tool processes get (DESIGN.md §11, Choruz
+//! The shim `<ws>/.cicy/send` and the environment tool processes get (docs/design.md §11, Choruz
 //! B2): `CICY_SEND`, `CICY_OUTBOX_DIR`, `CICY_WORKSPACE`, `CICY_AGENT_ID` and the `CHORUZ_SEND`,
 //! `CHORUZ_OUTBOX_DIR`, `CHORUZ_WORKSPACE` aliases, so Choruz-taught scripts work unchanged.
 
