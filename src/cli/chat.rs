@@ -369,7 +369,7 @@ async fn compact_now(session: &mut Session, keep: usize, events: &Emitter, curre
 async fn clear_now(session: &mut Session, events: &Emitter, current: &Current) -> Result<u8> {
     // The conversation ends: its `session_end` hooks run first (docs/design.md §12).
     let token = arm(current);
-    cicy::hooks::session_end(session, events, &token).await;
+    cicy::turn::session_end(session, events, &token).await;
     unset(current);
     let (end, _old) = command::clear(session, events)?;
     Ok(command_exit_code(end))

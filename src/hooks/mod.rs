@@ -323,24 +323,12 @@ impl Hooks {
         });
         self.run(HookName::AfterTurn, None, json!({"outcome": outcome, "usage": usage})).await;
     }
-}
 
-/// `session_end`: the conversation of `session` ends (`/clear`, before the new one starts), with
-/// `reason` `clear` and its `message_count`; `turn_id` is empty and `round` 0. Nothing a hook
-/// answers changes that (only `allow` is allowed). A role that cannot be read runs no hook (the
-/// clear reports nothing of it; the next turn does).
-pub async fn session_end(session: &crate::agent::Session, events: &Emitter, cancel: &tokio_util::sync::CancellationToken) {
-    let Ok(m) = session.materials() else { return };
-    let ids = TurnIds {
-        agent_id: &session.record.id,
-        conv_id: &session.current.conversation_id,
-        turn_id: "",
-        workspace: &session.record.workspace,
-    };
-    let role_dir = session.home.roles_dir().join(&m.template.slug);
-    let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || crate::turn::tool_context(session, &m, cancel, events), events, ids);
-    let extra = json!({"reason": "clear", "message_count": session.current.messages.len()});
-    hooks.run(HookName::SessionEnd, None, extra).await;
+    /// `session_end`: the conversation ends (`/clear`), with `reason` `clear` and its
+    /// `message_count`. Nothing a hook answers changes that (only `allow` is allowed).
+    pub async fn session_end(&self, message_count: usize) {
+        self.run(HookName::SessionEnd, None, json!({"reason": "clear", "message_count": message_count})).await;
+    }
 }
 
 /// `[{id, name, input}]` of the `tool_use` blocks in `content`.

@@ -124,7 +124,7 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
         Work::Retry => JobEnd::Retry(turn::retry_turn_with(&mut session, &events, &cancel, &steering).await),
         Work::Compact { keep } => JobEnd::Compact(command::compact(&mut session, keep, &events, &cancel).await),
         Work::Clear => {
-            crate::hooks::session_end(&session, &events, &cancel).await;
+            crate::turn::session_end(&session, &events, &cancel).await;
             JobEnd::Clear(fsutil::blocking(|| command::clear(&mut session, &events)).map(|_| session.current.conversation_id.clone()))
         }
     };

@@ -107,7 +107,7 @@ impl Tool for AskUser {
                 () = tokio::time::sleep(user.timeout) => {
                     ToolOutput::error(format!("error: no answer from the user within {} s", user.timeout.as_secs()))
                 }
-                () = ctx.cancel.cancelled() => ToolOutput::error(crate::turn::CANCELLED_RESULT),
+                () = ctx.cancel.cancelled() => ToolOutput::error(super::CANCELLED_RESULT),
             }
         })
     }

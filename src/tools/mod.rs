@@ -147,6 +147,9 @@ pub trait Tool: std::fmt::Debug + Send + Sync {
     fn run<'a>(&'a self, input: &'a serde_json::Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput>;
 }
 
+/// The result text of a tool call that the user cancelled.
+pub const CANCELLED_RESULT: &str = "error: cancelled by user";
+
 /// One built-in tool: its name and how to make it (`make` is given the name, so one function
 /// can make a family of tools). The table of them is `crate::builtin_tools::BUILTIN`.
 #[derive(Clone, Copy)]

@@ -14,11 +14,11 @@
 //! event instead (CMDC `enforce_mode: :warn`). It never edits the history or a skill.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::skill::{self, Installed};
 use super::{ToolContext, ToolOutput};
-use crate::agent::Session;
 use crate::conversation::message::{ContentBlock, Message};
 use crate::event::EventKind;
 pub use cicy_config::skill_guard::Mode;
@@ -32,15 +32,15 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The guard for the next batch of `session`'s turn, whose role (read at the turn's start)
-    /// says `mode`: `None` when it is off.
-    pub fn for_batch(session: &Session, mode: Mode) -> Option<Arc<Self>> {
+    /// The guard for the next batch of a turn whose role (read at the turn's start) says
+    /// `mode`, over the conversation's `messages`, with the skills installed in `skills_dir`
+    /// and the agent's `workspace`: `None` when it is off.
+    pub fn for_batch(messages: &[Message], skills_dir: &Path, workspace: &Path, mode: Mode) -> Option<Arc<Self>> {
         if mode == Mode::Off {
             return None;
         }
-        let skills = skill::scan_all(&session.home.skills_dir(), &skill::project_dir(&session.record.workspace));
-        let msgs = &session.current.messages;
-        Some(Arc::new(Self::new(mode, active_in(&msgs[crate::prompt::window_start(msgs)..], &skills))))
+        let skills = skill::scan_all(skills_dir, &skill::project_dir(workspace));
+        Some(Arc::new(Self::new(mode, active_in(&messages[crate::prompt::window_start(messages)..], &skills))))
     }
 
     fn new(mode: Mode, active: Vec<(String, Option<Vec<String>>)>) -> Self {

@@ -14,6 +14,7 @@
 mod fit;
 mod round;
 mod send;
+mod session_end;
 mod steer;
 mod subagent;
 mod tools;
@@ -29,6 +30,7 @@ use crate::fsutil;
 use crate::hooks::{Hooks, TurnIds};
 
 pub use send::ROUND_RERUNS;
+pub use session_end::session_end;
 pub use steer::{SteerFull, Steering, INTERRUPTED_RESULT};
 pub(crate) use tools::tool_context;
 pub use tools::CANCELLED_RESULT;

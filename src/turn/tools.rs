@@ -27,8 +27,7 @@ use crate::tools::ask_user::User;
 use crate::tools::task::Spawn;
 use crate::tools::{ToolContext, ToolOutput};
 
-/// The result text of a tool call that the user cancelled.
-pub const CANCELLED_RESULT: &str = "error: cancelled by user";
+pub use crate::tools::CANCELLED_RESULT;
 
 /// The result text of a call not run because a hook aborted the turn earlier in its batch.
 pub(super) const ABORTED_RESULT: &str = "error: not run: a hook aborted the turn";
@@ -211,7 +210,12 @@ pub(crate) fn tool_context(
             questions,
             timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
         }),
-        skill_guard: crate::tools::skill_guard::Guard::for_batch(session, m.template.meta.skill_guard),
+        skill_guard: crate::tools::skill_guard::Guard::for_batch(
+            &session.current.messages,
+            &session.home.skills_dir(),
+            &session.record.workspace,
+            m.template.meta.skill_guard,
+        ),
         extensions,
     }
 }
