@@ -21,6 +21,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::FutureExt;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::eventlog::global::Item;
@@ -62,17 +63,30 @@ pub(super) fn put_event(buf: &mut BytesMut, ev: &Published) {
 }
 
 /// The response: `text/event-stream`, `no-cache`, the chunks of `body` with a ping after
-/// each [`PING`] without one, ending when `body` does or `shutdown` fires.
+/// each [`PING`] without one, ending when `body` does or, once `shutdown` fires, when `body`
+/// has nothing more ready: the `turn_ended` and `done` a stopping actor emitted just before
+/// serve's shutdown still reach a chat's stream, and an `/events` stream ends at once.
 pub(super) fn response(body: impl Stream<Item = Bytes> + Send + 'static, shutdown: WaitForCancellationFutureOwned) -> Response {
     let body = Box::pin(body);
-    let pinged = stream::unfold(body, |mut body| async move {
+    let pinged = Box::pin(stream::unfold(body, |mut body| async move {
         match tokio::time::timeout(PING, body.next()).await {
             Ok(Some(chunk)) => Some((chunk, body)),
             Ok(None) => None,
             Err(_) => Some((Bytes::from_static(PING_FRAME), body)),
         }
-    });
-    let chunks = pinged.take_until(shutdown).map(Ok::<_, Infallible>);
+    }));
+    let chunks = stream::unfold((pinged, Some(Box::pin(shutdown))), |(mut body, mut shutdown)| async move {
+        if let Some(stop) = shutdown.as_mut() {
+            tokio::select! {
+                biased;
+                chunk = body.next() => return chunk.map(|c| (c, (body, shutdown))),
+                () = stop => {}
+            }
+        }
+        // Shutting down: what is ready now, then the end.
+        body.next().now_or_never().flatten().map(|c| (c, (body, None)))
+    })
+    .map(Ok::<_, Infallible>);
     ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from_stream(chunks)).into_response()
 }
 
@@ -163,6 +177,18 @@ mod tests {
 
     fn delta(seq: u64, text: &str) -> Published {
         Event { seq, agent_id: "w-1".into(), kind: EventKind::TextDelta { text: text.into() } }.into()
+    }
+
+    /// A stopping actor emits `turn_ended` and `done` just before serve's shutdown fires: a
+    /// stream still sends what is ready, then ends, even one whose body never ends by itself.
+    #[tokio::test]
+    async fn after_shutdown_a_stream_sends_what_is_ready_and_then_ends() {
+        let token = tokio_util::sync::CancellationToken::new();
+        token.cancel();
+        let ready = stream::iter([Bytes::from_static(b"event: turn_ended\n\n"), Bytes::from_static(b"event: done\n\n")]);
+        let response = super::response(ready.chain(stream::pending()), token.cancelled_owned());
+        let body = tokio::time::timeout(Duration::from_secs(10), axum::body::to_bytes(response.into_body(), usize::MAX)).await;
+        assert_eq!(&body.expect("the stream ended").unwrap()[..], b"event: turn_ended\n\nevent: done\n\n");
     }
 
     #[test]
