@@ -15,6 +15,8 @@ mod http;
 pub mod instance;
 mod intent_job;
 mod job;
+#[cfg(test)]
+mod router_tests;
 mod routes;
 mod scheduler;
 mod sse;
