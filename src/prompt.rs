@@ -116,10 +116,7 @@ fn skills_block(skills: &[SkillInfo]) -> String {
     s
 }
 
-/// Index of the last compact-summary message, where the wire window starts.
-pub fn window_start(history: &[Message]) -> usize {
-    history.iter().rposition(Message::is_summary).unwrap_or(0)
-}
+pub use crate::conversation::message::window_start;
 
 /// The wire window: from the last summary to the end, healed, ids stripped, starting with a
 /// user message. On the wire the summary is an ordinary user message, so a user message right

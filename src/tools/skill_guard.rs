@@ -40,7 +40,7 @@ impl Guard {
             return None;
         }
         let skills = skill::scan_all(skills_dir, &skill::project_dir(workspace));
-        Some(Arc::new(Self::new(mode, active_in(&messages[crate::prompt::window_start(messages)..], &skills))))
+        Some(Arc::new(Self::new(mode, active_in(&messages[crate::conversation::message::window_start(messages)..], &skills))))
     }
 
     fn new(mode: Mode, active: Vec<(String, Option<Vec<String>>)>) -> Self {

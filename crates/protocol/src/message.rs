@@ -172,6 +172,11 @@ impl Usage {
     }
 }
 
+/// Index of the last compact-summary message, where the wire window starts.
+pub fn window_start(history: &[Message]) -> usize {
+    history.iter().rposition(Message::is_summary).unwrap_or(0)
+}
+
 /// Tool blocks for unit tests of the modules that reason about tool pairs, here and in the
 /// runtime (its dev-dependency turns on the `fixtures` feature).
 #[cfg(any(test, feature = "fixtures"))]

@@ -1,6 +1,6 @@
-//! What cicy keeps on disk outside the registry: the home's layout, atomic writes, fsyncs and
-//! locks, a conversation's history files, the per-agent event logs and their live bus, and the
-//! outbox a tool shell sends through.
+//! What cicy keeps on disk: the home's layout, atomic writes, fsyncs and locks, the agent
+//! registry (`cicy.db`, its schema and migrations, the workspace index), a conversation's history
+//! files, the per-agent event logs and their live bus, and the outbox a tool shell sends through.
 //!
 //! Owns: file formats and the crash safety of every write here (tmp + fsync + rename, torn tails
 //! cut, bad lines set aside). It must not know of agents' roles, the turn loop, the gateway or
@@ -12,3 +12,4 @@ pub mod history;
 pub mod home;
 pub mod lock;
 pub mod outbox;
+pub mod registry;

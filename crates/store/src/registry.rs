@@ -13,7 +13,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
-use crate::gateway::ApiStyle;
+use cicy_protocol::prompt::ApiStyle;
 
 /// The per-agent `config` JSON column. Unknown keys written by later versions are kept.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -89,7 +89,7 @@ pub enum RegistryError {
 }
 
 /// Schema migrations; index i upgrades `user_version` i → i+1.
-pub(crate) const MIGRATIONS: &[&str] = &[
+pub const MIGRATIONS: &[&str] = &[
     "CREATE TABLE agent_config (
         id            TEXT PRIMARY KEY,
         n             INTEGER NOT NULL UNIQUE,
@@ -408,12 +408,12 @@ impl Registry {
     }
 
     /// Hands over the connection (WAL, busy timeout and schema already set) and the file's
-    /// path to another owner of tables in the same file (`crate::wake::db`,
-    /// `crate::messages::store`), with `synchronous=FULL`: what they commit (an obligation, a
+    /// path to another owner of tables in the same file (the runtime's `wake::db`,
+    /// `messages::store`), with `synchronous=FULL`: what they commit (an obligation, a
     /// posted message) survives a power loss once the commit returns.
     ///
     /// Errors: [`RegistryError::Sql`].
-    pub(crate) fn into_durable(self) -> Result<(Connection, PathBuf), RegistryError> {
+    pub fn into_durable(self) -> Result<(Connection, PathBuf), RegistryError> {
         match self.conn.pragma_update(None, "synchronous", "FULL") {
             Ok(()) => Ok((self.conn, self.path)),
             Err(source) => Err(RegistryError::Sql { path: self.path, source }),
