@@ -1,5 +1,5 @@
 //! An MCP tool call through cicy's pool against the same server's own time (issue 11): the
-//! reference server `@modelcontextprotocol/server-everything` (see `tests/common/mcp.rs`),
+//! reference server `@modelcontextprotocol/server-everything` (see `crates/test-support/src/mcp.rs`),
 //! its `echo` tool, three ways:
 //!
 //! - `pool_call`: `Pool::call` as a turn's tool call runs it (slot lookup, timeout, cancel

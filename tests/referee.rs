@@ -1,4 +1,4 @@
-//! The referee of the scripted gateway (tests/common/referee.rs): for each rule, a body that
+//! The referee of the scripted gateway (crates/test-support/src/referee.rs): for each rule, a body that
 //! keeps it passes and one that breaks it is refused with a message naming the rule and where.
 
 use cicy_test_support::gateway::{anthropic_text, Reply, ScriptedGateway};
