@@ -108,10 +108,7 @@ pub fn dir(workspace: &Path) -> PathBuf {
     workspace.join(".cicy").join("checkpoints")
 }
 
-/// `<workspace>/.cicy/plan.json`, the `write_todos` plan.
-pub fn plan_path(workspace: &Path) -> PathBuf {
-    workspace.join(".cicy").join("plan.json")
-}
+pub use cicy_protocol::plan::path as plan_path;
 
 fn memory_dir(workspace: &Path) -> PathBuf {
     workspace.join(".cicy").join("memory")

@@ -97,7 +97,7 @@ pub fn run(input: &Value, ctx: &ToolContext) -> ToolOutput {
     if let Some(problem) = check(&plan.todos) {
         return ToolOutput::error(format!("error: {problem}; the plan was not changed"));
     }
-    let path = crate::checkpoint::plan_path(&ctx.workspace);
+    let path = cicy_protocol::plan::path(&ctx.workspace);
     if let Err(e) = write(&path, &plan) {
         return ToolOutput::error(format!("error: could not write the plan: {e}"));
     }

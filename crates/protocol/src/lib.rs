@@ -3,8 +3,8 @@
 //! typed events the turn loop and `serve` emit, and plan items.
 //!
 //! Owns: types, their serde forms (the bytes of history files, event logs and SSE frames), and
-//! pure functions over them. It must not touch files, the network, processes or the clock, and it
-//! depends on no other cicy crate.
+//! pure functions over them (a path inside a workspace is one). It must not touch files, the
+//! network, processes or the clock, and it depends on no other cicy crate.
 
 pub mod event;
 pub mod invariants;

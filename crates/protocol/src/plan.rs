@@ -1,7 +1,15 @@
 //! One item of an agent's working plan, as the `write_todos` tool takes it and the
 //! `plan_change` event carries it. The tool itself (its checks, `plan.json`) is the runtime's.
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
+
+/// `<workspace>/.cicy/plan.json`, where the `write_todos` plan is kept (the tool writes it, a
+/// checkpoint saves and restores it).
+pub fn path(workspace: &Path) -> PathBuf {
+    workspace.join(".cicy").join("plan.json")
+}
 
 /// The status of one plan item (CMDC: pending / in_progress / completed / cancelled).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
