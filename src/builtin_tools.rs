@@ -6,8 +6,9 @@
 
 use std::sync::Arc;
 
+use crate::autonomy::wish_tool as wish;
 use crate::messages::tools as coordinate;
-use crate::tools::{ask_user, files, plan, shell, skill, task, wish, Builtin, Tool};
+use crate::tools::{ask_user, files, plan, shell, skill, task, Builtin, Tool};
 use crate::wake::tools as wake;
 
 fn shell_tool(_: &str) -> Option<Arc<dyn Tool>> {

@@ -27,3 +27,4 @@ pub mod report;
 pub use cicy_config::autonomy as settings;
 pub mod tick;
 pub mod wish;
+pub mod wish_tool;

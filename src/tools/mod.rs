@@ -35,6 +35,8 @@ macro_rules! module_tool {
         }
     };
 }
+// A tool module outside `tools` (the `wish` tool beside autonomy) names it by path.
+pub(crate) use module_tool;
 
 pub mod ask_user;
 pub mod custom;
@@ -48,7 +50,6 @@ pub mod skill;
 pub mod skill_guard;
 pub mod task;
 pub(crate) mod watchdog;
-pub mod wish;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -91,7 +92,7 @@ pub struct ToolContext {
     pub skill_guard: Option<Arc<skill_guard::Guard>>,
     /// Feature data that only that feature's tools read, by type: the turn's
     /// `Arc<crate::wake::state::WakeTurn>` for the wake and coordinate tools (docs/design.md §10), the
-    /// `Arc<wish::WishJudge>` where `wish` is enabled (docs/design.md §13). A typed map, so this
+    /// `Arc<crate::autonomy::wish_tool::WishJudge>` where `wish` is enabled (docs/design.md §13). A typed map, so this
     /// module holds no slot for a feature above it and a tool finds its data missing, not wrong.
     pub extensions: http::Extensions,
 }

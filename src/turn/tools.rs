@@ -187,8 +187,8 @@ pub(crate) fn tool_context(
 ) -> ToolContext {
     let mut extensions = http::Extensions::new();
     extensions.insert(session.wake.clone());
-    if m.tools.has(crate::tools::wish::NAME) {
-        extensions.insert(Arc::new(crate::tools::wish::WishJudge {
+    if m.tools.has(crate::autonomy::wish_tool::NAME) {
+        extensions.insert(Arc::new(crate::autonomy::wish_tool::WishJudge {
             home: session.home.root().to_path_buf(),
             client: session.client.clone(),
             model: m.model.clone(),

@@ -2,18 +2,19 @@
 //! its own ledger, `by: self`, checked by the guardrails before it is written.
 //!
 //! Owns the tool's input, description and result text; the wish itself is
-//! [`crate::autonomy::wish::wish`]. Must not touch the ledger's format or the guardrails.
+//! [`crate::autonomy::wish::wish`]. Must not touch the ledger's format or the guardrails. It
+//! lives beside autonomy, not in `tools`, so `tools` needs nothing of autonomy.
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{ToolContext, ToolOutput};
 use crate::autonomy::guard::Judge;
 use crate::autonomy::ledger::{By, Needs, Status};
 use crate::autonomy::wish::{self, WishInput};
 use crate::gateway::GatewayClient;
+use crate::tools::{ToolContext, ToolOutput};
 
 pub const NAME: &str = "wish";
 
@@ -82,7 +83,7 @@ struct Input {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wish;
 
-module_tool!(Wish);
+crate::tools::module_tool!(Wish);
 
 /// Writes the wish. Results: `wished <iid> (pending)` (with what it waits for when `needs` is
 /// not none); the error `refused <iid>: <class>: <reason>` when the guardrails refused it (the
