@@ -6,7 +6,6 @@
 //! section it implements.
 
 pub mod agent;
-pub mod ask;
 pub mod autonomy;
 pub mod builtin_tools;
 pub mod checkpoint;
@@ -18,11 +17,11 @@ pub use cicy_gateway as gateway;
 pub use cicy_memory as memory;
 pub use cicy_protocol::event;
 pub use cicy_store::{eventlog, fsutil, home, lock, outbox, registry};
+pub use cicy_tools as tools;
+pub use cicy_tools::{ask, mcp};
 pub mod hooks;
-pub mod mcp;
 pub mod messages;
 pub mod prompt;
 pub mod serve;
-pub mod tools;
 pub mod turn;
 pub mod wake;

@@ -83,7 +83,7 @@ struct Input {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Wish;
 
-crate::tools::module_tool!(Wish);
+cicy_tools::module_tool!(Wish);
 
 /// Writes the wish. Results: `wished <iid> (pending)` (with what it waits for when `needs` is
 /// not none); the error `refused <iid>: <class>: <reason>` when the guardrails refused it (the

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::sandbox::{FileError, Workspace};
 use super::{required_str, whole_number, CallError, OUTPUT_CAP_BYTES};
-use crate::tools::output::{decode_lossy, invalid_utf8_note};
+use crate::output::{decode_lossy, invalid_utf8_note};
 
 /// Most lines one call shows (CMDC: 2000).
 pub const LINE_CAP: u64 = 2000;

@@ -1,5 +1,5 @@
 //! The `write_todos` tool: the agent's working plan in `<workspace>/.cicy/plan.json`
-//! (docs/design.md §12, CMDC `write_todos`). Not §10's `todo` (timed wake-ups), which is `crate::wake`'s.
+//! (docs/design.md §12, CMDC `write_todos`). Not §10's `todo` (timed wake-ups), which is the runtime's `wake`.
 //!
 //! Owns the input check, the plan file and the `plan_change` event. Each call replaces the whole
 //! list (CMDC: the full list every time); the file is written atomically, so a reader sees the
@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 pub use cicy_protocol::plan::{Status, Todo};
 
 use super::{Tool, ToolContext, ToolOutput};
-use crate::event::EventKind;
-use crate::fsutil;
+use cicy_protocol::event::EventKind;
+use cicy_store::fsutil;
 
 pub const NAME: &str = "write_todos";
 
@@ -146,7 +146,7 @@ fn write(path: &Path, plan: &Plan) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Emitter, Event};
+    use cicy_protocol::event::{Emitter, Event};
     use std::sync::{Arc, Mutex};
 
     fn context(ws: &Path) -> (ToolContext, Arc<Mutex<Vec<EventKind>>>) {

@@ -141,7 +141,7 @@ fn bash(job: &Job<'_>, ctx: &ToolContext) -> Command {
 }
 
 /// A command started by [`spawn_logged`]: its output goes to a file, not to the caller.
-pub(crate) struct Logged {
+pub struct Logged {
     child: Child,
     group: Group,
 }
@@ -152,7 +152,7 @@ pub(crate) struct Logged {
 /// `job.output_limit` are not used; [`Logged::wait`] takes the timeout.
 ///
 /// Errors: [`StartError`], bash could not be started, or `log` could not be shared with it.
-pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, StartError> {
+pub fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File) -> Result<Logged, StartError> {
     let err = log.try_clone().map_err(StartError::ShareLog)?;
     let mut child = bash(job, ctx).stdout(Stdio::from(log)).stderr(Stdio::from(err)).spawn().map_err(StartError::Spawn)?;
     let group = Group::of(&mut child, ctx, job.label).ok_or(StartError::NoPid)?;
@@ -161,14 +161,14 @@ pub(crate) fn spawn_logged(job: &Job<'_>, ctx: &ToolContext, log: std::fs::File)
 
 impl Logged {
     /// The group's id (its leader's pid).
-    pub(crate) fn pgid(&self) -> i32 {
+    pub fn pgid(&self) -> i32 {
         self.group.id
     }
 
     /// Waits for bash to exit, `timeout` to pass or `stop` to be cancelled; on the last two the
     /// group gets SIGTERM, then SIGKILL after [`TERM_GRACE`]. Whatever is left of the group when
     /// this returns is killed (as [`run`] does).
-    pub(crate) async fn wait(mut self, timeout: Duration, stop: &tokio_util::sync::CancellationToken) -> Ending {
+    pub async fn wait(mut self, timeout: Duration, stop: &tokio_util::sync::CancellationToken) -> Ending {
         let ending = tokio::select! {
             status = self.child.wait() => Ending::Exited(status),
             () = sleep(timeout) => Ending::TimedOut,
@@ -182,10 +182,10 @@ impl Logged {
     }
 }
 
-/// Prepares `command` as every process a tool or hook starts (`crate::hooks::runner` too): the
+/// Prepares `command` as every process a tool or hook starts (the runtime's `hooks::runner` too): the
 /// variables of [`ToolContext::hidden_env`] removed, [`ToolContext::env`] set, and a process
 /// group of its own (the child is its leader) so [`Group`] can stop all of it.
-pub(crate) fn prepare(command: &mut Command, ctx: &ToolContext) {
+pub fn prepare(command: &mut Command, ctx: &ToolContext) {
     for name in &ctx.hidden_env {
         command.env_remove(name);
     }
@@ -196,7 +196,7 @@ pub(crate) fn prepare(command: &mut Command, ctx: &ToolContext) {
 /// background jobs on return and also covers the caller dropping `run` mid-flight; then the
 /// record and the watchdog's entry drop, so the group is covered for as long as any of it may
 /// be alive.
-pub(crate) struct Group {
+pub struct Group {
     id: libc::pid_t,
     _record: Option<Recorded>,
     _watched: Option<Watched>,
@@ -205,7 +205,7 @@ pub(crate) struct Group {
 impl Group {
     /// The group of `child`, spawned from a command [`prepare`]d, recorded under
     /// [`ToolContext::running_dir`] as `label`. `None` (the child killed) when it has no pid.
-    pub(crate) fn of(child: &mut Child, ctx: &ToolContext, label: &str) -> Option<Self> {
+    pub fn of(child: &mut Child, ctx: &ToolContext, label: &str) -> Option<Self> {
         // process_group(0) makes the child the leader, so its pid is the group id. A pid of 0 or
         // 1 must never reach kill(-pid): that would signal our own group or every process we may
         // signal.

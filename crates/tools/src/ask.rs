@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{oneshot, watch};
 
-use crate::event::AskOption;
+use cicy_protocol::event::AskOption;
 
 /// One open question.
 #[derive(Debug, Clone, PartialEq, Eq)]

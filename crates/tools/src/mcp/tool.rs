@@ -8,9 +8,9 @@ use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
 use super::pool::Pool;
-use crate::tools::output::cap_output;
-use crate::tools::shell::OUTPUT_CAP_BYTES;
-use crate::tools::{Tool, ToolContext, ToolOutput};
+use crate::output::cap_output;
+use crate::shell::OUTPUT_CAP_BYTES;
+use crate::{Tool, ToolContext, ToolOutput};
 
 /// The text of a result that has no content at all.
 pub const EMPTY_RESULT: &str = "(no content)";

@@ -27,8 +27,8 @@ use super::config::{full_name, valid_tool_name, McpServerConfig};
 use super::server::Connection;
 use super::tool::{result_output, McpTool};
 use super::McpError;
-use crate::event::{Emitter, EventKind};
-use crate::tools::{Tool, ToolOutput};
+use crate::{Tool, ToolOutput};
+use cicy_protocol::event::{Emitter, EventKind};
 
 /// Backoff cap between starts of a failing server (docs/design.md §12: 1 … 60 s).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -92,7 +92,7 @@ pub fn backoff(failures: u32) -> Duration {
 
 impl Pool {
     /// No server runs yet. Servers start in `workspace` without the variables `hidden_env`
-    /// (the gateway's API key, [`crate::tools::ToolContext::hidden_env`]).
+    /// (the gateway's API key, [`crate::ToolContext::hidden_env`]).
     pub fn new(workspace: PathBuf, hidden_env: Vec<String>) -> Self {
         Self { inner: Arc::new(Inner { workspace, hidden_env, slots: std::sync::Mutex::new(BTreeMap::new()) }) }
     }

@@ -65,11 +65,11 @@ impl Recorded {
             start_time: stat.start_time,
             boot_id: boot_id(),
             label: one_line(label),
-            started_at: crate::fsutil::now_rfc3339(),
+            started_at: cicy_store::fsutil::now_rfc3339(),
         };
         let path = dir.join(format!("{pgid}.json"));
         let bytes = serde_json::to_vec(&record).map_err(|e| ReaperError::Io { path: path.clone(), source: e.into() })?;
-        crate::fsutil::write_atomic(&path, &bytes).map_err(|source| ReaperError::Io { path: path.clone(), source })?;
+        cicy_store::fsutil::write_atomic(&path, &bytes).map_err(|source| ReaperError::Io { path: path.clone(), source })?;
         Ok(Self { path })
     }
 }
@@ -132,7 +132,7 @@ pub fn reap(dir: &Path) -> Vec<Reaped> {
                 remove(&path);
             }
             Err(problem) => {
-                let problem = match crate::fsutil::move_aside(&path) {
+                let problem = match cicy_store::fsutil::move_aside(&path) {
                     Ok(to) => format!("{problem}; moved it aside to {}", to.display()),
                     Err(e) => format!("{problem}; could not move it aside: {e}"),
                 };
@@ -252,14 +252,14 @@ pub(super) mod tests {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
 
     /// `sleep 600` as the leader of its own group, killed and reaped when dropped.
-    pub(in crate::tools) struct Sleeper(pub(in crate::tools) std::process::Child);
+    pub(crate) struct Sleeper(pub(crate) std::process::Child);
 
     impl Sleeper {
-        pub(in crate::tools) fn start() -> Self {
+        pub(crate) fn start() -> Self {
             Self(std::process::Command::new("sleep").arg("600").process_group(0).spawn().unwrap())
         }
 
-        pub(in crate::tools) fn pgid(&self) -> i32 {
+        pub(crate) fn pgid(&self) -> i32 {
             self.0.id() as i32
         }
     }

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use super::skill::{self, Installed};
 use super::{ToolContext, ToolOutput};
-use crate::conversation::message::{ContentBlock, Message};
-use crate::event::EventKind;
 pub use cicy_config::skill_guard::Mode;
+use cicy_protocol::event::EventKind;
+use cicy_protocol::message::{ContentBlock, Message};
 
 /// The guard of one tool batch: the mode and the active skills with their `allowed_tools`
 /// (`None`: that skill restricts nothing).
@@ -40,7 +40,7 @@ impl Guard {
             return None;
         }
         let skills = skill::scan_all(skills_dir, &skill::project_dir(workspace));
-        Some(Arc::new(Self::new(mode, active_in(&messages[crate::conversation::message::window_start(messages)..], &skills))))
+        Some(Arc::new(Self::new(mode, active_in(&messages[cicy_protocol::message::window_start(messages)..], &skills))))
     }
 
     fn new(mode: Mode, active: Vec<(String, Option<Vec<String>>)>) -> Self {
@@ -181,7 +181,8 @@ mod tests {
     fn warn_runs_the_call_and_says_so_in_a_system_event() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let events = crate::event::Emitter::new("w-1", move |e: &crate::event::Event| sink.lock().unwrap().push(e.kind.clone()));
+        let events =
+            cicy_protocol::event::Emitter::new("w-1", move |e: &cicy_protocol::event::Event| sink.lock().unwrap().push(e.kind.clone()));
         let c = ToolContext { events: Some(events), ..ctx(Mode::Warn, vec![allow("pdf", &["read_file"])]) };
         assert_eq!(refusal(&c, "shell"), None);
         let text = "skill guard (warn): tool 'shell' is not in the active skills' allowed_tools (read_file)".to_string();
@@ -239,9 +240,9 @@ mod tests {
 
     #[test]
     fn meta_yaml_spells_the_modes_in_lowercase() {
-        let meta = crate::role::parse_meta("skill_guard: strict\n", "meta.yaml").unwrap();
+        let meta = cicy_config::role::parse_meta("skill_guard: strict\n", "meta.yaml").unwrap();
         assert_eq!(meta.skill_guard, Mode::Strict);
-        assert_eq!(crate::role::parse_meta("name: x\n", "meta.yaml").unwrap().skill_guard, Mode::Off);
-        assert!(crate::role::parse_meta("skill_guard: loose\n", "meta.yaml").is_err());
+        assert_eq!(cicy_config::role::parse_meta("name: x\n", "meta.yaml").unwrap().skill_guard, Mode::Off);
+        assert!(cicy_config::role::parse_meta("skill_guard: loose\n", "meta.yaml").is_err());
     }
 }

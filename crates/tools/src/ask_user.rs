@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use super::{Tool, ToolContext, ToolOutput};
 use crate::ask::Questions;
-use crate::event::{AskOption, EventKind};
+use cicy_protocol::event::{AskOption, EventKind};
 
 /// The tool's name.
 pub const NAME: &str = "ask_user";
@@ -116,7 +116,7 @@ impl Tool for AskUser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Emitter, Event};
+    use cicy_protocol::event::{Emitter, Event};
     use std::sync::Mutex;
 
     fn context(dir: &std::path::Path, timeout: Duration) -> (ToolContext, Arc<Questions>, Arc<Mutex<Vec<Event>>>) {

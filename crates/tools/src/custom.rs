@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::process::Job;
 use super::shell::{self, DEFAULT_TIMEOUT_SECS, OUTPUT_CAP_BYTES};
 use super::{Tool, ToolContext, ToolOutput};
-use crate::role::CustomTool;
+use cicy_config::role::CustomTool;
 
 /// The environment variable that carries the model's input JSON to a custom tool's command.
 pub const INPUT_ENV: &str = "CICY_TOOL_INPUT";

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::read::{open_regular, trim_end};
 use super::sandbox::Workspace;
 use super::{folder_path, optional_str, required_str, whole_number, CallError, OUTPUT_CAP_BYTES};
-use crate::tools::output::{decode_lossy, invalid_utf8_note};
+use crate::output::{decode_lossy, invalid_utf8_note};
 
 /// Default and largest `max_results` (CMDC: default 50; `Sandbox.Local` caps at 100).
 pub const DEFAULT_MAX_RESULTS: u64 = 50;

@@ -2,7 +2,7 @@
 //! the same process with a fresh conversation and returns its last answer text.
 //!
 //! Owns the tool's name, schema and input checks. Running the sub-agent is the turn loop's
-//! business ([`Spawn`], implemented in `crate::turn`), reached through
+//! business ([`Spawn`], implemented in the runtime's `turn`), reached through
 //! [`ToolContext::subagent`]; a context without one (inside a sub-agent, where `task` is never
 //! offered) refuses the call, so a sub-agent can never start another.
 

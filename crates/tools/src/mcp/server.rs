@@ -16,7 +16,7 @@ use rmcp::{RoleClient, ServiceExt};
 
 use super::config::McpServerConfig;
 use super::McpError;
-use crate::tools::watchdog::Watched;
+use crate::watchdog::Watched;
 
 /// The log file of server `name`'s stderr: `<workspace>/.cicy/logs/mcp-<name>.log`.
 pub fn log_path(workspace: &Path, name: &str) -> PathBuf {
@@ -35,7 +35,7 @@ pub(super) struct Connection {
 /// `sh -c`) leaves no process behind. rmcp kills and reaps the leader itself; this reaches the
 /// rest of the group. The group id stays taken while any member lives, so the kill cannot reach
 /// another group unless all members are gone and the id was reused in between. The watchdog
-/// (`crate::tools::watchdog`) kills the group if cicy dies before dropping it.
+/// (`crate::watchdog`) kills the group if cicy dies before dropping it.
 #[derive(Debug)]
 struct Group {
     pid: u32,
@@ -77,8 +77,8 @@ impl Connection {
     /// otherwise and [`McpError::Timeout`] when it does not finish in time.
     pub(super) async fn start(name: &str, config: &McpServerConfig, workspace: &Path, hidden_env: &[String]) -> Result<Self, McpError> {
         let path = log_path(workspace, name);
-        let header = format!("--- {} starting {} {}\n", crate::fsutil::now_rfc3339(), config.command, config.args.join(" "));
-        let log = crate::fsutil::blocking(|| open_log(&path, &header)).map_err(|source| McpError::Log { path, source })?;
+        let header = format!("--- {} starting {} {}\n", cicy_store::fsutil::now_rfc3339(), config.command, config.args.join(" "));
+        let log = cicy_store::fsutil::blocking(|| open_log(&path, &header)).map_err(|source| McpError::Log { path, source })?;
         let mut cmd = tokio::process::Command::new(&config.command);
         cmd.args(&config.args).current_dir(workspace).kill_on_drop(true).process_group(0);
         for var in hidden_env {

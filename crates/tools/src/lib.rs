@@ -10,9 +10,11 @@
 /// Implements [`Tool`] for a unit struct whose module provides the tool as free items: `NAME`,
 /// `description()`, `input_schema()` and `async fn run(&Value, &ToolContext) -> ToolOutput`
 /// (so each is callable and testable without the trait). `tools::shell` is the model.
+// Exported: a tool module outside this crate (the `wish` tool beside autonomy) uses it too.
+#[macro_export]
 macro_rules! module_tool {
     ($tool:ident) => {
-        impl $crate::tools::Tool for $tool {
+        impl $crate::Tool for $tool {
             fn name(&self) -> &str {
                 NAME
             }
@@ -28,19 +30,18 @@ macro_rules! module_tool {
             fn run<'a>(
                 &'a self,
                 input: &'a serde_json::Value,
-                ctx: &'a $crate::tools::ToolContext,
-            ) -> futures_util::future::BoxFuture<'a, $crate::tools::ToolOutput> {
+                ctx: &'a $crate::ToolContext,
+            ) -> futures_util::future::BoxFuture<'a, $crate::ToolOutput> {
                 Box::pin(run(input, ctx))
             }
         }
     };
 }
-// A tool module outside `tools` (the `wish` tool beside autonomy) names it by path.
-pub(crate) use module_tool;
-
+pub mod ask;
 pub mod ask_user;
 pub mod custom;
 pub mod files;
+pub mod mcp;
 pub mod output;
 pub mod plan;
 pub mod process;
@@ -58,8 +59,8 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
-use crate::gateway::ToolSpec;
-use crate::role::CustomTool;
+use cicy_config::role::CustomTool;
+use cicy_gateway::ToolSpec;
 
 /// What a tool may see of the agent it runs for.
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ pub struct ToolContext {
     /// Environment variables the tool's processes must not inherit (the gateway API key).
     pub hidden_env: Vec<String>,
     /// Variables every tool process gets: the outbox's `CICY_SEND`, `CICY_OUTBOX_DIR`, …
-    /// ([`crate::outbox::shim::tool_env`], docs/design.md §11).
+    /// ([`cicy_store::outbox::shim::tool_env`], docs/design.md §11).
     pub env: Vec<(&'static str, std::ffi::OsString)>,
     /// Where each running tool's process group is recorded so that the next start of the agent
     /// can kill it after a crash ([`reaper::records_dir`] of the workspace); `None` records
@@ -81,7 +82,7 @@ pub struct ToolContext {
     pub running_dir: Option<PathBuf>,
     /// The turn's event stream, for a tool that reports while it runs (`todo_change`,
     /// `subagent_start`, `ask_user`, docs/design.md §12); `None` outside a turn.
-    pub events: Option<crate::event::Emitter>,
+    pub events: Option<cicy_protocol::event::Emitter>,
     /// Runs `task`'s sub-agents (docs/design.md §12); `None` where `task` is not enabled, which is
     /// always the case inside a sub-agent (no nesting).
     pub subagent: Option<Arc<dyn task::Spawn>>,
@@ -91,17 +92,18 @@ pub struct ToolContext {
     /// The role's skill guard for this batch (`skill_guard` in meta.yaml); `None`: off.
     pub skill_guard: Option<Arc<skill_guard::Guard>>,
     /// Feature data that only that feature's tools read, by type: the turn's
-    /// `Arc<crate::wake::state::WakeTurn>` for the wake and coordinate tools (docs/design.md §10), the
-    /// `Arc<crate::autonomy::wish_tool::WishJudge>` where `wish` is enabled (docs/design.md §13). A typed map, so this
+    /// the runtime's `Arc<wake::state::WakeTurn>` for the wake and coordinate tools (docs/design.md §10), the
+    /// `Arc<autonomy::wish_tool::WishJudge>` where `wish` is enabled (docs/design.md §13). A typed map, so this
     /// module holds no slot for a feature above it and a tool finds its data missing, not wrong.
     pub extensions: http::Extensions,
 }
 
-#[cfg(test)]
+/// For unit tests, here and in the runtime (its dev-dependency turns on `fixtures`).
+#[cfg(any(test, feature = "fixtures"))]
 impl ToolContext {
     /// The context the unit tests start from: `workspace` and its `skills` folder, a fresh
     /// cancel token, no hidden variables, no running-tool records.
-    pub(crate) fn for_tests(workspace: &std::path::Path) -> Self {
+    pub fn for_tests(workspace: &std::path::Path) -> Self {
         Self {
             workspace: workspace.into(),
             skills_dir: workspace.join("skills"),
@@ -152,7 +154,7 @@ pub trait Tool: std::fmt::Debug + Send + Sync {
 pub const CANCELLED_RESULT: &str = "error: cancelled by user";
 
 /// One built-in tool: its name and how to make it (`make` is given the name, so one function
-/// can make a family of tools). The table of them is `crate::builtin_tools::BUILTIN`.
+/// can make a family of tools). The runtime's table of them is `builtin_tools::BUILTIN`.
 #[derive(Clone, Copy)]
 pub struct Builtin {
     pub name: &'static str,
@@ -169,7 +171,7 @@ pub struct ToolSet {
 }
 
 impl ToolSet {
-    /// `names` were validated by `crate::role::ToolConfig::expand`; a built-in name (one of
+    /// `names` were validated by `cicy_config::role::ToolConfig::expand`; a built-in name (one of
     /// `builtin`) wins over a custom tool of the same name.
     pub fn new(names: Vec<String>, custom: BTreeMap<String, CustomTool>, builtin: &[Builtin]) -> Self {
         let mut set = Self::default();
@@ -261,7 +263,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
         let defs = BTreeMap::from([("greet".to_string(), custom("echo hi")), ("gone_not_enabled".to_string(), custom("x"))]);
-        let set = ToolSet::new(vec!["skill".into(), "shell".into(), "greet".into(), "removed".into()], defs, crate::builtin_tools::BUILTIN);
+        let builtin = [
+            Builtin { name: shell::NAME, make: |_| Some(Arc::new(shell::Shell)) },
+            Builtin { name: skill::NAME, make: |_| Some(Arc::new(skill::Skill)) },
+        ];
+        let set = ToolSet::new(vec!["skill".into(), "shell".into(), "greet".into(), "removed".into()], defs, &builtin);
         let specs = set.specs();
         let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["greet", "shell", "skill"]);

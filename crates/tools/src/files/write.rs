@@ -3,7 +3,7 @@
 //!
 //! Owns the atomic replace inside an open directory handle ([`write_atomic`]: a temp file
 //! created in the same folder through the handle, fsync, rename, fsync of the folder) and the
-//! exactly-one-match rule of `edit_file`. `crate::fsutil::write_atomic` is not used because it
+//! exactly-one-match rule of `edit_file`. `cicy_store::fsutil::write_atomic` is not used because it
 //! works on paths: here every step goes through the handle that the write guard checked
 //! (`super::sandbox::Workspace::parent_for_write`), so nothing is re-resolved by name.
 
