@@ -231,7 +231,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ctx = context(dir.path());
         let input = serde_json::json!({"command": "echo \"[${CARGO_PKG_NAME-unset}]\""});
-        assert_eq!(run(&input, &ctx).await.content, "[cicy]\nexit code: 0");
+        assert_eq!(run(&input, &ctx).await.content, "[cicy-tools]\nexit code: 0");
         ctx.hidden_env = vec!["CARGO_PKG_NAME".to_string()];
         assert_eq!(run(&input, &ctx).await.content, "[unset]\nexit code: 0");
     }
