@@ -11,28 +11,9 @@ use crate::messages::tools as coordinate;
 use crate::tools::{ask_user, files, plan, shell, skill, task, Builtin, Tool};
 use crate::wake::tools as wake;
 
-fn shell_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(shell::Shell))
-}
-
-fn skill_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(skill::Skill))
-}
-
-fn task_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(task::Task))
-}
-
-fn ask_user_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(ask_user::AskUser))
-}
-
-fn plan_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(plan::WriteTodos))
-}
-
-fn wish_tool(_: &str) -> Option<Arc<dyn Tool>> {
-    Some(Arc::new(wish::Wish))
+/// Makes the unit-struct tool `T`, whatever its name (`make` of a tool that is one type).
+fn unit<T: Tool + Default + 'static>(_: &str) -> Option<Arc<dyn Tool>> {
+    Some(Arc::new(T::default()))
 }
 
 const fn entry(name: &'static str, make: fn(&str) -> Option<Arc<dyn Tool>>) -> Builtin {
@@ -41,8 +22,8 @@ const fn entry(name: &'static str, make: fn(&str) -> Option<Arc<dyn Tool>>) -> B
 
 /// Every built-in tool, in the order an error lists them.
 pub static BUILTIN: &[Builtin] = &[
-    entry(shell::NAME, shell_tool),
-    entry(skill::NAME, skill_tool),
+    entry(shell::NAME, unit::<shell::Shell>),
+    entry(skill::NAME, unit::<skill::Skill>),
     entry(wake::TODO, wake::builtin),
     entry(wake::SLEEP_UNTIL, wake::builtin),
     entry(wake::REPLY, wake::builtin),
@@ -52,16 +33,16 @@ pub static BUILTIN: &[Builtin] = &[
     entry(coordinate::BROADCAST, coordinate::builtin),
     entry(coordinate::FORK, coordinate::builtin),
     entry(coordinate::AGENTS, coordinate::builtin),
-    entry(task::NAME, task_tool),
-    entry(ask_user::NAME, ask_user_tool),
-    entry(plan::NAME, plan_tool),
+    entry(task::NAME, unit::<task::Task>),
+    entry(ask_user::NAME, unit::<ask_user::AskUser>),
+    entry(plan::NAME, unit::<plan::WriteTodos>),
     entry(files::READ_FILE, files::builtin),
     entry(files::WRITE_FILE, files::builtin),
     entry(files::EDIT_FILE, files::builtin),
     entry(files::GREP, files::builtin),
     entry(files::GLOB, files::builtin),
     entry(files::LS, files::builtin),
-    entry(wish::NAME, wish_tool),
+    entry(wish::NAME, unit::<wish::Wish>),
 ];
 
 /// The names of [`BUILTIN`], for `ToolConfig::load`.

@@ -35,9 +35,9 @@ fn hub(home: &Home) -> Hub {
     }
 }
 
-/// Sends `req` through a fresh router; the status and the body's bytes.
-async fn send(home: &Home, req: Request<Body>) -> (StatusCode, String) {
-    let response = router(hub(home)).oneshot(req).await.unwrap();
+/// Sends `req` through `app`; the status and the body's bytes.
+async fn send(app: &Router, req: Request<Body>) -> (StatusCode, String) {
+    let response = app.clone().oneshot(req).await.unwrap();
     let status = response.status();
     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     (status, String::from_utf8(body.to_vec()).unwrap())
@@ -57,10 +57,11 @@ async fn the_api_answers_without_a_socket_and_refuses_a_missing_token_and_a_fore
     let home = Home::at(dir.path());
     home.ensure().unwrap();
     let host = format!("127.0.0.1:{PORT}");
+    let app = router(hub(&home));
 
-    assert_eq!(send(&home, get("/api/agents", &host, Some(TOKEN))).await, (StatusCode::OK, "[]".to_string()));
+    assert_eq!(send(&app, get("/api/agents", &host, Some(TOKEN))).await, (StatusCode::OK, "[]".to_string()));
     assert_eq!(
-        send(&home, get("/api/agents", &host, None)).await,
+        send(&app, get("/api/agents", &host, None)).await,
         (
             StatusCode::UNAUTHORIZED,
             r#"{"error":"unauthorized","message":"missing or wrong bearer token (Authorization: Bearer <token>; see CICY_API_TOKEN or $CICY_HOME/api_token)"}"#
@@ -68,16 +69,16 @@ async fn the_api_answers_without_a_socket_and_refuses_a_missing_token_and_a_fore
         )
     );
     assert_eq!(
-        send(&home, get("/api/agents", "evil.example:8008", Some(TOKEN))).await,
+        send(&app, get("/api/agents", "evil.example:8008", Some(TOKEN))).await,
         (
             StatusCode::FORBIDDEN,
             r#"{"error":"forbidden_host","message":"the Host header must name this server on 127.0.0.1 or localhost"}"#.to_string()
         )
     );
     assert_eq!(
-        send(&home, get("/api/nope", &host, Some(TOKEN))).await,
+        send(&app, get("/api/nope", &host, Some(TOKEN))).await,
         (StatusCode::NOT_FOUND, r#"{"error":"not_found","message":"no such route"}"#.to_string())
     );
-    let (status, body) = send(&home, get("/api/agents/w-404", &host, Some(TOKEN))).await;
+    let (status, body) = send(&app, get("/api/agents/w-404", &host, Some(TOKEN))).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 }

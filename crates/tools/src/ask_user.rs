@@ -31,7 +31,7 @@ pub struct User {
 }
 
 /// The `ask_user` tool.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct AskUser;
 
 fn input_schema() -> Value {

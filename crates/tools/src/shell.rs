@@ -9,11 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::process::{self, Job};
-use super::{Tool, ToolContext, ToolOutput};
+use super::{ToolContext, ToolOutput};
 
 pub const NAME: &str = "shell";
 
@@ -59,23 +58,7 @@ pub fn input_schema() -> Value {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Shell;
 
-impl Tool for Shell {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn description(&self) -> &str {
-        description()
-    }
-
-    fn input_schema(&self) -> Value {
-        input_schema()
-    }
-
-    fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(run(input, ctx))
-    }
-}
+crate::module_tool!(Shell);
 
 /// Runs `input.command` and returns its output (at most [`OUTPUT_CAP_BYTES`] bytes, non-UTF-8
 /// bytes replaced and counted in a note line) with a final status line: `exit code: N`,

@@ -15,12 +15,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::output::{decode_lossy, invalid_utf8_note};
-use super::{Tool, ToolContext, ToolOutput};
+use super::{ToolContext, ToolOutput};
 
 pub const NAME: &str = "skill";
 
@@ -58,23 +57,7 @@ pub fn input_schema() -> Value {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Skill;
 
-impl Tool for Skill {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn description(&self) -> &str {
-        description()
-    }
-
-    fn input_schema(&self) -> Value {
-        input_schema()
-    }
-
-    fn run<'a>(&'a self, input: &'a Value, ctx: &'a ToolContext) -> BoxFuture<'a, ToolOutput> {
-        Box::pin(run(input, ctx))
-    }
-}
+crate::module_tool!(Skill);
 
 /// Without `name` (or with `null`): the list of installed skills, one `- name: description`
 /// line each in folder-name order, or a "no skills installed" text; never an error. With

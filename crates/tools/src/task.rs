@@ -32,7 +32,7 @@ pub trait Spawn: std::fmt::Debug + Send + Sync {
 }
 
 /// The `task` tool.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Task;
 
 fn description() -> &'static str {
