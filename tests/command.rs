@@ -52,7 +52,7 @@ async fn compact_with_nothing_to_do_or_cancelled_fails_saying_nothing_changed() 
         ]
     );
     assert_eq!(gw.requests().len(), 0);
-    assert_eq!(s.current.messages.len(), 4);
+    assert_eq!(s.conversation().current.messages.len(), 4);
 }
 
 #[tokio::test]
@@ -62,16 +62,19 @@ async fn clear_returns_the_old_conversation_and_its_size() {
     let id = t.create("tester", None);
     seed(&t, &id, tool_turns(2));
     let mut s = t.open(&id);
-    let old_id = s.current.conversation_id.clone();
+    let old_id = s.conversation().current.conversation_id.clone();
     let (em, ev) = collector(&id);
     let (end, old) = command::clear(&mut s, &em).unwrap();
     assert_eq!((end, old.as_str()), (CommandEnd::Done { before: 8, after: 0 }, old_id.as_str()));
-    assert_ne!(s.current.conversation_id, old_id);
-    assert_eq!(s.current.messages.len(), 0);
+    assert_ne!(s.conversation().current.conversation_id, old_id);
+    assert_eq!(s.conversation().current.messages.len(), 0);
     assert_eq!(
         kinds(&ev),
         [EventKind::System {
-            text: format!("/clear: new conversation {}; the previous one ({old_id}) is kept on disk", s.current.conversation_id)
+            text: format!(
+                "/clear: new conversation {}; the previous one ({old_id}) is kept on disk",
+                s.conversation().current.conversation_id
+            )
         }]
     );
 }

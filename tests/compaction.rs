@@ -76,7 +76,7 @@ async fn compact_archives_summarizes_and_the_window_starts_at_the_summary() {
     assert_eq!(reqs.len(), 1);
     let aux = &reqs[0];
     assert_eq!(aux.header("x-cicy-aux"), Some("compact"));
-    assert_eq!(aux.header("x-cicy-session-id"), Some(s.current.conversation_id.as_str()));
+    assert_eq!(aux.header("x-cicy-session-id"), Some(s.conversation().current.conversation_id.as_str()));
     let transcript = "User: Deploy the site. Never push to main.\nAssistant: Looking 0.\nAssistant called shell: {\"command\":\"echo 0\"}\nResult of shell: deployed ⏎ ok\nAssistant: Answer 0.\nUser: q1\nAssistant: Looking 1.\nAssistant called shell: {\"command\":\"echo 1\"}\nResult of shell: out 1\nAssistant: Answer 1.\nUser: and now?\n";
     let b = body(aux);
     assert_eq!(b["max_tokens"], 4096);
@@ -93,7 +93,7 @@ async fn compact_archives_summarizes_and_the_window_starts_at_the_summary() {
     assert_eq!(files.len(), 4, "{files:?}");
     let archived: Vec<&String> = files.iter().filter(|n| n.starts_with("current.") && n.as_str() != "current.json").collect();
     let stamp = archived[0].trim_start_matches("current.").trim_end_matches(".json");
-    let dir = t.workspace(&id).join(".cicy/history/chat").join(&s.current.conversation_id);
+    let dir = t.workspace(&id).join(".cicy/history/chat").join(&s.conversation().current.conversation_id);
     assert_eq!(std::fs::read(dir.join(archived[0])).unwrap(), current_before);
     assert_eq!(std::fs::read(dir.join(format!("reply.{stamp}.json"))).unwrap(), reply_before);
     assert_eq!(history_file(&t, &id, "reply.json"), reply_before, "compaction leaves reply.json alone");
@@ -132,7 +132,7 @@ async fn a_failed_or_empty_summary_changes_nothing() {
     seed(&t, &id, tool_turns(2));
     let mut s = t.open(&id);
     let before = (history_file(&t, &id, "current.json"), history_file(&t, &id, "reply.json"), conversation_files(&t, &id));
-    let in_memory = s.current.clone();
+    let in_memory = s.conversation().current.clone();
     let (em, ev) = collector(&id);
     let e = compact::compact_session(&mut s, 0, &em, &CancellationToken::new()).await.unwrap_err();
     assert!(matches!(&e, CompactError::Gateway(GatewayError::Status { status: 500, .. })), "{e:?}");
@@ -142,7 +142,7 @@ async fn a_failed_or_empty_summary_changes_nothing() {
         assert!(matches!(e, CompactError::Empty), "{e:?}");
     }
     assert_eq!(gw.requests().len(), 3);
-    assert_eq!(s.current, in_memory);
+    assert_eq!(s.conversation().current, in_memory);
     let after = (history_file(&t, &id, "current.json"), history_file(&t, &id, "reply.json"), conversation_files(&t, &id));
     assert_eq!(after, before, "no file changed and no archive was written");
     assert!(!kinds(&ev).iter().any(|k| matches!(k, EventKind::Compacted { .. })));
@@ -167,7 +167,7 @@ async fn a_dangling_tool_use_is_never_sent_without_its_result_after_a_keep_2_com
         let seeded = seed(&t, &id, dangling);
         let mut s = t.open(&id);
         if !heal_on_restore {
-            s.current.messages = seeded.clone();
+            s.conversation_mut().current.messages = seeded.clone();
         }
         let (em, _ev) = collector(&id);
         let done = compact::compact_session(&mut s, 2, &em, &CancellationToken::new()).await.unwrap();

@@ -119,7 +119,7 @@ async fn kill_9_after_the_first_of_two_tool_calls_keeps_its_real_result() {
     assert_eq!(std::fs::read_to_string(workspace.join("first.txt")).unwrap(), "ran\n");
 
     let session = cicy::agent::Session::open(&cicy::home::Home::at(h.path().to_path_buf()), "w-1").expect("open");
-    let hist = &session.current.messages;
+    let hist = &session.conversation().current.messages;
     assert_eq!(invariants::check_history(hist), Ok(()));
     assert_eq!(hist.len(), 4, "{hist:?}");
     assert_eq!(

@@ -9,7 +9,7 @@ use serde_json::json;
 fn an_interrupted_turn_is_merged_from_reply_json_healed_and_marked() {
     let t = TestHome::new("http://127.0.0.1:9", 0);
     let id = t.create("tester", None);
-    let conv = t.open(&id).current.conversation_id.clone();
+    let conv = t.open(&id).conversation().current.conversation_id.clone();
     let dir = t.workspace(&id).join(".cicy/history/chat").join(&conv);
     // current.json was written before round 1; the process died after the tools of round 0 ran
     // (reply.json has their results) but before round 1's write.
@@ -34,7 +34,7 @@ fn an_interrupted_turn_is_merged_from_reply_json_healed_and_marked() {
     std::fs::write(dir.join("reply.json"), serde_json::to_vec(&reply).unwrap()).unwrap();
 
     let s = t.open(&id);
-    let m = &s.current.messages;
+    let m = &s.conversation().current.messages;
     assert_eq!(m.len(), 4, "{m:?}");
     assert_eq!(invariants::check(m), Ok(()));
     assert_eq!(
@@ -52,23 +52,23 @@ fn an_interrupted_turn_is_merged_from_reply_json_healed_and_marked() {
             content: Content::Blocks(vec![ContentBlock::text("(no reply this turn · cancelled)")])
         }
     );
-    assert_eq!(s.restore_notes.len(), 3, "{:?}", s.restore_notes);
+    assert_eq!(s.notes().restored.len(), 3, "{:?}", s.notes().restored);
     // The healed state is on disk: a second open finds nothing to repair.
     assert_eq!(t.current_json(&id)["status"], "idle");
     assert_eq!(t.reply_json(&id)["status"], "cancelled");
     let again = t.open(&id);
-    assert_eq!(again.current.messages, s.current.messages);
-    assert!(again.restore_notes.is_empty(), "{:?}", again.restore_notes);
+    assert_eq!(again.conversation().current.messages, s.conversation().current.messages);
+    assert!(again.notes().restored.is_empty(), "{:?}", again.notes().restored);
 }
 
 #[test]
 fn a_missing_symlink_starts_a_new_conversation_and_keeps_the_old_folder() {
     let t = TestHome::new("http://127.0.0.1:9", 0);
     let id = t.create("tester", None);
-    let first = t.open(&id).current.conversation_id.clone();
+    let first = t.open(&id).conversation().current.conversation_id.clone();
     let hist = t.workspace(&id).join(".cicy/history");
     std::fs::remove_file(hist.join("current.json")).unwrap();
-    let second = t.open(&id).current.conversation_id.clone();
+    let second = t.open(&id).conversation().current.conversation_id.clone();
     assert_ne!(first, second);
     assert!(hist.join("chat").join(&first).join("current.json").exists());
     assert_eq!(std::fs::read_link(hist.join("current.json")).unwrap(), std::path::Path::new("chat").join(&second).join("current.json"));
@@ -79,7 +79,7 @@ fn a_missing_symlink_starts_a_new_conversation_and_keeps_the_old_folder() {
 fn an_unknown_status_string_is_read_as_an_interrupted_turn_not_a_corrupt_file() {
     let t = TestHome::new("http://127.0.0.1:9", 0);
     let id = t.create("tester", None);
-    let conv = t.open(&id).current.conversation_id.clone();
+    let conv = t.open(&id).conversation().current.conversation_id.clone();
     let dir = t.workspace(&id).join(".cicy/history/chat").join(&conv);
     let current = json!({
         "conversation_id": conv, "agent_id": id, "model": "test-model", "updated_at": "2026-01-01T00:00:00Z",
@@ -88,10 +88,10 @@ fn an_unknown_status_string_is_read_as_an_interrupted_turn_not_a_corrupt_file() 
     });
     std::fs::write(dir.join("current.json"), serde_json::to_vec(&current).unwrap()).unwrap();
     let s = t.open(&id);
-    assert_eq!(s.current.status, cicy::conversation::history::CurrentStatus::Idle);
-    assert_eq!(s.current.messages.len(), 2);
-    assert_eq!(s.current.messages[0].plain_text(), "hello");
-    assert_eq!(s.current.messages[1].plain_text(), "(no reply this turn · cancelled)");
+    assert_eq!(s.conversation().current.status, cicy::conversation::history::CurrentStatus::Idle);
+    assert_eq!(s.conversation().current.messages.len(), 2);
+    assert_eq!(s.conversation().current.messages[0].plain_text(), "hello");
+    assert_eq!(s.conversation().current.messages[1].plain_text(), "(no reply this turn · cancelled)");
     assert_eq!(t.current_json(&id)["status"], "idle");
     let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     assert!(names.iter().all(|n| !n.contains("corrupt") && !n.contains("aside")), "{names:?}");
@@ -101,7 +101,7 @@ fn an_unknown_status_string_is_read_as_an_interrupted_turn_not_a_corrupt_file() 
 fn messages_healing_adds_get_display_ids() {
     let t = TestHome::new("http://127.0.0.1:9", 0);
     let id = t.create("tester", None);
-    let conv = t.open(&id).current.conversation_id.clone();
+    let conv = t.open(&id).conversation().current.conversation_id.clone();
     let dir = t.workspace(&id).join(".cicy/history/chat").join(&conv);
     // Killed while the only tool call ran: no result message exists, so healing adds one.
     let current = json!({
@@ -112,15 +112,15 @@ fn messages_healing_adds_get_display_ids() {
     });
     std::fs::write(dir.join("current.json"), serde_json::to_vec(&current).unwrap()).unwrap();
     let s = t.open(&id);
-    let ids: Vec<Option<u64>> = s.current.messages.iter().map(|m| m.id).collect();
-    assert_eq!(ids, [Some(1), Some(2), Some(3), Some(4)], "{:?}", s.current.messages);
+    let ids: Vec<Option<u64>> = s.conversation().current.messages.iter().map(|m| m.id).collect();
+    assert_eq!(ids, [Some(1), Some(2), Some(3), Some(4)], "{:?}", s.conversation().current.messages);
     assert_eq!(
-        s.current.messages[2].content,
+        s.conversation().current.messages[2].content,
         Content::Blocks(vec![ContentBlock::ToolResult {
             tool_use_id: "a".into(),
             content: invariants::SYNTHETIC_RESULT.into(),
             is_error: true
         }])
     );
-    assert_eq!(s.current.max_history_id, 4);
+    assert_eq!(s.conversation().current.max_history_id, 4);
 }

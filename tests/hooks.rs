@@ -213,7 +213,7 @@ async fn before_prompt_deny_refuses_the_turn_before_anything_is_written_or_sent(
     let outcome = turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap();
     assert_eq!(outcome, TurnOutcome::Blocked);
     assert!(gw.requests().is_empty());
-    assert!(s.current.messages.is_empty());
+    assert!(s.conversation().current.messages.is_empty());
     let k = kinds(&ev);
     assert_eq!(hook_errors(&k), ["the prompt was refused by hook hooks/no.sh: not today"]);
     assert_eq!(k.last(), Some(&EventKind::TurnEnded { outcome: TurnOutcome::Blocked }));

@@ -105,7 +105,7 @@ async fn compact_twice_in_a_row_and_again_after_a_turn() {
     let stored = messages(&id, &t);
     assert_eq!(invariants::check_history(&stored), Ok(()));
     let restored = t.open(&id);
-    assert_eq!(restored.current.messages, stored, "restore keeps the summaries apart from the user messages after them");
+    assert_eq!(restored.conversation().current.messages, stored, "restore keeps the summaries apart from the user messages after them");
 }
 
 #[tokio::test]
@@ -175,12 +175,12 @@ async fn clear_starts_an_empty_conversation_and_leaves_identity_memory_and_regis
     let agents_md = std::fs::read(ws.join("AGENTS.md")).unwrap();
     let row = Registry::open(&t.home.db_path()).unwrap().get(&id).unwrap();
     let mut s = t.open(&id);
-    let old = s.current.conversation_id.clone();
+    let old = s.conversation().current.conversation_id.clone();
     let old_dir = HistoryStore::new(&ws).conversation_dir(&old);
     let old_current = std::fs::read(old_dir.join("current.json")).unwrap();
 
     assert_eq!(s.clear().unwrap(), old);
-    let new = s.current.conversation_id.clone();
+    let new = s.conversation().current.conversation_id.clone();
     assert_ne!(new, old);
     assert_eq!(uuid::Uuid::parse_str(&new).unwrap().get_version_num(), 4);
     let hist = ws.join(".cicy/history");
@@ -203,7 +203,7 @@ async fn clear_starts_an_empty_conversation_and_leaves_identity_memory_and_regis
     assert_eq!(wire.len(), 1);
     assert!(wire[0].plain_text().contains("hello") && !wire[0].plain_text().contains("q1"));
     assert!(r.body_str().contains("<memories>"), "memory is still injected after /clear");
-    assert_eq!(t.open(&id).current.conversation_id, new);
+    assert_eq!(t.open(&id).conversation().current.conversation_id, new);
 }
 
 #[tokio::test]

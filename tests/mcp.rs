@@ -97,7 +97,7 @@ async fn a_turn_lists_the_servers_tools_sorted_and_calls_them() {
     let mut s = t.open(&id);
     let (em, ev) = collector(&id);
     assert_eq!(turn::run_turn(&mut s, "use the tools", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
-    let pid = s.mcp.pid("everything").await.expect("the server runs after the turn");
+    let pid = s.mcp().pid("everything").await.expect("the server runs after the turn");
 
     let reqs = gw.requests();
     assert_eq!(reqs.len(), 2);
@@ -130,7 +130,7 @@ async fn a_turn_lists_the_servers_tools_sorted_and_calls_them() {
 
     // The next turn reuses the running server and sends the same tools, byte for byte.
     assert_eq!(turn::run_turn(&mut s, "again", &em, &CancellationToken::new()).await.unwrap(), TurnOutcome::Completed);
-    assert_eq!(s.mcp.pid("everything").await, Some(pid));
+    assert_eq!(s.mcp().pid("everything").await, Some(pid));
     let reqs = gw.requests();
     let tools = |r: &RecordedRequest| serde_json::to_vec(&body(r)["tools"]).unwrap();
     assert_eq!(tools(&reqs[2]), tools(&reqs[0]));
@@ -149,7 +149,7 @@ async fn a_crashed_server_gives_an_error_result_and_is_started_again() {
     let t = home(&gw, 60);
     let id = t.create("tester", None);
     let mut s = t.open(&id);
-    let pool = s.mcp.clone();
+    let pool = s.mcp().clone();
     let (em, _ev) = collector(&id);
     let kill = async {
         gw.wait_for_requests(2).await;
@@ -172,7 +172,7 @@ async fn a_crashed_server_gives_an_error_result_and_is_started_again() {
         [("error: mcp server everything: the server exited; it is started again on the next call".to_string(), true)]
     );
     assert_eq!(results(&reqs[3]), [("Echo: three".to_string(), false)]);
-    let new_pid = s.mcp.pid("everything").await.expect("started again");
+    let new_pid = s.mcp().pid("everything").await.expect("started again");
     assert_ne!(new_pid, old_pid);
     let log = std::fs::read_to_string(t.workspace(&id).join(".cicy/logs/mcp-everything.log")).unwrap();
     assert_eq!(log.matches("Starting default (STDIO) server...").count(), 2, "{log}");
@@ -341,7 +341,7 @@ async fn a_call_that_times_out_kills_the_servers_group_and_the_next_call_starts_
     let (servers, children) = (pids(&dir.join("server.pids")), pids(&dir.join("child.pids")));
     assert_eq!((servers.len(), children.len()), (2, 2));
     assert!(ends(servers[0]).await && ends(children[0]).await, "the hung server's group outlived the timeout");
-    assert_eq!(s.mcp.pid("slow").await, Some(servers[1]));
+    assert_eq!(s.mcp().pid("slow").await, Some(servers[1]));
 
     // The next turn lists the restarted server as usual.
     let (em, ev) = collector(&id);

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// then the memory flush when one is due.
 async fn turn_then_flush(s: &mut Session, text: &str, em: &Emitter, cancel: &CancellationToken) -> TurnOutcome {
     let outcome = turn::run_turn(s, text, em, cancel).await.unwrap();
-    let model = s.current.model.clone();
+    let model = s.conversation().current.model.clone();
     s.memory().flush_if_due(&s.aux_target(&model), None, em, cancel).await;
     outcome
 }
@@ -132,9 +132,9 @@ async fn a_remembered_fact_survives_a_new_conversation_and_rides_last_in_the_req
 
     // A new conversation (what /clear does), then the question: the fact can only come from
     // the injected block.
-    s.store.start(&CurrentFile::new(&id, "test-model")).unwrap();
+    s.conversation().store.start(&CurrentFile::new(&id, "test-model")).unwrap();
     let mut s = t.open(&id);
-    assert!(s.current.messages.is_empty());
+    assert!(s.conversation().current.messages.is_empty());
     let o = turn_then_flush(&mut s, "what is my favourite colour?", &em, &cancel).await;
     assert_eq!(o, TurnOutcome::Completed);
     let with_memory = gw.requests()[2].clone();

@@ -147,7 +147,7 @@ async fn an_interrupt_kills_the_running_tool_group_skips_the_rest_of_the_batch_a
     assert_eq!(finished, Some(("t1", turn::INTERRUPTED_RESULT, true)));
     assert_eq!(steered(&k).len(), 1);
     assert_eq!(k.last(), Some(&EventKind::TurnEnded { outcome: TurnOutcome::Completed }));
-    let hist = s.current.messages.clone();
+    let hist = s.conversation().current.messages.clone();
     assert_eq!(invariants::check(&hist), Ok(()));
     assert_eq!(hist[3].plain_text(), "stopped");
 }
@@ -198,8 +198,8 @@ async fn a_turn_without_tool_calls_leaves_the_texts_queued_and_a_fourth_is_refus
     assert_eq!(outcome, TurnOutcome::Completed);
     assert_eq!(gw.requests().len(), 1);
     assert_eq!(steered(&kinds(&ev)), Vec::<usize>::new());
-    assert_eq!(s.current.messages.len(), 2);
-    assert_eq!(s.current.messages[1].plain_text(), "just words");
+    assert_eq!(s.conversation().current.messages.len(), 2);
+    assert_eq!(s.conversation().current.messages[1].plain_text(), "just words");
     assert_eq!(steering.take_all(), ["a", "b", "c"]);
     assert_eq!(steering.len(), 0);
 }

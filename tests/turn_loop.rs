@@ -131,7 +131,7 @@ async fn request_bytes_are_exact_and_the_prefix_is_stable_across_rounds() {
     turn::run_turn(&mut s, "hello", &em, &CancellationToken::new()).await.unwrap();
     let reqs = gw.requests();
     let first = &reqs[0];
-    assert_eq!(first.header("x-cicy-session-id"), Some(s.current.conversation_id.as_str()));
+    assert_eq!(first.header("x-cicy-session-id"), Some(s.conversation().current.conversation_id.as_str()));
     assert_eq!(first.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(first.header("x-cicy-aux"), None);
     insta::assert_snapshot!("first_request_body", first.body_str());
@@ -197,8 +197,8 @@ async fn cancel_during_a_stream_leaves_a_marker_and_loadable_files() {
     assert_eq!(t.reply_json(&id)["status"], "cancelled");
     assert_eq!(t.current_json(&id)["status"], "idle");
     let reopened = t.open(&id);
-    assert_eq!(reopened.current.messages.len(), 2);
-    assert!(reopened.restore_notes.is_empty(), "{:?}", reopened.restore_notes);
+    assert_eq!(reopened.conversation().current.messages.len(), 2);
+    assert!(reopened.notes().restored.is_empty(), "{:?}", reopened.notes().restored);
 }
 
 #[tokio::test]
@@ -481,7 +481,7 @@ async fn a_crash_after_the_first_of_two_tool_calls_keeps_its_real_result() {
     assert_eq!(on_disk.len(), 2, "reply.json holds the answer and the finished result: {on_disk:?}");
 
     let mut s = t.open(&id);
-    let hist = s.current.messages.clone();
+    let hist = s.conversation().current.messages.clone();
     assert_eq!(invariants::check(&hist), Ok(()));
     assert_eq!(hist.len(), 4, "{hist:?}");
     let results = match &hist[2].content {
@@ -559,7 +559,7 @@ async fn a_blank_message_is_refused_before_anything_is_written_or_sent() {
     assert_eq!(err.to_string(), "the message is empty (only whitespace): nothing to send");
     assert!(gw.requests().is_empty());
     assert!(kinds(&ev).is_empty());
-    assert!(s.current.messages.is_empty());
+    assert!(s.conversation().current.messages.is_empty());
 }
 
 /// Runs a turn on `id` that the user cancels at the first text delta of a stream that then

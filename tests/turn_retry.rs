@@ -128,7 +128,7 @@ async fn a_partial_answer_cut_for_good_is_kept_marked_and_retry_replaces_it() {
     assert_eq!(invariants::check_history(&hist), Ok(()));
     assert_eq!(t.reply_json(&id)["items"].as_array().unwrap().len(), 1, "the kept answer and its marker are one item");
     let mut s = t.open(&id);
-    assert!(s.restore_notes.is_empty(), "{:?}", s.restore_notes);
+    assert!(s.notes().restored.is_empty(), "{:?}", s.notes().restored);
 
     gw.push(Reply::sse(anthropic_text("now in full")));
     let (em, _ev) = collector(&id);

@@ -170,10 +170,10 @@ pub(super) fn refusal(what: &str, e: &LockError) -> EventKind {
 }
 
 fn notes(session: &Session, events: &Emitter) {
-    for reaped in &session.reaped {
+    for reaped in &session.notes().reaped {
         events.emit(EventKind::System { text: reaped.to_string() });
     }
-    for note in &session.restore_notes {
+    for note in &session.notes().restored {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }
 }
@@ -254,8 +254,8 @@ pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<Ex
         drop(lock);
         // A session has a user at stdin: `ask_user` questions are answered there.
         let questions = Arc::new(cicy::ask::Questions::default());
-        session.questions = Some(questions.clone());
-        if session.current.messages.is_empty() {
+        session.extensions_mut().insert(questions.clone());
+        if session.conversation().current.messages.is_empty() {
             if let Some(g) = session.materials()?.template.meta.greeting.filter(|g| !g.trim().is_empty()) {
                 events.emit(EventKind::System { text: g });
             }
@@ -311,7 +311,7 @@ pub(super) fn chat(home: &Home, id: &str, input: Input, json: bool) -> Result<Ex
                 }
                 Ok(line @ (Line::Command(_) | Line::Message(_))) => line,
             };
-            let lock = match TurnLock::try_acquire(&session.record.workspace, id) {
+            let lock = match TurnLock::try_acquire(&session.agent().record.workspace, id) {
                 Ok(lock) => lock,
                 Err(e @ LockError::Busy { .. }) => {
                     refused(line.what(), &e, events);

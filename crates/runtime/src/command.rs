@@ -67,7 +67,7 @@ pub async fn compact(session: &mut Session, keep: usize, events: &Emitter, cance
         Err(CompactError::History(e)) => Err(e.into()),
         Err(CompactError::Agent(e)) => Err(*e),
         Err(CompactError::Nothing) => {
-            failed(format!("/compact: {}; nothing was changed", nothing_to_compact(&session.current.messages, keep)));
+            failed(format!("/compact: {}; nothing was changed", nothing_to_compact(&session.conversation().current.messages, keep)));
             Ok(CommandEnd::Failed)
         }
         Err(e @ (CompactError::Gateway(_) | CompactError::Empty | CompactError::TooLarge { .. })) => {
@@ -96,10 +96,13 @@ fn nothing_to_compact(messages: &[Message], keep: usize) -> String {
 /// the old conversation's id, which stays on disk. Errors: the new conversation's files could
 /// not be written.
 pub fn clear(session: &mut Session, events: &Emitter) -> Result<(CommandEnd, String), AgentError> {
-    let before = session.current.messages.len();
+    let before = session.conversation().current.messages.len();
     let old = session.clear()?;
     events.emit(EventKind::System {
-        text: format!("/clear: new conversation {}; the previous one ({old}) is kept on disk", session.current.conversation_id),
+        text: format!(
+            "/clear: new conversation {}; the previous one ({old}) is kept on disk",
+            session.conversation().current.conversation_id
+        ),
     });
     Ok((CommandEnd::Done { before, after: 0 }, old))
 }

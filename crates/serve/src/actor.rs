@@ -650,7 +650,7 @@ impl Actor {
             return RetryReply { success: false, started: false, reason: Some("still generating, please wait".into()) };
         }
         self.warm();
-        let has_marker = self.session.as_ref().and_then(|s| s.current.messages.last().and_then(marker_of)).is_some();
+        let has_marker = self.session.as_ref().and_then(|s| s.conversation().current.messages.last().and_then(marker_of)).is_some();
         if !has_marker {
             return RetryReply { success: false, started: false, reason: Some("no turn to retry".into()) };
         }
@@ -686,11 +686,11 @@ impl Actor {
             let _lock = cicy_store::lock::TurnLock::try_acquire(&ws, &id).ok()?;
             let mut s = Session::open_resident(&home, record, &http).ok()?;
             // Tool groups a killed serve left running are stopped now, not at the next chat.
-            s.reaped = cicy_tools::reaper::reap(&cicy_tools::reaper::records_dir(&ws));
+            s.reap();
             Some(s)
         });
         if let Some(s) = &opened {
-            for reaped in &s.reaped {
+            for reaped in &s.notes().reaped {
                 self.emit(EventKind::System { text: reaped.to_string() });
             }
         }

@@ -142,7 +142,7 @@ async fn pickup_check(
     cancel: &CancellationToken,
 ) -> Result<Intent, guard::Refusal> {
     let model = super::job::FlushCtx::of(session).model;
-    let judge = guard::Judge { client: &session.client, model: &model, agent_id: &ctx.id };
+    let judge = guard::Judge { client: session.client(), model: &model, agent_id: &ctx.id };
     let gctx = guard::GuardCtx { workspace: &ctx.workspace, home: ctx.home.root() };
     wish::check_at_pickup(key, intent, &gctx, &judge, cancel).await
 }
@@ -319,7 +319,7 @@ async fn run_turn(
     };
     match turn::run_intent_turn(session, &text, job.rounds, events, cancel, steering).await {
         Ok(TurnOutcome::Completed) => {
-            let answer = session.current.messages.last().map(|m| m.plain_text()).unwrap_or_default();
+            let answer = session.conversation().current.messages.last().map(|m| m.plain_text()).unwrap_or_default();
             (Ran::Done, format!("turn completed: {}", cut(answer.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or(""))))
         }
         Ok(TurnOutcome::Cancelled) => (Ran::Stopped, "turn stopped at a round boundary".into()),

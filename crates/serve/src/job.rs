@@ -98,13 +98,13 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
         Ok(s) => s,
         Err(e) => return JobOut { session: None, end: JobEnd::Open(e) },
     };
-    for reaped in &session.reaped {
+    for reaped in &session.notes().reaped {
         events.emit(EventKind::System { text: reaped.to_string() });
     }
-    for note in &session.restore_notes {
+    for note in &session.notes().restored {
         events.emit(EventKind::System { text: format!("history restored: {note}") });
     }
-    session.wake = Arc::new(
+    session.extensions_mut().insert(Arc::new(
         cicy_runtime::wake::state::WakeTurn::in_serve(
             &ctx.home,
             &ctx.id,
@@ -112,9 +112,9 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
             super::wake_job::notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone()),
         )
         .with_after_batch(ctx.after_batch()),
-    );
+    ));
     // A user can always answer through the route while serve runs (docs/design.md §12).
-    session.questions = Some(ctx.questions.clone());
+    session.extensions_mut().insert(ctx.questions.clone());
     let end = match work {
         Work::Wake(p) => JobEnd::Wake(super::wake_job::run(&ctx, &mut session, &p, &events, &cancel, &steering).await),
         Work::Auto(job, preemption) => {
@@ -125,7 +125,9 @@ pub(super) async fn run(ctx: JobCtx, session: Option<Session>, work: Work, cance
         Work::Compact { keep } => JobEnd::Compact(command::compact(&mut session, keep, &events, &cancel).await),
         Work::Clear => {
             cicy_runtime::turn::session_end(&session, &events, &cancel).await;
-            JobEnd::Clear(fsutil::blocking(|| command::clear(&mut session, &events)).map(|_| session.current.conversation_id.clone()))
+            JobEnd::Clear(
+                fsutil::blocking(|| command::clear(&mut session, &events)).map(|_| session.conversation().current.conversation_id.clone()),
+            )
         }
     };
     drop(lock);
@@ -142,7 +144,7 @@ fn open_or_reload(ctx: &JobCtx, session: Option<Session>) -> Result<Session, Age
         }
         None => {
             let mut s = Session::open_resident(&ctx.home, ctx.record.clone(), &ctx.http)?;
-            s.reaped = cicy_tools::reaper::reap(&cicy_tools::reaper::records_dir(&ctx.workspace));
+            s.reap();
             Ok(s)
         }
     }
@@ -158,12 +160,12 @@ pub(super) struct FlushCtx {
 
 impl FlushCtx {
     pub(super) fn of(session: &Session) -> Self {
-        let model = if session.current.model.is_empty() {
+        let model = if session.conversation().current.model.is_empty() {
             session.materials().map(|m| m.model).unwrap_or_default()
         } else {
-            session.current.model.clone()
+            session.conversation().current.model.clone()
         };
-        Self { memory: session.memory(), client: session.client.clone(), model, id: session.record.id.clone() }
+        Self { memory: session.memory(), client: session.client().clone(), model, id: session.agent().record.id.clone() }
     }
 
     /// Whether the buffer is due now (a file read).

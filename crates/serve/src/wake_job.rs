@@ -117,7 +117,7 @@ pub(super) async fn run(
     let notify = notifier(&ctx.id, ctx.tracker.emitter(), ctx.scheduler.clone());
     let wt =
         Arc::new(WakeTurn::waking(&ctx.home, &ctx.id, &ctx.workspace, p.claim.clone(), notify.clone()).with_after_batch(ctx.after_batch()));
-    session.wake = wt.clone();
+    session.extensions_mut().insert(wt.clone());
 
     let wake_cancel = cancel.child_token();
     let timer = {
@@ -151,11 +151,13 @@ pub(super) async fn run(
     };
     let left = {
         let st = wt.state();
-        let tools = &session.current.tools;
+        let tools = &session.conversation().current.tools;
         let tool_less = !tools.iter().any(|t| t == cicy_runtime::wake::tools::REPLY || t == cicy_runtime::wake::tools::SEND);
         Left { claim: st.claim.clone(), sent: st.sent, tool_less }
     };
-    session.wake = Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()).with_after_batch(ctx.after_batch()));
+    session
+        .extensions_mut()
+        .insert(Arc::new(WakeTurn::in_serve(&ctx.home, &ctx.id, &ctx.workspace, notify.clone()).with_after_batch(ctx.after_batch())));
     let todo_ids: Vec<u32> = p.todos.iter().map(|t| t.id).collect();
     let (home, id, ws) = (ctx.home.clone(), ctx.id.clone(), ctx.workspace.clone());
     let notes = fsutil::blocking(|| finalize(&home, &id, &ws, &todo_ids, &left, &ending));
@@ -213,7 +215,7 @@ async fn turn_with_retries(
 /// The text of the turn's last assistant message (the direct-chat reply when the agent called
 /// neither `reply` nor `send`).
 fn final_answer(session: &Session) -> Option<String> {
-    let last = session.current.messages.last().filter(|m| m.role == Role::Assistant)?;
+    let last = session.conversation().current.messages.last().filter(|m| m.role == Role::Assistant)?;
     let text = last.plain_text();
     (!text.trim().is_empty()).then_some(text)
 }

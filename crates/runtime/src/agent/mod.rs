@@ -12,7 +12,7 @@ use std::path::PathBuf;
 pub use create::{create, CreateOptions, Created};
 
 use crate::config::{Config, ConfigError};
-use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore};
+use crate::conversation::history::{CurrentFile, HistoryError, HistoryStore, ReplyFile};
 use crate::gateway::{GatewayClient, GatewayError, GatewaySettings};
 use crate::home::{Home, HomeError};
 use crate::lock::{LockError, TurnLock};
@@ -67,29 +67,59 @@ pub struct TurnMaterials {
 /// cicy: 2048 output tokens per main round.
 pub const DEFAULT_MAX_TOKENS: u32 = 2048;
 
-/// An open agent: its row, configuration, gateway client and conversation.
-pub struct Session {
+/// Who an agent is: the home it lives in and its registry row.
+#[derive(Debug, Clone)]
+pub struct AgentInfo {
     pub home: Home,
     pub record: AgentRecord,
-    pub config: Config,
-    pub client: GatewayClient,
+}
+
+/// A session's conversation: where its history files are and the active conversation.
+#[derive(Debug)]
+pub struct Conversation {
     pub store: HistoryStore,
     pub current: CurrentFile,
-    /// Notes from restoring the history (what was healed), for the caller to show.
-    pub restore_notes: Vec<String>,
+}
+
+impl Conversation {
+    /// Writes `current.json` (see [`HistoryStore::save_current`]).
+    pub fn save_current(&mut self) -> Result<(), HistoryError> {
+        self.store.save_current(&mut self.current)
+    }
+
+    /// Writes `reply.json` (see [`HistoryStore::save_reply`]).
+    pub fn save_reply(&self, reply: &ReplyFile) -> Result<(), HistoryError> {
+        self.store.save_reply(reply)
+    }
+
+    /// Writes `current.json` and `reply.json` (see [`HistoryStore::save_turn`]).
+    pub fn save_turn(&mut self, reply: &ReplyFile) -> Result<(), HistoryError> {
+        self.store.save_turn(&mut self.current, reply)
+    }
+}
+
+/// What opening (or reloading) the agent found and fixed, for the caller to show.
+#[derive(Debug, Default)]
+pub struct OpenNotes {
+    /// What restoring the history healed.
+    pub restored: Vec<String>,
     /// Tool process groups a crash left running that opening the agent for a turn killed (or
-    /// could not check), for the caller to show; see [`crate::tools::reaper`].
+    /// could not check); see [`crate::tools::reaper`].
     pub reaped: Vec<Reaped>,
-    /// What this turn's `wake` tools share with its runner (docs/design.md §10); serve replaces it
-    /// before each turn it runs, the in-process CLI keeps the plain one.
-    pub wake: std::sync::Arc<crate::wake::state::WakeTurn>,
-    /// Where `ask_user` puts its questions (docs/design.md §12): set by whoever has a user to answer
-    /// them (serve, the stdin chat session); `None` (a one-shot chat) refuses the tool with
-    /// `error: no user attached`.
-    pub questions: Option<std::sync::Arc<crate::ask::Questions>>,
-    /// The role's MCP servers, started on first need and kept running while the session lives
-    /// (docs/design.md §12).
-    pub mcp: crate::mcp::Pool,
+}
+
+/// An open agent, in parts: who it is ([`AgentInfo`]), the home's settings, its gateway
+/// client, its [`Conversation`], what opening it found ([`OpenNotes`]), what the runner attaches
+/// for its tools ([`Session::extensions`]) and its MCP servers. A function takes the parts it
+/// uses; only this module builds or replaces them.
+pub struct Session {
+    agent: AgentInfo,
+    settings: Config,
+    client: GatewayClient,
+    conversation: Conversation,
+    notes: OpenNotes,
+    extensions: http::Extensions,
+    mcp: crate::mcp::Pool,
 }
 
 impl Session {
@@ -110,36 +140,31 @@ impl Session {
     }
 
     fn open_with(home: &Home, record: AgentRecord, http: Option<&reqwest::Client>) -> Result<Self, AgentError> {
-        let id = record.id.clone();
-        let id = id.as_str();
         let config = Config::load(&home.config_path())?;
         let client = client_for(home, &record, &config, http)?;
         let hidden_env = vec![crate::config::ENV_API_KEY.to_string(), config.api_key_env.clone()];
         let store = HistoryStore::new(&record.workspace);
-        let record_ws = record.workspace.clone();
+        let current = CurrentFile::new(&record.id, "");
+        let mcp = crate::mcp::Pool::new(record.workspace.clone(), hidden_env);
         let mut session = Self {
-            home: home.clone(),
-            record,
-            config,
+            agent: AgentInfo { home: home.clone(), record },
+            settings: config,
             client,
-            store,
-            current: CurrentFile::new(id, ""),
-            restore_notes: Vec::new(),
-            reaped: Vec::new(),
-            wake: std::sync::Arc::new(crate::wake::state::WakeTurn::plain(home, id, &record_ws)),
-            questions: None,
-            mcp: crate::mcp::Pool::new(record_ws.clone(), hidden_env),
+            conversation: Conversation { store, current },
+            notes: OpenNotes::default(),
+            extensions: http::Extensions::new(),
+            mcp,
         };
         let materials = session.materials()?;
-        let restored = session.store.restore(id, &materials.model)?;
-        session.current = restored.current;
-        session.restore_notes = restored.healed;
+        let restored = session.conversation.store.restore(&session.agent.record.id, &materials.model)?;
+        session.conversation.current = restored.current;
+        session.notes.restored = restored.healed;
         Ok(session)
     }
 
     /// Opens agent `id` holding its turn lock. The lock is taken before the history is
     /// restored, so a restore never "heals" a turn that another process is running, and
-    /// before tool process groups left running by a crashed turn are killed ([`Session::reaped`]),
+    /// before tool process groups left running by a crashed turn are killed ([`OpenNotes::reaped`]),
     /// so no running tool of another process is.
     ///
     /// Errors: [`AgentError::Lock`] with [`LockError::Busy`] when another holder has it, and
@@ -148,8 +173,63 @@ impl Session {
         let record = Registry::open(&home.db_path())?.get(id)?;
         let lock = TurnLock::try_acquire(&record.workspace, id)?;
         let mut session = Self::open(home, id)?;
-        session.reaped = reaper::reap(&reaper::records_dir(&record.workspace));
+        session.reap();
         Ok((session, lock))
+    }
+
+    /// Kills the tool process groups a crashed turn of this agent left running and notes them
+    /// in [`OpenNotes::reaped`]. Call it holding the turn lock, so no running tool of another
+    /// process is killed.
+    pub fn reap(&mut self) {
+        self.notes.reaped = reaper::reap(&reaper::records_dir(&self.agent.record.workspace));
+    }
+
+    /// Who this agent is.
+    pub fn agent(&self) -> &AgentInfo {
+        &self.agent
+    }
+
+    /// The home's configuration, as read when the session was opened.
+    pub fn settings(&self) -> &Config {
+        &self.settings
+    }
+
+    /// The agent's gateway client.
+    pub fn client(&self) -> &GatewayClient {
+        &self.client
+    }
+
+    /// The conversation: its history files and the active one.
+    pub fn conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
+    /// The conversation, to change; call it holding the turn lock.
+    pub fn conversation_mut(&mut self) -> &mut Conversation {
+        &mut self.conversation
+    }
+
+    /// What opening or the last [`Session::reload`] found and fixed.
+    pub fn notes(&self) -> &OpenNotes {
+        &self.notes
+    }
+
+    /// What the runner attaches for this session's tools and turns, by type: serve's wake turn
+    /// (docs/design.md §10), the questions a user answers for `ask_user` (docs/design.md §12;
+    /// without them the tool refuses with `error: no user attached`). A sub-agent shares them.
+    pub fn extensions(&self) -> &http::Extensions {
+        &self.extensions
+    }
+
+    /// See [`Session::extensions`]: serve replaces the wake turn before each turn it runs.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        &mut self.extensions
+    }
+
+    /// The role's MCP servers, started on first need and kept running while the session lives
+    /// (docs/design.md §12).
+    pub fn mcp(&self) -> &crate::mcp::Pool {
+        &self.mcp
     }
 
     /// Reads the history from disk again, restoring and healing it as [`Session::open`] does:
@@ -157,11 +237,11 @@ impl Session {
     /// (or crashed and left a tool running, which is killed as in [`Session::open_locked`]).
     /// Call it holding the turn lock.
     pub fn reload(&mut self) -> Result<(), AgentError> {
-        self.reaped = reaper::reap(&reaper::records_dir(&self.record.workspace));
-        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
-        let restored = self.store.restore(&self.record.id, &model)?;
-        self.current = restored.current;
-        self.restore_notes = restored.healed;
+        self.reap();
+        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.conversation.current.model.clone());
+        let restored = self.conversation.store.restore(&self.agent.record.id, &model)?;
+        self.conversation.current = restored.current;
+        self.notes.restored = restored.healed;
         Ok(())
     }
 
@@ -169,48 +249,52 @@ impl Session {
     /// [`HistoryStore::clear`]); returns the id of the conversation it replaced, which stays on
     /// disk. AGENTS.md, memory and the registry are not touched. Call it holding the turn lock.
     pub fn clear(&mut self) -> Result<String, AgentError> {
-        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.current.model.clone());
-        let old = std::mem::replace(&mut self.current, self.store.clear(&self.record.id, &model)?);
+        let model = self.materials().map(|m| m.model).unwrap_or_else(|_| self.conversation.current.model.clone());
+        let fresh = self.conversation.store.clear(&self.agent.record.id, &model)?;
+        let old = std::mem::replace(&mut self.conversation.current, fresh);
         Ok(old.conversation_id)
     }
 
     /// A session for a sub-agent of this agent (docs/design.md §12 `task`): the same home, row,
-    /// configuration, gateway client, wake state, user and MCP servers, with an empty conversation of its own
-    /// in `store` (never this agent's history). Writes nothing and takes no lock: the parent's
-    /// turn holds it.
-    pub fn subagent(&self, store: HistoryStore) -> Session {
+    /// settings, gateway client, extensions (wake state, user) and MCP servers, with an empty
+    /// conversation of its own on `model` in `store` (never this agent's history). Writes nothing
+    /// and takes no lock: the parent's turn holds it.
+    pub fn subagent(&self, store: HistoryStore, model: &str) -> Session {
         Session {
-            home: self.home.clone(),
-            record: self.record.clone(),
-            config: self.config.clone(),
+            agent: self.agent.clone(),
+            settings: self.settings.clone(),
             client: self.client.clone(),
-            store,
-            current: CurrentFile::new(&self.record.id, ""),
-            restore_notes: Vec::new(),
-            reaped: Vec::new(),
-            wake: self.wake.clone(),
-            questions: self.questions.clone(),
+            conversation: Conversation { store, current: CurrentFile::new(&self.agent.record.id, model) },
+            notes: OpenNotes::default(),
+            extensions: self.extensions.clone(),
             mcp: self.mcp.clone(),
         }
     }
 
+    /// This session with no MCP server started (a sub-agent of another role starts its own).
+    pub fn without_mcp(mut self) -> Session {
+        self.mcp = self.mcp.empty_like();
+        self
+    }
+
     /// This agent's long-term memory folder with the configured flush periods.
     pub fn memory(&self) -> Memory {
-        Memory::new(&self.record.workspace, self.config.memory.clone())
+        Memory::new(&self.agent.record.workspace, self.settings.memory.clone())
     }
 
     /// What a memory recognizer call runs on: this agent's client and `model`.
     pub fn aux_target<'a>(&'a self, model: &'a str) -> AuxTarget<'a> {
-        AuxTarget { client: &self.client, model, agent_id: &self.record.id }
+        AuxTarget { client: &self.client, model, agent_id: &self.agent.record.id }
     }
 
     /// Re-reads the role template, tool config, AGENTS.md, MEMORY.md (rebuilt first when a
     /// memory file is newer, so hand edits are injected at once) and skills.
     pub fn materials(&self) -> Result<TurnMaterials, AgentError> {
-        let tool_cfg = ToolConfig::load(&self.home, crate::builtin_tools::names())?;
-        let template = role::load_template(&self.home, &self.record.role_template, &tool_cfg)?;
-        let model = model_for(&self.record, &template, &self.config)?;
-        let ws = &self.record.workspace;
+        let (home, record) = (&self.agent.home, &self.agent.record);
+        let tool_cfg = ToolConfig::load(home, crate::builtin_tools::names())?;
+        let template = role::load_template(home, &record.role_template, &tool_cfg)?;
+        let model = model_for(record, &template, &self.settings)?;
+        let ws = &record.workspace;
         let agents_md = read_optional(&ws.join("AGENTS.md"))?;
         let memory = self.memory();
         let memory_md = match memory.index_text() {
@@ -227,7 +311,7 @@ impl Session {
             tools: ToolSet::new(template.tools.clone(), tool_cfg.custom, crate::builtin_tools::BUILTIN),
             agents_md: role::agents_md_body(&agents_md).to_string(),
             memory_md,
-            skills: skill::list_skills(&self.home.skills_dir(), &skill::project_dir(ws)),
+            skills: skill::list_skills(&home.skills_dir(), &skill::project_dir(ws)),
             template,
             model,
         })

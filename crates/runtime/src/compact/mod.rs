@@ -100,8 +100,8 @@ impl Settings {
 /// A learned-window file that cannot be read is reported on the log and ignored (it only ever
 /// lowers the window; the gateway will say so again).
 pub fn settings(session: &Session, m: &TurnMaterials) -> Settings {
-    let configured = Settings::new(&session.config.compaction, m.template.meta.context_window);
-    let learned = match window::learned(&session.record.workspace, &m.model) {
+    let configured = Settings::new(&session.settings().compaction, m.template.meta.context_window);
+    let learned = match window::learned(&session.agent().record.workspace, &m.model) {
         Ok(l) => l.map(|l| l.tokens),
         Err(e) => {
             tracing::warn!(error = %e, "ignoring the learned context window");
@@ -123,7 +123,7 @@ pub async fn ask_window(session: &Session, m: &TurnMaterials, events: &Emitter, 
     let asked = tokio::select! {
         biased;
         () = cancel.cancelled() => return,
-        asked = window::ask_gateway(&session.client, &session.record.workspace, &m.model) => asked,
+        asked = window::ask_gateway(session.client(), &session.agent().record.workspace, &m.model) => asked,
     };
     match asked {
         Ok(window::Asked::Before) => {}
@@ -134,7 +134,7 @@ pub async fn ask_window(session: &Session, m: &TurnMaterials, events: &Emitter, 
             });
         }
         Ok(window::Asked::NoWindow(why)) => {
-            tracing::debug!(gateway = %session.client.base_url_display(), %why, "the gateway reports no context window")
+            tracing::debug!(gateway = %session.client().base_url_display(), %why, "the gateway reports no context window")
         }
         Ok(window::Asked::Unreached(e)) => tracing::debug!(error = %e, "cannot ask the gateway for its context window"),
         Err(e) => tracing::warn!(error = %e, "cannot record the context window the gateway reports"),
@@ -170,7 +170,7 @@ pub async fn compact_session(
     let m = session.materials().map_err(|e| CompactError::Agent(Box::new(e)))?;
     ask_window(session, &m, events, cancel).await;
     let settings = settings(session, &m);
-    let msgs = &session.current.messages;
+    let msgs = &session.conversation().current.messages;
     let ws = window_start(msgs);
     // `choose` always summarizes the window's first message (automatic compaction needs that
     // room when the window is over the token trigger); asked to keep at least every message the
@@ -195,17 +195,19 @@ async fn summarize_and_apply(
     events: &Emitter,
     cancel: &CancellationToken,
 ) -> Result<Compacted, CompactError> {
-    let ws = window_start(&session.current.messages);
+    let ws = window_start(&session.conversation().current.messages);
     let call = summary::Call {
-        client: &session.client,
+        client: session.client(),
         model,
-        session_id: &session.current.conversation_id,
+        session_id: &session.conversation().current.conversation_id,
         chunk_tokens: settings.chunk_tokens(),
         max_tokens: settings.summary_max_tokens(),
     };
     let mut progress = |text: String| events.emit(EventKind::System { text });
-    let s = summary::summarize(&call, &session.current.messages[ws..cut], &mut progress, cancel).await?;
-    let mut done = apply(&session.store, &mut session.current, cut, &with_carried(&s.text, carried), settings.config.keep_snapshots)?;
+    let s = summary::summarize(&call, &session.conversation().current.messages[ws..cut], &mut progress, cancel).await?;
+    let conversation = session.conversation_mut();
+    let mut done =
+        apply(&conversation.store, &mut conversation.current, cut, &with_carried(&s.text, carried), settings.config.keep_snapshots)?;
     done.usage = s.usage;
     done.requests = s.requests;
     Ok(done)
@@ -302,7 +304,7 @@ pub async fn before_round(
 ) -> Result<(), AgentError> {
     let settings = settings(session, m);
     let forced = std::mem::take(&mut state.forced);
-    let msgs = &session.current.messages;
+    let msgs = &session.conversation().current.messages;
     let ws = window_start(msgs);
     let count = msgs.len() - ws;
     let tokens = window_tokens(&m.template.system_md, tools, &msgs[ws..]);
@@ -344,7 +346,7 @@ pub async fn before_round(
     if forced || count > c.hard_cap || tokens > settings.context_window {
         let why = failure.unwrap_or_else(|| "automatic compaction is off".to_string());
         // The carried message is still sent: it is not among those set aside.
-        let carried_in_window = cut::last_user_text(&session.current.messages).is_some_and(|s| (ws..cut).contains(&s));
+        let carried_in_window = cut::last_user_text(&session.conversation().current.messages).is_some_and(|s| (ws..cut).contains(&s));
         let n = cut - ws - usize::from(carried_in_window);
         if n == 0 {
             // Only the running turn's own message is over: a notice would set nothing aside.
@@ -352,7 +354,9 @@ pub async fn before_round(
         }
         let notice =
             format!("({n} earlier messages could not be summarized ({why}). They are kept in the history files but are no longer sent.)");
-        let done = apply(&session.store, &mut session.current, cut, &with_carried(&notice, carried.as_deref()), c.keep_snapshots)?;
+        let conversation = session.conversation_mut();
+        let done =
+            apply(&conversation.store, &mut conversation.current, cut, &with_carried(&notice, carried.as_deref()), c.keep_snapshots)?;
         let what = if forced { "the gateway refused the window" } else { "the window was over the hard cap" };
         events.emit(EventKind::System {
             text: format!("{what} ({count} messages, ~{tokens} tokens): set {n} earlier messages aside without a summary"),
@@ -367,7 +371,7 @@ pub async fn before_round(
 /// hook is asked about (docs/design.md §12); it does not change `state`.
 pub fn due(session: &Session, m: &TurnMaterials, tools: &[ToolSpec], state: &AutoState) -> Option<usize> {
     let settings = settings(session, m);
-    let msgs = &session.current.messages;
+    let msgs = &session.conversation().current.messages;
     let count = msgs.len() - window_start(msgs);
     let over = || {
         count > settings.config.max_messages

@@ -42,7 +42,7 @@ pub(super) fn warn_large(t: &Turn<'_>, specs: &[ToolSpec]) {
 /// message) take more than half of the context window: the next round must compact.
 pub(super) fn warn_large_results(t: &Turn<'_>) {
     let w = compact::settings(t.session, t.m).context_window;
-    let Some(msg) = t.session.current.messages.last() else { return };
+    let Some(msg) = t.session.conversation().current.messages.last() else { return };
     let tokens = cut::message_tokens(msg);
     if tokens > w / 2 {
         t.events.emit(EventKind::System {
@@ -151,7 +151,7 @@ pub(super) fn refuse_too_large(t: &Turn<'_>, specs: &[ToolSpec], check: Check) -
 pub(super) fn learn_window(t: &Turn<'_>, over: &Overflow, err: &GatewayError) {
     let assumed = compact::settings(t.session, t.m).context_window;
     let (tokens, reason) = window::after_overflow(assumed, over);
-    let ws = &t.session.record.workspace;
+    let ws = &t.session.agent().record.workspace;
     let saved = match window::record(ws, &t.m.model, tokens, &reason) {
         Ok(()) => format!("recorded in .cicy/{}", window::FILE_NAME),
         Err(e) => format!("could not be recorded: {e}"),
@@ -166,7 +166,7 @@ pub(super) fn learn_window(t: &Turn<'_>, over: &Overflow, err: &GatewayError) {
 
 /// The user message that started the running turn.
 fn turn_message<'a>(t: &'a Turn<'_>) -> Option<&'a Message> {
-    let msgs = &t.session.current.messages;
+    let msgs = &t.session.conversation().current.messages;
     cut::last_user_text(msgs).map(|i| &msgs[i])
 }
 

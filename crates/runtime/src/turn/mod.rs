@@ -19,6 +19,7 @@ mod steer;
 mod subagent;
 mod tools;
 
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, Session, TurnMaterials};
@@ -28,6 +29,7 @@ use crate::conversation::message::{Content, ContentBlock, Message, Role};
 use crate::event::{preview, Emitter, ErrorKind, EventKind, TurnOutcome, PROMPT_PREVIEW_CHARS};
 use crate::fsutil;
 use crate::hooks::{Hooks, TurnIds};
+use crate::wake::state::WakeTurn;
 
 pub use send::ROUND_RERUNS;
 pub use session_end::session_end;
@@ -50,7 +52,7 @@ fn outcome_event(o: Outcome) -> TurnOutcome {
 /// over the context window, would otherwise be sent again with every later question). A
 /// cancelled turn stays: what ran, ran.
 fn pop_failed_turn(session: &mut Session) {
-    let msgs = &mut session.current.messages;
+    let msgs = &mut session.conversation_mut().current.messages;
     if !matches!(msgs.last().and_then(marker_of), Some(Outcome::Failed | Outcome::Blocked)) {
         return;
     }
@@ -169,7 +171,7 @@ pub async fn retry_turn_with(
     steering: &Steering,
 ) -> Result<Option<TurnOutcome>, AgentError> {
     let materials = session.materials()?;
-    let msgs = &session.current.messages;
+    let msgs = &session.conversation().current.messages;
     if msgs.last().and_then(marker_of).is_none() {
         return Ok(None);
     }
@@ -177,7 +179,7 @@ pub async fn retry_turn_with(
         return Ok(None);
     };
     let (history_id, text) = (msgs[start].id.unwrap_or(0), msgs[start].plain_text());
-    session.current.messages.pop();
+    session.conversation_mut().current.messages.pop();
     let start = Start::Resume { history_id, text };
     run_user_turn(session, start, materials, events, cancel, steering).await.map(Some)
 }
@@ -203,6 +205,7 @@ async fn run_user_turn(
     cancel: &CancellationToken,
     steering: &Steering,
 ) -> Result<TurnOutcome, AgentError> {
+    attach_plain_wake(session);
     crate::compact::ask_window(session, &m, events, cancel).await;
     // The answer's reserve follows a small window as the summary's does (a quarter of it), so
     // a model with a few thousand tokens of context can still take a message.
@@ -210,16 +213,16 @@ async fn run_user_turn(
     m.max_tokens = m.max_tokens.min(u32::try_from(window / 4).unwrap_or(u32::MAX)).max(1);
     let turn_id = uuid::Uuid::new_v4().to_string();
     let ids = TurnIds {
-        agent_id: &session.record.id,
-        conv_id: &session.current.conversation_id,
+        agent_id: &session.agent().record.id,
+        conv_id: &session.conversation().current.conversation_id,
         turn_id: &turn_id,
-        workspace: &session.record.workspace,
+        workspace: &session.agent().record.workspace,
     };
-    let role_dir = session.home.roles_dir().join(&m.template.slug);
+    let role_dir = session.agent().home.roles_dir().join(&m.template.slug);
     let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || tools::tool_context(session, &m, cancel, events), events, ids);
     // A hook may refuse or change the prompt before anything of the turn is written.
     let start = match start {
-        Start::New(text, author) => match hooks.before_prompt(session.current.messages.is_empty(), &text).await {
+        Start::New(text, author) => match hooks.before_prompt(session.conversation().current.messages.is_empty(), &text).await {
             Ok(text) => Start::New(text, author),
             Err(denied) => {
                 let message = format!("the prompt was refused by hook {}: {}", denied.command, denied.reason);
@@ -230,7 +233,7 @@ async fn run_user_turn(
         },
         other => other,
     };
-    let cur = &mut session.current;
+    let cur = &mut session.conversation_mut().current;
     cur.model = m.model.clone();
     cur.tools = m.template.tools.clone();
     cur.system = m.template.system_md.trim().to_string();
@@ -253,18 +256,18 @@ async fn run_user_turn(
         updated_at: now,
         ..ReplyFile::idle(&cur.conversation_id, &m.model)
     };
-    session.store.save_turn(&mut session.current, &reply)?;
-    events.emit(EventKind::TurnStarted { turn_id: reply.turn_id.clone(), conv_id: session.current.conversation_id.clone() });
+    session.conversation_mut().save_turn(&reply)?;
+    events.emit(EventKind::TurnStarted { turn_id: reply.turn_id.clone(), conv_id: session.conversation().current.conversation_id.clone() });
     if announce {
         events.emit(EventKind::Prompt { text: preview(&text, PROMPT_PREVIEW_CHARS) });
     }
     // MCP tools are listed here, once per turn, as listing is async (see `crate::mcp`); after
     // the user message is stored, so a slow server start loses nothing.
-    m.tools.extend(session.mcp.tools(&m.template.meta.mcp_servers, events, cancel).await);
+    m.tools.extend(session.mcp().tools(&m.template.meta.mcp_servers, events, cancel).await);
 
     let outcome = round::rounds(&mut round::Turn { session, m: &m, reply: &mut reply, events, cancel, steering, hooks: &hooks }).await?;
     if let Some(o) = outcome {
-        end_with_marker(&mut session.current, &mut reply, o);
+        end_with_marker(&mut session.conversation_mut().current, &mut reply, o);
     }
     reply.status = match outcome {
         None => ReplyStatus::Completed,
@@ -272,12 +275,17 @@ async fn run_user_turn(
         Some(Outcome::Blocked | Outcome::Failed) => ReplyStatus::Failed,
     };
     reply.updated_at = fsutil::now_rfc3339();
-    session.current.status = CurrentStatus::Idle;
-    session.store.save_turn(&mut session.current, &reply)?;
+    session.conversation_mut().current.status = CurrentStatus::Idle;
+    session.conversation_mut().save_turn(&reply)?;
     if outcome.is_none() && remember {
         // §8 write loop: only buffer here; the caller flushes once the user has the answer.
         session.memory().record_turn(&text, &reply.items, events);
-        crate::checkpoint::auto::after_turn(&session.record.workspace, session.current.prompts, steering.len(), events);
+        crate::checkpoint::auto::after_turn(
+            &session.agent().record.workspace,
+            session.conversation().current.prompts,
+            steering.len(),
+            events,
+        );
     }
     let ended = outcome.map(outcome_event).unwrap_or(TurnOutcome::Completed);
     hooks.after_turn(ended, &reply).await;
@@ -287,6 +295,17 @@ async fn run_user_turn(
 
 /// Appends the outcome marker. After a partial answer a failed round kept, the marker ends that
 /// message instead, so roles still alternate and `marker_of` finds it.
+/// The wake turn a turn's tools share with its runner (docs/design.md §10): serve attaches its
+/// own before each turn it runs; anywhere else (the in-process CLI) the session gets a plain one
+/// at its first turn and keeps it, so todos and `send` work there too.
+fn attach_plain_wake(session: &mut Session) {
+    if session.extensions().get::<Arc<WakeTurn>>().is_none() {
+        let agent = session.agent();
+        let plain = Arc::new(WakeTurn::plain(&agent.home, &agent.record.id, &agent.record.workspace));
+        session.extensions_mut().insert(plain);
+    }
+}
+
 fn end_with_marker(cur: &mut CurrentFile, reply: &mut ReplyFile, o: Outcome) {
     let marker = ContentBlock::text(o.marker());
     match cur.messages.last_mut() {

@@ -9,6 +9,7 @@
 //! (`super::send`), what fits the window (`super::fit`), what steering texts say
 //! (`super::steer`, delivered after each round's tool results).
 
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::fit;
@@ -24,6 +25,7 @@ use crate::event::{Emitter, EventKind};
 use crate::fsutil;
 use crate::gateway::{overflow, CallOptions, GatewayError, Prompt, Response, RoundFailure, StopReason, ToolSpec};
 use crate::prompt::{self, PromptInputs};
+use crate::wake::state::WakeTurn;
 
 /// What every step of a turn works on.
 pub(super) struct Turn<'a> {
@@ -56,7 +58,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
             Sent::Answer(resp) => resp,
             Sent::Ended(o) => return Ok(Some(o)),
         };
-        resp.rename_ids_used_in(&t.session.current.messages);
+        resp.rename_ids_used_in(&t.session.conversation().current.messages);
         record_usage(t, &resp);
         let plan = Plan::for_round(final_round, max_rounds, resp.stop_reason.clone());
         if let Some(o) = hooks_on_answer(t, &mut resp, &plan).await {
@@ -75,7 +77,7 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
         match tools::run_calls(t, &calls, &plan, &resp).await? {
             _ if t.hooks.aborted() => return Ok(Some(Outcome::Blocked)),
             Ran::All => {
-                if let Some(results) = t.session.current.messages.last() {
+                if let Some(results) = t.session.conversation().current.messages.last() {
                     t.hooks
                         .after_tool_batch(&resp.content, &results.content.to_blocks(), resp.stop_reason.as_ref().map(StopReason::as_str))
                         .await;
@@ -84,8 +86,11 @@ pub(super) async fn rounds(t: &mut Turn<'_>) -> Result<Option<Outcome>, AgentErr
                     return Ok(Some(Outcome::Blocked));
                 }
                 // The runner's hook (serve drains the outbox the batch's commands wrote to).
-                t.session.wake.clone().after_tool_batch().await;
-                if let Some(text) = t.session.wake.take_end() {
+                let wake = t.session.extensions().get::<Arc<WakeTurn>>().cloned();
+                if let Some(wake) = &wake {
+                    wake.clone().after_tool_batch().await;
+                }
+                if let Some(text) = wake.and_then(|w| w.take_end()) {
                     // `sleep_until` (docs/design.md §10): the turn ends after the batch that ran it,
                     // with an assistant message so the next turn's user message alternates.
                     append(t, Message::assistant(vec![ContentBlock::text(text)]))?;
@@ -158,9 +163,9 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
     let mut before_compaction: Option<Vec<Message>> = None;
     loop {
         let prompt = assemble(t, specs, final_round);
-        t.session.store.save_current(&mut t.session.current)?;
-        let current_json = t.session.store.dir().join("current.json");
-        t.hooks.before_request(&t.hooks.model(&t.m.model), t.session.current.messages.len(), &current_json).await;
+        t.session.conversation_mut().save_current()?;
+        let current_json = t.session.conversation().store.dir().join("current.json");
+        t.hooks.before_request(&t.hooks.model(&t.m.model), t.session.conversation().current.messages.len(), &current_json).await;
         if t.hooks.aborted() {
             return Ok(Sent::Ended(Outcome::Blocked));
         }
@@ -190,7 +195,7 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
         if let Some(refused) = fit::refuse_too_large(t, specs, fit::Check::AfterRefusal(counted)) {
             return Ok(Sent::Ended(refused));
         }
-        before_compaction = Some(t.session.current.messages.clone());
+        before_compaction = Some(t.session.conversation().current.messages.clone());
         auto.force_next();
         compact_unless_skipped(t, specs, auto, "refused").await?;
         if t.hooks.aborted() {
@@ -209,10 +214,10 @@ async fn send_round(t: &mut Turn<'_>, specs: &[ToolSpec], final_round: bool, aut
 /// the earlier messages are not set aside for nothing. Returns what the `error` event adds.
 fn undo_compaction(t: &mut Turn<'_>, before: Vec<Message>) -> String {
     let still = "the request was still over the context window";
-    if t.session.current.messages == before {
+    if t.session.conversation().current.messages == before {
         return format!("{still}; the next question will not carry this message. Send a shorter message, or use /compact or /clear");
     }
-    t.session.current.messages = before;
+    t.session.conversation_mut().current.messages = before;
     t.events
         .emit(EventKind::System { text: "the compaction made for this turn was undone: the history is as it was before it".to_string() });
     format!(
@@ -224,7 +229,7 @@ fn call_options(session: &Session, m: &TurnMaterials) -> CallOptions {
     CallOptions {
         model: m.model.clone(),
         max_tokens: m.max_tokens,
-        session_id: session.current.conversation_id.clone(),
+        session_id: session.conversation().current.conversation_id.clone(),
         aux: None,
         timeout: None,
     }
@@ -236,7 +241,7 @@ fn assemble(t: &Turn<'_>, specs: &[ToolSpec], final_round: bool) -> Prompt {
         skills: &t.m.skills,
         tools: specs,
         final_round,
-        history: &t.session.current.messages,
+        history: &t.session.conversation().current.messages,
         agents_md: &t.m.agents_md,
         memory_md: &t.m.memory_md,
     })
@@ -336,13 +341,13 @@ fn append_answer(t: &mut Turn<'_>, content: &[ContentBlock]) -> Result<Vec<ToolC
 /// crash before the next round loses nothing.
 pub(super) fn append(t: &mut Turn<'_>, msg: Message) -> Result<(), AgentError> {
     push(t, msg);
-    t.session.store.save_reply(t.reply)?;
+    t.session.conversation().save_reply(t.reply)?;
     Ok(())
 }
 
 /// Appends a message to the history and the reply snapshot, in memory only.
 fn push(t: &mut Turn<'_>, msg: Message) {
-    let cur = &mut t.session.current;
+    let cur = &mut t.session.conversation_mut().current;
     cur.push(msg);
     t.reply.items.push(cur.messages[cur.messages.len() - 1].clone());
     t.reply.updated_at = fsutil::now_rfc3339();

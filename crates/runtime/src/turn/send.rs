@@ -45,7 +45,7 @@ pub(super) async fn send_with_reruns(
             events.emit(EventKind::Retry { attempt, delay_ms, reason })
         }
     };
-    let result = session.client.send_round(prompt, opts, &mut on_event, cancel).await;
+    let result = session.client().send_round(prompt, opts, &mut on_event, cancel).await;
     let shown = match &result {
         Ok(resp) => resp.content.iter().any(|b| matches!(b, ContentBlock::Text { .. })),
         Err(_) => text_open,

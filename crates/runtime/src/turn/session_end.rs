@@ -15,12 +15,12 @@ use crate::hooks::{Hooks, TurnIds};
 pub async fn session_end(session: &Session, events: &Emitter, cancel: &CancellationToken) {
     let Ok(m) = session.materials() else { return };
     let ids = TurnIds {
-        agent_id: &session.record.id,
-        conv_id: &session.current.conversation_id,
+        agent_id: &session.agent().record.id,
+        conv_id: &session.conversation().current.conversation_id,
         turn_id: "",
-        workspace: &session.record.workspace,
+        workspace: &session.agent().record.workspace,
     };
-    let role_dir = session.home.roles_dir().join(&m.template.slug);
+    let role_dir = session.agent().home.roles_dir().join(&m.template.slug);
     let hooks = Hooks::new(&m.template.meta.hooks, role_dir, || super::tool_context(session, &m, cancel, events), events, ids);
-    hooks.session_end(session.current.messages.len()).await;
+    hooks.session_end(session.conversation().current.messages.len()).await;
 }

@@ -19,7 +19,7 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::{AgentError, Session, TurnMaterials, DEFAULT_MAX_TOKENS};
-use crate::conversation::history::{CurrentFile, HistoryStore};
+use crate::conversation::history::HistoryStore;
 use crate::conversation::message::Role;
 use crate::event::{preview, Emitter, EventKind, SubagentOutcome, TurnOutcome, TOOL_RESULT_PREVIEW_CHARS};
 use crate::role::{self, ToolConfig};
@@ -38,7 +38,7 @@ pub(super) struct Spawner {
 
 impl std::fmt::Debug for Spawner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Spawner").field("agent", &self.seed.record.id).field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("Spawner").field("agent", &self.seed.agent().record.id).field("timeout", &self.timeout).finish_non_exhaustive()
     }
 }
 
@@ -60,7 +60,7 @@ impl Spawner {
     /// The spawner of the parent turn on `session` with materials `m`.
     pub(super) fn new(session: &Session, m: &TurnMaterials) -> Self {
         let timeout = m.template.meta.task_timeout_secs.map_or(task::DEFAULT_TIMEOUT, Duration::from_secs);
-        Self { seed: session.subagent(HistoryStore::at(sub_root(session))), parent: m.clone(), timeout }
+        Self { seed: session.subagent(HistoryStore::at(sub_root(session)), ""), parent: m.clone(), timeout }
     }
 
     /// The child's materials for `subagent_type`, or the error result naming what is wrong.
@@ -68,7 +68,7 @@ impl Spawner {
         let mut m = if subagent_type == GENERAL_PURPOSE {
             self.parent.clone()
         } else {
-            let s = &self.seed;
+            let s = self.seed.agent();
             let tool_cfg = ToolConfig::load(&s.home, crate::builtin_tools::names())
                 .map_err(|e| format!("error: subagent_type `{subagent_type}`: {e}"))?;
             let mut template = role::load_template(&s.home, subagent_type, &tool_cfg).map_err(|e| {
@@ -107,12 +107,11 @@ impl Spawner {
             m.template.meta.mcp_servers.retain(|server, _| allowed.iter().any(|n| n.starts_with(&format!("mcp__{server}__"))));
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let mut child = self.seed.subagent(HistoryStore::at(self.seed.store.dir().join(&id)));
-        child.current = CurrentFile::new(&self.seed.record.id, &m.model);
+        let mut child = self.seed.subagent(HistoryStore::at(self.seed.conversation().store.dir().join(&id)), &m.model);
         if subagent_type != GENERAL_PURPOSE {
-            child.mcp = child.mcp.empty_like();
+            child = child.without_mcp();
         }
-        if let Err(e) = child.store.start(&child.current) {
+        if let Err(e) = child.conversation().store.start(&child.conversation().current) {
             return ToolOutput::error(format!("error: cannot start the sub-agent: {e}"));
         }
         let emit = |kind| {
@@ -124,7 +123,7 @@ impl Spawner {
         let errors = Arc::new(Mutex::new(Vec::new()));
         let child_events = {
             let errors = errors.clone();
-            Emitter::new(&self.seed.record.id, move |ev| {
+            Emitter::new(&self.seed.agent().record.id, move |ev| {
                 if let EventKind::Error { message, .. } = &ev.kind {
                     errors.lock().unwrap_or_else(|p| p.into_inner()).push(message.clone());
                 }
@@ -147,7 +146,7 @@ impl Spawn for Spawner {
 
 /// `.cicy/history/sub/` of the agent of `session`.
 fn sub_root(session: &Session) -> std::path::PathBuf {
-    HistoryStore::new(&session.record.workspace).dir().join("sub")
+    HistoryStore::new(&session.agent().record.workspace).dir().join("sub")
 }
 
 /// Runs the child's turn; past `timeout` cancels it and waits for it to end (its marker
@@ -182,7 +181,15 @@ fn result_of(
     let because = if errors.is_empty() { String::new() } else { format!(": {errors}") };
     match ended {
         Ok(TurnOutcome::Completed) => {
-            let text = child.current.messages.iter().rev().find(|m| m.role == Role::Assistant).map(|m| m.plain_text()).unwrap_or_default();
+            let text = child
+                .conversation()
+                .current
+                .messages
+                .iter()
+                .rev()
+                .find(|m| m.role == Role::Assistant)
+                .map(|m| m.plain_text())
+                .unwrap_or_default();
             let text = if text.trim().is_empty() { "(the sub-agent gave no answer text)".to_string() } else { text };
             (SubagentOutcome::Completed, ToolOutput::ok(text))
         }

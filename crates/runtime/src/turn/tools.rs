@@ -26,6 +26,7 @@ use crate::gateway::{Response, StopReason};
 use crate::tools::ask_user::User;
 use crate::tools::task::Spawn;
 use crate::tools::{ToolContext, ToolOutput};
+use crate::wake::state::WakeTurn;
 
 pub use crate::tools::CANCELLED_RESULT;
 
@@ -181,34 +182,36 @@ fn report_end(call: &ToolCall, out: &ToolOutput, started: Instant, events: &Emit
 /// The context every tool call of a turn runs with (and its hooks, `crate::hooks`).
 pub fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::sync::CancellationToken, events: &Emitter) -> ToolContext {
     let mut extensions = http::Extensions::new();
-    extensions.insert(session.wake.clone());
+    if let Some(wake) = session.extensions().get::<Arc<WakeTurn>>() {
+        extensions.insert(wake.clone());
+    }
     if m.tools.has(crate::autonomy::wish_tool::NAME) {
         extensions.insert(Arc::new(crate::autonomy::wish_tool::WishJudge {
-            home: session.home.root().to_path_buf(),
-            client: session.client.clone(),
+            home: session.agent().home.root().to_path_buf(),
+            client: session.client().clone(),
             model: m.model.clone(),
-            agent_id: session.record.id.clone(),
+            agent_id: session.agent().record.id.clone(),
         }));
     }
     ToolContext {
-        workspace: session.record.workspace.clone(),
-        skills_dir: session.home.skills_dir(),
+        workspace: session.agent().record.workspace.clone(),
+        skills_dir: session.agent().home.skills_dir(),
         cancel: cancel.clone(),
-        hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.config.api_key_env.clone()],
+        hidden_env: vec![crate::config::ENV_API_KEY.to_string(), session.settings().api_key_env.clone()],
         // Once per tool batch: the shim is (re)written here when missing or stale.
-        env: crate::fsutil::blocking(|| crate::outbox::shim::prepare(&session.record.workspace, &session.record.id)),
-        running_dir: Some(crate::tools::reaper::records_dir(&session.record.workspace)),
+        env: crate::fsutil::blocking(|| crate::outbox::shim::prepare(&session.agent().record.workspace, &session.agent().record.id)),
+        running_dir: Some(crate::tools::reaper::records_dir(&session.agent().record.workspace)),
         events: Some(events.clone()),
         // Only where `task` is offered: a sub-agent's tools never have it (no nesting).
         subagent: m.tools.has(crate::tools::task::NAME).then(|| Arc::new(Spawner::new(session, m)) as Arc<dyn Spawn>),
-        user: session.questions.clone().map(|questions| User {
+        user: session.extensions().get::<Arc<crate::ask::Questions>>().cloned().map(|questions| User {
             questions,
             timeout: m.template.meta.ask_user_timeout_secs.map_or(crate::tools::ask_user::DEFAULT_TIMEOUT, std::time::Duration::from_secs),
         }),
         skill_guard: crate::tools::skill_guard::Guard::for_batch(
-            &session.current.messages,
-            &session.home.skills_dir(),
-            &session.record.workspace,
+            &session.conversation().current.messages,
+            &session.agent().home.skills_dir(),
+            &session.agent().record.workspace,
             m.template.meta.skill_guard,
         ),
         extensions,
@@ -218,7 +221,7 @@ pub fn tool_context(session: &Session, m: &TurnMaterials, cancel: &tokio_util::s
 /// Adds `blocks` to the last message (the round's results message, in the history and the
 /// reply snapshot) and writes reply.json.
 pub(super) fn extend_last(t: &mut Turn<'_>, blocks: Vec<ContentBlock>) -> Result<(), AgentError> {
-    let in_history = t.session.current.messages.last_mut();
+    let in_history = t.session.conversation_mut().current.messages.last_mut();
     let in_reply = t.reply.items.last_mut();
     for m in in_history.into_iter().chain(in_reply) {
         let mut all = m.content.to_blocks();
@@ -226,6 +229,6 @@ pub(super) fn extend_last(t: &mut Turn<'_>, blocks: Vec<ContentBlock>) -> Result
         m.content = Content::Blocks(all);
     }
     t.reply.updated_at = fsutil::now_rfc3339();
-    t.session.store.save_reply(t.reply)?;
+    t.session.conversation().save_reply(t.reply)?;
     Ok(())
 }
