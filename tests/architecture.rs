@@ -126,3 +126,22 @@ fn every_design_citation_names_a_section_and_topic_docs_design_md_has() {
     assert!(seen > 300, "the code cites docs/design.md ({seen} citations found)");
     assert!(missing.is_empty(), "citations docs/design.md has no heading for:\n{}", missing.join("\n"));
 }
+
+/// A merge left half-done (`<<<<<<<` … `>>>>>>>`) in a tracked file shows as a broken page or
+/// a compile error somewhere else; this names the file and line.
+#[test]
+fn no_tracked_file_holds_a_merge_conflict_marker() {
+    let out = std::process::Command::new("git").args(["ls-files", "-z"]).current_dir(ROOT).output().unwrap();
+    assert!(out.status.success(), "git ls-files failed: {}", String::from_utf8_lossy(&out.stderr));
+    let mut found = Vec::new();
+    for path in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        let path = String::from_utf8_lossy(path).into_owned();
+        let Ok(text) = std::fs::read_to_string(Path::new(ROOT).join(&path)) else { continue };
+        for (n, line) in text.lines().enumerate() {
+            if line.starts_with("<<<<<<< ") || line.starts_with(">>>>>>> ") || line == "=======" {
+                found.push(format!("{path}:{}: {line}", n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "merge conflict markers: {found:#?}");
+}

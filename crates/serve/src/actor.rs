@@ -12,38 +12,43 @@
 //! command's group gets SIGTERM, a model turn yields at its next round boundary), except a job
 //! on the never-killed list, which the newcomer waits for. Must not touch HTTP: routes turn
 //! requests into `Op`s and stream the agent's events.
+//!
+//! Its parts: `op` (the requests and their replies), `handle` (the queue and the signals),
+//! `inputs` (chat, steer, abort, retry, status), `ending` (what follows a job's end),
+//! `phase` (idle, running, waiting for a lock) and `autonomy` (ticks and preemption).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::intent_job::{AutoEnd, Preemption};
-use super::job::{self, FlushCtx, JobCtx, JobEnd, Work};
+use super::intent_job::Preemption;
+use super::job::{self, JobCtx, Work};
 use super::tracker::Tracker;
-use super::wake_job::WakeEnd;
-use cicy_protocol::event::{AgentState, ErrorKind, EventKind, SteerStatus};
-use cicy_runtime::agent::{AgentError, Session};
+use cicy_protocol::event::{AgentState, ErrorKind, EventKind};
+use cicy_runtime::agent::Session;
 use cicy_runtime::autonomy::priority::Class;
 use cicy_runtime::autonomy::tick::Tick;
-use cicy_runtime::command::{Command, CommandEnd, Posted};
-use cicy_runtime::conversation::outcome::marker_of;
+use cicy_runtime::command::Command;
 use cicy_runtime::turn::Steering;
 use cicy_runtime::wake::message::Reason;
 use cicy_runtime::wake::run::Trigger;
-use cicy_store::eventlog::{AgentEvents, EventLogError, Subscription};
+use cicy_store::eventlog::{AgentEvents, EventLogError};
 use cicy_store::fsutil;
 use cicy_store::home::Home;
 use cicy_store::registry::AgentRecord;
 
 mod autonomy;
+mod ending;
 mod handle;
+mod inputs;
+mod op;
 mod phase;
 
 pub(super) use handle::{AgentHandle, Refused, QUEUE_CAPACITY};
+pub(super) use op::{Admit, Busy, CancelReply, ClearError, ClearReply, CompactReply, EventsFrom, Op, RetryReply, Status, SteerReply};
 use phase::{Ended, Phase};
 
 /// cicy: what a queued input's stream is told.
@@ -60,166 +65,6 @@ const PREEMPT_POLL: Duration = Duration::from_millis(500);
 /// **[chosen]** At shutdown a never-killed autonomy job gets this long to finish before it is
 /// stopped like any other.
 const NEVER_KILLED_GRACE: Duration = Duration::from_secs(10);
-
-/// A request to an agent's actor; each carries where its answer goes.
-pub(super) enum Op {
-    /// `POST /api/cicy/chat`: start a run (the stream follows it) or queue the text.
-    Chat {
-        text: String,
-        reply: oneshot::Sender<Admit>,
-    },
-    /// `POST /api/agents/{id}/prompt`: like chat without a stream; answers whether it queued.
-    Prompt {
-        text: String,
-        reply: oneshot::Sender<bool>,
-    },
-    Steer {
-        text: String,
-        interrupt: bool,
-        reply: oneshot::Sender<SteerReply>,
-    },
-    /// Answers whether a job was running.
-    Cancel {
-        reply: oneshot::Sender<CancelReply>,
-    },
-    Retry {
-        reply: oneshot::Sender<RetryReply>,
-    },
-    Clear {
-        reply: oneshot::Sender<Result<ClearReply, ClearError>>,
-    },
-    Compact {
-        keep: usize,
-        reply: oneshot::Sender<Result<CompactReply, Busy>>,
-    },
-    Status {
-        reply: oneshot::Sender<Status>,
-    },
-    /// A subscription to the agent's events.
-    Subscribe {
-        from: EventsFrom,
-        reply: oneshot::Sender<Result<Subscription, EventLogError>>,
-    },
-    /// Opens the session ahead of the first request (serve's boot, one agent at a time).
-    Warm {
-        reply: oneshot::Sender<()>,
-    },
-    /// Cancels any job, waits for it (its marker written), closes the event log.
-    Shutdown {
-        reply: oneshot::Sender<()>,
-    },
-    /// A todo changed through a route: its event goes on the agent's stream.
-    Note {
-        note: cicy_runtime::wake::state::WakeNote,
-    },
-    /// `POST /api/agents/{id}/respond` (docs/design.md §12): answers the open `ask_user` question
-    /// `reference`.
-    Respond {
-        reference: String,
-        response: String,
-        reply: oneshot::Sender<Result<(), cicy_tools::ask::UnknownRef>>,
-    },
-}
-
-/// How a chat was taken.
-pub(super) enum Admit {
-    /// A run started; the subscription begins just before its first event.
-    Started(Subscription),
-    /// The agent is busy: the text waits in `pending`.
-    Queued,
-    /// A command that cannot run now (e.g. `/compact` while busy), with the reason.
-    Refused(String),
-    /// The event log could not be opened.
-    Failed(String),
-}
-
-/// The answer to a steer: its `steered` status (`queued`, `prompted` or `rejected_full`).
-pub(super) struct SteerReply {
-    pub status: SteerStatus,
-}
-
-/// `POST /api/cicy/retry` *(cicy)*.
-#[derive(Debug, Serialize)]
-pub(super) struct RetryReply {
-    pub success: bool,
-    pub started: bool,
-    pub reason: Option<String>,
-}
-
-/// `POST /api/cicy/clear` *(cicy)*.
-#[derive(Debug, Serialize)]
-pub(super) struct ClearReply {
-    pub success: bool,
-    pub canceled: bool,
-    pub conv_id: String,
-}
-
-/// Why `POST /api/cicy/clear` did not clear (500).
-#[derive(Debug, Clone, thiserror::Error)]
-pub(super) enum ClearError {
-    #[error("the job stopped")]
-    JobStopped,
-    #[error("the agent is busy in another process")]
-    BusyElsewhere,
-    #[error("serve is shutting down")]
-    ShuttingDown,
-    /// The session could not be opened or the new conversation not written; shared by every
-    /// reply waiting for the same clear.
-    #[error(transparent)]
-    Agent(Arc<AgentError>),
-}
-
-/// `POST /api/cicy/compact` **[chosen]**: message counts of the window before and after;
-/// `outcome` is `done`, `cancelled` or `failed` (then `after` = `before`).
-#[derive(Debug, Serialize)]
-pub(super) struct CompactReply {
-    pub success: bool,
-    pub outcome: &'static str,
-    pub before: usize,
-    pub after: usize,
-}
-
-/// `/compact` refused because the agent is busy (409).
-#[derive(Debug)]
-pub(super) struct Busy;
-
-/// What `POST /api/cicy/cancel` did: whether a job was running, and how many inputs the
-/// cancel dropped with it, queued prompts and waiting steers both (docs/design.md §9 abort clears
-/// the pending queue and the steering queue).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct CancelReply {
-    pub canceled: bool,
-    pub dropped: usize,
-}
-
-/// A row of `GET /api/agents` (docs/design.md §9). `wake_at` (the earliest pending todo, local
-/// minute) and `unanswered` (unresolved reply obligations) are filled in by the route from
-/// `cicy.db`.
-#[derive(Debug, Clone, Serialize)]
-pub(super) struct Status {
-    pub id: String,
-    pub title: String,
-    pub role: String,
-    pub master_id: Option<String>,
-    pub state: AgentState,
-    pub busy: bool,
-    pub pending: usize,
-    pub steering: usize,
-    pub wake_at: Option<String>,
-    pub last_seq: u64,
-    pub unanswered: usize,
-}
-
-/// Where a subscription of `GET /api/agents/{id}/events` starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum EventsFrom {
-    /// Live, from now.
-    Now,
-    /// Every event with a seq above this (`Last-Event-ID`).
-    After(u64),
-    /// The newest this many logged events (`?last=`).
-    Last(usize),
-}
 
 /// What an actor needs from the server.
 #[derive(Clone)]
@@ -548,132 +393,6 @@ impl Actor {
         }
     }
 
-    /// §9 dispatch: a command when idle, queued text when busy, else a new run.
-    async fn chat(&mut self, text: String) -> Admit {
-        let posted = Posted::parse(text);
-        if self.busy() {
-            let text = match posted {
-                Posted::Command(c) if self.phase.auto_free() => {
-                    // Like the routes' `/compact` and `/clear`: the autonomy job gives way first.
-                    self.preempt(Class::Human);
-                    let tracker = match self.tracker() {
-                        Ok(t) => t,
-                        Err(e) => return Admit::Failed(e.to_string()),
-                    };
-                    let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-                    self.run_after_auto(command_work(c));
-                    return Admit::Started(sub);
-                }
-                Posted::Command(c) => {
-                    return Admit::Refused(format!(
-                        "{} can only run when the agent is idle — it was NOT executed; resend after the current reply finishes",
-                        c.as_str()
-                    ));
-                }
-                Posted::Message(text) => text,
-            };
-            if self.phase.auto().is_some() {
-                // The autonomy job gives way; the stream follows its end and then this turn,
-                // which starts as the job's follow-up (no `done` between them).
-                self.preempt(Class::Human);
-                let tracker = match self.tracker() {
-                    Ok(t) => t,
-                    Err(e) => return Admit::Failed(e.to_string()),
-                };
-                let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-                self.pending.push(text);
-                return Admit::Started(sub);
-            }
-            self.pending.push(text);
-            return Admit::Queued;
-        }
-        let tracker = match self.tracker() {
-            Ok(t) => t,
-            Err(e) => return Admit::Failed(e.to_string()),
-        };
-        let sub = tracker.events().subscribe(Some(tracker.events().last_seq())).await;
-        self.start(match posted {
-            Posted::Command(c) => command_work(c),
-            Posted::Message(text) => Work::Turn(text),
-        });
-        Admit::Started(sub)
-    }
-
-    fn steer(&mut self, text: String, interrupt: bool) -> SteerStatus {
-        if !self.busy() {
-            self.start(Work::Turn(text));
-            return SteerStatus::Prompted;
-        }
-        if self.phase.auto().is_some() {
-            // Not into the autonomy job's turn: a person's text starts its own turn after it.
-            self.preempt(Class::Human);
-            self.pending.push(text);
-            return SteerStatus::Queued;
-        }
-        if self.steering.push(text).is_err() {
-            return SteerStatus::RejectedFull;
-        }
-        if interrupt && self.tracker.as_ref().is_some_and(|t| t.state() == AgentState::ExecutingTools) {
-            self.steering.interrupt();
-        }
-        SteerStatus::Queued
-    }
-
-    /// §9 abort: cancel the job, clear `pending` and `steering`; whether a job was running.
-    fn abort(&mut self) -> bool {
-        self.pending.clear();
-        self.steering.clear();
-        if self.phase.take_waiting().is_some() {
-            self.end_run();
-            return true;
-        }
-        let Phase::Running(running) = &self.phase else { return false };
-        if let Some(a) = &running.auto {
-            if a.job.never_killed {
-                return false;
-            }
-            a.preemption.set(Class::Human.as_str());
-        }
-        self.cancel.cancel();
-        true
-    }
-
-    /// `/compact` or `/clear` (`work`) waits for the running autonomy job to give way.
-    fn run_after_auto(&mut self, work: Work) {
-        if let Some(a) = self.phase.auto_mut() {
-            a.after = Some(work);
-        }
-    }
-
-    fn retry(&mut self) -> RetryReply {
-        if self.busy() {
-            return RetryReply { success: false, started: false, reason: Some("still generating, please wait".into()) };
-        }
-        self.warm();
-        let has_marker = self.session.as_ref().and_then(|s| s.conversation().current.messages.last().and_then(marker_of)).is_some();
-        if !has_marker {
-            return RetryReply { success: false, started: false, reason: Some("no turn to retry".into()) };
-        }
-        self.start(Work::Retry);
-        RetryReply { success: true, started: true, reason: None }
-    }
-
-    fn status(&self) -> Status {
-        Status {
-            id: self.record.id.clone(),
-            title: self.record.title.clone(),
-            role: self.record.role.clone(),
-            master_id: self.record.master_id.clone(),
-            state: self.tracker.as_ref().map_or(AgentState::Idle, |t| t.state()),
-            busy: self.busy(),
-            pending: self.pending.len(),
-            steering: self.steering.len(),
-            wake_at: None,
-            last_seq: self.tracker.as_ref().map_or_else(|| last_logged(&self.record), |t| t.events().last_seq()),
-            unanswered: 0,
-        }
-    }
-
     /// Opens the session without a job (boot warming, retry's check); quietly leaves it closed
     /// when the agent cannot be opened or another process holds its lock.
     fn warm(&mut self) {
@@ -729,187 +448,6 @@ impl Actor {
         };
         let handle = tokio::spawn(job::run(ctx, self.session.take(), work.clone(), self.cancel.clone(), self.steering.clone()));
         self.phase = Phase::running(work, handle);
-    }
-
-    async fn job_done(&mut self, ended: Option<Ended>) {
-        let Some(Ended { work, auto, out }) = ended else { return };
-        self.last_active = Instant::now();
-        // What waited for an autonomy job to give way.
-        let after = auto.and_then(|a| a.after);
-        let out = match out {
-            Ok(out) => out,
-            Err(e) => {
-                self.emit(EventKind::Error { kind: ErrorKind::Internal, message: format!("the job of {} stopped: {e}", self.record.id) });
-                self.fail_replies(ClearError::JobStopped);
-                self.end_run();
-                return;
-            }
-        };
-        self.session = out.session;
-        match out.end {
-            JobEnd::LockBusy if matches!(work, Work::Auto(..)) => {
-                // Another process works on the agent: it is not idle, and a later tick tries again.
-                self.fail_replies(ClearError::BusyElsewhere);
-                self.end_run();
-                return;
-            }
-            JobEnd::LockBusy => {
-                if !self.lock_notified {
-                    self.lock_notified = true;
-                    self.emit(EventKind::System {
-                        text: format!("{} is busy in another process (its turn lock is held); waiting for it", self.record.id),
-                    });
-                }
-                self.phase = Phase::WaitingLock { work, at: Instant::now() + LOCK_RETRY };
-                return;
-            }
-            JobEnd::Open(e) => {
-                self.emit(EventKind::Error { kind: ErrorKind::Open, message: e.to_string() });
-                self.fail_replies(ClearError::Agent(Arc::new(e)));
-                if let Work::Wake(p) = &work {
-                    // No turn can answer this wake's claims: they are pending again.
-                    let (home, id, ws) = (&self.shared.home, &self.record.id, &self.record.workspace);
-                    if let Err(e) = fsutil::blocking(|| cicy_runtime::wake::run::abandon(home, id, ws, p)) {
-                        self.emit(EventKind::Error {
-                            kind: ErrorKind::Wake,
-                            message: format!("releasing the claims of a wake that could not start: {e}"),
-                        });
-                    }
-                }
-            }
-            JobEnd::Turn(Ok(_)) | JobEnd::Retry(Ok(Some(_))) => {}
-            JobEnd::Turn(Err(e)) | JobEnd::Retry(Err(e)) => {
-                self.emit(EventKind::Error { kind: ErrorKind::Turn, message: e.to_string() });
-            }
-            JobEnd::Wake(end) => {
-                match end {
-                    WakeEnd::Ran => {}
-                    WakeEnd::TurnError(e) => self.emit(EventKind::Error { kind: ErrorKind::Turn, message: e.to_string() }),
-                    WakeEnd::Finalize(e) => self.emit(EventKind::Error { kind: ErrorKind::Wake, message: format!("ending the wake: {e}") }),
-                }
-                // One conversation per wake: the next one wakes the agent again.
-                let inbox = cicy_runtime::wake::inbox::Mailbox::of_workspace(&self.record.workspace);
-                if fsutil::blocking(|| inbox.has_pending()) {
-                    self.wake_due.get_or_insert(Reason::Inbox);
-                }
-            }
-            JobEnd::Auto(end) => match end {
-                AutoEnd::Ran(_) | AutoEnd::Refused | AutoEnd::Gone => {}
-                AutoEnd::Failed(e) => self.emit(EventKind::Error { kind: ErrorKind::Autonomy, message: e }),
-            },
-            JobEnd::Retry(Ok(None)) => {
-                self.emit(EventKind::Error { kind: ErrorKind::Retry, message: "no turn to retry".into() });
-            }
-            JobEnd::Compact(r) => {
-                let reply = match r {
-                    Ok(CommandEnd::Done { before, after }) => CompactReply { success: true, outcome: "done", before, after },
-                    Ok(CommandEnd::Cancelled) => CompactReply { success: false, outcome: "cancelled", before: 0, after: 0 },
-                    Ok(CommandEnd::Failed) => CompactReply { success: false, outcome: "failed", before: 0, after: 0 },
-                    Err(e) => {
-                        self.emit(EventKind::Error { kind: ErrorKind::Compact, message: e.to_string() });
-                        CompactReply { success: false, outcome: "failed", before: 0, after: 0 }
-                    }
-                };
-                if let Some(tx) = self.compact_reply.take() {
-                    let _ = tx.send(Ok(reply));
-                }
-            }
-            JobEnd::Clear(r) => {
-                let r = r.map_err(|e| ClearError::Agent(Arc::new(e)));
-                if let Err(e) = &r {
-                    self.emit(EventKind::Error { kind: ErrorKind::Clear, message: e.to_string() });
-                }
-                for (canceled, tx) in self.deferred_clear.drain(..) {
-                    let _ = tx.send(r.clone().map(|conv_id| ClearReply { success: true, canceled, conv_id }));
-                }
-            }
-        }
-        if let Some(work) = after {
-            self.start(work);
-            return;
-        }
-        if !self.deferred_clear.is_empty() {
-            // The cancelled run ends as every run does (its streams close at `done`), then the
-            // clear runs as its own.
-            self.finish_run();
-            self.start(Work::Clear);
-            return;
-        }
-        let mut follow = self.steering.take_all();
-        follow.append(&mut self.pending);
-        if follow.is_empty() {
-            self.end_run();
-        } else {
-            self.emit(EventKind::Flush { text: FLUSH_TEXT.into() });
-            self.start(Work::Turn(follow.join("\n")));
-        }
-    }
-
-    /// Answers replies a failed job leaves waiting.
-    fn fail_replies(&mut self, why: ClearError) {
-        for (_, tx) in self.deferred_clear.drain(..) {
-            let _ = tx.send(Err(why.clone()));
-        }
-        if let Some(tx) = self.compact_reply.take() {
-            let _ = tx.send(Ok(CompactReply { success: false, outcome: "failed", before: 0, after: 0 }));
-        }
-    }
-
-    /// The run is over: `state idle`, `done`, then a due memory flush (after `turn_ended`,
-    /// without the turn lock, docs/design.md §9 "Shape").
-    fn end_run(&mut self) {
-        self.finish_run();
-        if let Some(reason) = self.wake_due.take() {
-            self.wake(reason);
-            if self.busy() {
-                return;
-            }
-        }
-        if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
-            if flush.due() {
-                self.spawn_flush(flush);
-            }
-        }
-    }
-
-    /// `state idle` and `done`.
-    fn finish_run(&mut self) {
-        self.lock_notified = false;
-        if let Some(t) = &self.tracker {
-            t.set(AgentState::Idle);
-        }
-        self.emit(EventKind::Done);
-    }
-
-    fn retry_waiting(&mut self) {
-        if let Some(work) = self.phase.take_waiting() {
-            self.start(work);
-        }
-    }
-
-    /// When the memory timer fires: the buffer's next due time, not while a flush runs.
-    fn memory_due_at(&self) -> Option<SystemTime> {
-        if self.flush.as_ref().is_some_and(|(_, h)| !h.is_finished()) {
-            return None;
-        }
-        let memory = self.session.as_ref()?.memory();
-        let due = fsutil::blocking(|| memory.next_due().ok().flatten())?;
-        Some(self.flush_not_before.map_or(due, |n| due.max(n)))
-    }
-
-    /// The memory timer fired (docs/design.md §9: `sleep_until(next_due)`, only when idle).
-    fn flush_memory(&mut self) {
-        if let Some(flush) = self.session.as_ref().map(FlushCtx::of) {
-            self.spawn_flush(flush);
-        }
-    }
-
-    fn spawn_flush(&mut self, flush: FlushCtx) {
-        let Ok(tracker) = self.tracker() else { return };
-        let cancel = CancellationToken::new();
-        self.flush_not_before = Some(SystemTime::now() + flush.memory.settings().recognizer_timeout);
-        let events = tracker.emitter();
-        self.flush = Some((cancel.clone(), tokio::spawn(flush.flush(events, cancel))));
     }
 
     async fn shutdown(&mut self) {
