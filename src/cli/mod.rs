@@ -4,6 +4,7 @@
 mod answer;
 mod chat;
 mod checkpoint;
+mod cluster;
 mod coordinate;
 mod events;
 mod exit;
@@ -245,6 +246,11 @@ enum Command {
         #[command(subcommand)]
         action: intents::Action,
     },
+    /// Cluster mode's engine (docs/cluster.md): `check` the NATS servers of a cluster.
+    Cluster {
+        #[command(subcommand)]
+        action: cluster::Action,
+    },
     /// Print the active conversation: the window from the last compaction on.
     History {
         id: String,
@@ -318,6 +324,7 @@ fn error_text(e: &anyhow::Error) -> String {
 fn run(cli: Cli) -> Result<ExitCode> {
     let home = Home::from_env()?;
     match cli.command {
+        Command::Cluster { action } => cluster::run(action),
         Command::Create { title, role_template, role, model, master, workspace, api_style } => {
             let created = agent::create(&home, CreateOptions { title, role_template, role, model, master, workspace, api_style })?;
             if let Some(w) = &created.role_warning {

@@ -15,6 +15,7 @@ pub mod fixture;
 pub mod gateway;
 pub mod history;
 pub mod mcp;
+pub mod nats;
 pub mod proxy;
 pub mod referee;
 pub mod sample;

@@ -1,0 +1,82 @@
+//! The live nodes of a cluster: each node puts `node.<name>` into the KV bucket `cicy_nodes`
+//! every heartbeat, the bucket forgets an entry [`Nodes::ttl`] after its last put, and the live
+//! nodes are the keys left.
+
+use std::time::Duration;
+
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+
+use crate::engine::{Engine, EngineError};
+
+/// The bucket of the nodes' heartbeats.
+pub const BUCKET: &str = "cicy_nodes";
+
+/// The nodes' heartbeats, in the engine.
+#[derive(Debug, Clone)]
+pub struct Nodes {
+    kv: kv::Store,
+    ttl: Duration,
+    urls: String,
+}
+
+impl Nodes {
+    /// Opens (creating it when missing) the bucket whose entries live `ttl` after their last
+    /// heartbeat. Every node of a cluster must give the same `ttl`: the engine refuses a second
+    /// configuration of one bucket.
+    pub async fn open(engine: &Engine, ttl: Duration) -> Result<Nodes, EngineError> {
+        let kv = open_bucket(engine, BUCKET, ttl).await?;
+        Ok(Nodes { kv, ttl, urls: engine.urls().to_string() })
+    }
+
+    /// How long a node stays live after its last heartbeat.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Says `node` is alive now, with `about` (what the node says of itself, e.g. its HTTP
+    /// address) as the entry's value.
+    pub async fn heartbeat(&self, node: &str, about: &str) -> Result<(), EngineError> {
+        self.kv.put(key(node), Bytes::copy_from_slice(about.as_bytes())).await.map_err(|e| self.error("a heartbeat", &e))?;
+        Ok(())
+    }
+
+    /// Says `node` has left: it is no longer live, without waiting for its entry to expire.
+    pub async fn leave(&self, node: &str) -> Result<(), EngineError> {
+        self.kv.delete(key(node)).await.map_err(|e| self.error("leaving", &e))
+    }
+
+    /// The live nodes, by name, sorted.
+    pub async fn live(&self) -> Result<Vec<String>, EngineError> {
+        let keys = self.kv.keys().await.map_err(|e| self.error("listing the nodes", &e))?;
+        let mut names: Vec<String> = keys
+            .try_collect::<Vec<String>>()
+            .await
+            .map_err(|e| self.error("listing the nodes", &e))?
+            .into_iter()
+            .filter_map(|k| k.strip_prefix("node.").map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn error(&self, what: &str, e: &dyn std::fmt::Display) -> EngineError {
+        EngineError::JetStream { url: self.urls.clone(), what: what.to_string(), reason: e.to_string() }
+    }
+}
+
+fn key(node: &str) -> String {
+    format!("node.{node}")
+}
+
+/// Opens bucket `name` whose entries expire `ttl` after their last write, leaving a delete
+/// marker (for one `ttl`) so a watcher sees the expiry.
+pub(crate) async fn open_bucket(engine: &Engine, name: &str, ttl: Duration) -> Result<kv::Store, EngineError> {
+    let config = kv::Config { bucket: name.to_string(), history: 1, max_age: ttl, limit_markers: Some(ttl), ..Default::default() };
+    engine.jetstream().create_key_value(config).await.map_err(|e| EngineError::JetStream {
+        url: engine.urls().to_string(),
+        what: format!("opening the bucket {name} (entries living {} ms)", ttl.as_millis()),
+        reason: e.to_string(),
+    })
+}

@@ -1,0 +1,89 @@
+//! A real `nats-server` with JetStream for the cluster tests: on 127.0.0.1 at a port it picks
+//! (`-p -1`, read back from its ports file), its store in a temporary folder, killed by pid when
+//! dropped. The binary is `CICY_NATS_SERVER` (`CICY_NATS_SERVER_OLD` for the too-old one), else
+//! what `scripts/nats-server.sh` installs and prints.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which server to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    /// The pinned server cluster mode needs.
+    Current,
+    /// A server too old for cluster mode (2.10).
+    Old,
+}
+
+/// A running `nats-server`.
+pub struct NatsServer {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl NatsServer {
+    /// Starts `which` and waits until it listens.
+    pub fn start(which: Server) -> NatsServer {
+        let bin = binary(which);
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let child = Command::new(&bin)
+            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
+            .arg(&store)
+            .arg("--ports_file_dir")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let ports = dir.path().join(format!("nats-server_{}.ports", child.id()));
+        let url = read_url(&ports, Duration::from_secs(20));
+        NatsServer { child, url, _dir: dir }
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        // By pid: this fixture's own child only.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binary(which: Server) -> PathBuf {
+    let (var, arg) = match which {
+        Server::Current => ("CICY_NATS_SERVER", None),
+        Server::Old => ("CICY_NATS_SERVER_OLD", Some("old")),
+    };
+    if let Some(bin) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        return PathBuf::from(bin);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nats-server.sh");
+    let out = Command::new("bash").arg(&script).args(arg).stderr(Stdio::inherit()).output().unwrap();
+    assert!(out.status.success(), "{} failed: the cluster tests need nats-server (set {var} to one)", script.display());
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// The client URL from the server's ports file (`{"nats":["nats://127.0.0.1:PORT"], …}`).
+fn read_url(ports: &Path, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(ports) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                if let Some(url) = v["nats"][0].as_str() {
+                    return url.to_string();
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "nats-server wrote no ports file {} within {within:?}", ports.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
