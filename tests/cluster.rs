@@ -4,9 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use cicy_cluster::{Engine, LeaseError, Leases, Nodes};
+use cicy_cluster::placement;
+use cicy_cluster::{Engine, Keeper, KeeperConfig, LeaseError, Leases, Nodes, Owned};
 use cicy_test_support::cli;
-use cicy_test_support::nats::{NatsServer, Server};
+use cicy_test_support::nats::{NatsCluster, NatsServer, Server};
 
 fn check(cluster: &str) -> std::process::Output {
     std::process::Command::new(cli::bin()).args(["cluster", "check", "--cluster", cluster]).env_remove("CICY_CLUSTER_URL").output().unwrap()
@@ -63,7 +64,7 @@ async fn a_shard_lease_has_one_holder_expires_unrenewed_and_refuses_its_stale_ow
     let server = NatsServer::start(Server::Current);
     let engine = Engine::connect(server.url()).await.unwrap();
     let ttl = Duration::from_secs(1);
-    let leases = Leases::open(&engine, ttl).await.unwrap();
+    let leases = Leases::open(&engine, ttl, 1).await.unwrap();
     assert_eq!(leases.holder(5).await.unwrap(), None);
 
     let mut a = leases.acquire(5, "node-a").await.unwrap();
@@ -112,7 +113,7 @@ async fn a_shard_lease_has_one_holder_expires_unrenewed_and_refuses_its_stale_ow
 async fn live_nodes_are_the_ones_whose_heartbeat_is_fresh() {
     let server = NatsServer::start(Server::Current);
     let engine = Engine::connect(server.url()).await.unwrap();
-    let nodes = Nodes::open(&engine, Duration::from_secs(1)).await.unwrap();
+    let nodes = Nodes::open(&engine, Duration::from_secs(1), 1).await.unwrap();
     assert!(nodes.live().await.unwrap().is_empty());
     nodes.heartbeat("node-b", "http://127.0.0.1:1").await.unwrap();
     nodes.heartbeat("node-a", "http://127.0.0.1:2").await.unwrap();
@@ -120,7 +121,7 @@ async fn live_nodes_are_the_ones_whose_heartbeat_is_fresh() {
     nodes.leave("node-b").await.unwrap();
     assert_eq!(nodes.live().await.unwrap(), ["node-a"]);
     // A second engine (another node's) sees the same, and a bucket opened again keeps its entries.
-    let again = Nodes::open(&Engine::connect(server.url()).await.unwrap(), Duration::from_secs(1)).await.unwrap();
+    let again = Nodes::open(&Engine::connect(server.url()).await.unwrap(), Duration::from_secs(1), 1).await.unwrap();
     assert_eq!(again.live().await.unwrap(), ["node-a"]);
     // node-a stops its heartbeats: it is gone within a few TTLs.
     let since = Instant::now();
@@ -129,4 +130,115 @@ async fn live_nodes_are_the_ones_whose_heartbeat_is_fresh() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(since.elapsed() >= Duration::from_millis(500), "it was gone after {:?}", since.elapsed());
+}
+
+/// A keeper of the test: small shards and times so a failover takes seconds.
+fn keeper_config(node: &str) -> KeeperConfig {
+    KeeperConfig {
+        node: node.to_string(),
+        about: format!("http://127.0.0.1/{node}"),
+        shards: 16,
+        ttl: Duration::from_secs(2),
+        renew_every: Duration::from_millis(250),
+        fence_after: Duration::from_millis(1500),
+        replicas: 3,
+    }
+}
+
+/// Connects to the cluster and starts a keeper, retrying while JetStream elects its leader.
+async fn start_keeper(urls: &str, config: KeeperConfig) -> Keeper {
+    let since = Instant::now();
+    loop {
+        let engine = Engine::connect(urls).await.unwrap();
+        match Keeper::start(&engine, config.clone()).await {
+            Ok(k) => return k,
+            Err(e) => {
+                assert!(since.elapsed() < Duration::from_secs(30), "JetStream never became ready: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// Waits until `cond` holds on the keepers' published shards.
+async fn until(what: &str, keepers: &[&Keeper], cond: impl Fn(&[Owned]) -> bool) -> Duration {
+    let since = Instant::now();
+    loop {
+        let owned: Vec<Owned> = keepers.iter().map(|k| k.owned().borrow().clone()).collect();
+        if cond(&owned) {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(20), "{what}: never happened; owned: {owned:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn names(n: &[&str]) -> Vec<String> {
+    n.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_share_the_shards_a_killed_one_is_taken_over_and_a_stopped_one_hands_off() {
+    let cluster = NatsCluster::start();
+    let urls = cluster.urls();
+    let a = start_keeper(&urls, keeper_config("node-a")).await;
+    let b = start_keeper(&urls, keeper_config("node-b")).await;
+    let c = start_keeper(&urls, keeper_config("node-c")).await;
+    let all = names(&["node-a", "node-b", "node-c"]);
+    let expected = |node: &str, live: &[String]| -> Vec<u32> { placement::shards_of(node, live, 16) };
+    let shards = |o: &Owned| o.keys().copied().collect::<Vec<u32>>();
+
+    // Every shard has exactly the owner rendezvous hashing gives it.
+    until("the shards spread", &[&a, &b, &c], |o| {
+        shards(&o[0]) == expected("node-a", &all) && shards(&o[1]) == expected("node-b", &all) && shards(&o[2]) == expected("node-c", &all)
+    })
+    .await;
+    let engine = Engine::connect(&urls).await.unwrap();
+    let leases = Leases::open(&engine, Duration::from_secs(2), 3).await.unwrap();
+    for s in 0..16 {
+        let (holder, _) = leases.holder(s).await.unwrap().unwrap();
+        assert_eq!(Some(holder.as_str()), placement::owner_of(s, &all), "shard {s}");
+    }
+    let before: Owned = a.owned().borrow().clone();
+
+    // node-a is killed: it gives nothing up; b and c own its shards once its lease and its
+    // heartbeat expire, each at a higher epoch.
+    a.abort();
+    let bc = names(&["node-b", "node-c"]);
+    let took = until("node-a's shards taken over", &[&b, &c], |o| {
+        shards(&o[0]) == expected("node-b", &bc) && shards(&o[1]) == expected("node-c", &bc)
+    })
+    .await;
+    eprintln!("node-a's {} shards owned again {took:?} after its kill (TTL 2 s)", before.len());
+    for (shard, old_epoch) in &before {
+        let now = b.owned().borrow().get(shard).copied().or_else(|| c.owned().borrow().get(shard).copied()).unwrap();
+        assert!(now > *old_epoch, "shard {shard}: epoch {now} after {old_epoch}");
+    }
+
+    // node-c stops cleanly: its leases are free at once (no wait for the TTL), and b takes them.
+    let c_shards = shards(&c.owned().borrow());
+    c.stop().await;
+    for s in &c_shards {
+        assert_eq!(leases.holder(*s).await.unwrap(), None, "shard {s} was handed off");
+    }
+    until("node-c's shards taken over", &[&b], |o| o[0].len() == 16).await;
+    b.stop().await;
+    for s in 0..16 {
+        assert_eq!(leases.holder(s).await.unwrap(), None);
+    }
+    assert!(Nodes::open(&engine, Duration::from_secs(2), 3).await.unwrap().live().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_cannot_renew_stops_working_on_its_shards_before_they_can_pass() {
+    let server = NatsServer::start(Server::Current);
+    let k = start_keeper(server.url(), KeeperConfig { replicas: 1, ..keeper_config("node-a") }).await;
+    until("the shards taken", &[&k], |o| o[0].len() == 16).await;
+    // The engine goes away: no renewal can succeed any more.
+    drop(server);
+    let fenced = until("the shards dropped", &[&k], |o| o[0].is_empty()).await;
+    // Dropped after the fence (1.5 s since the last renewal) and before the TTL (2 s) could let
+    // another node take them; the bound allows one round (250 ms) and a renewal's own timeout.
+    assert!(fenced < Duration::from_secs(2), "fenced after {fenced:?}");
+    k.abort();
 }

@@ -45,9 +45,9 @@ pub struct Leases {
 
 impl Leases {
     /// Opens (creating it when missing) the bucket whose leases expire `ttl` after their last
-    /// renewal; every node must give the same `ttl`.
-    pub async fn open(engine: &Engine, ttl: Duration) -> Result<Leases, crate::EngineError> {
-        let kv = open_bucket(engine, BUCKET, ttl).await?;
+    /// renewal, kept on `replicas` servers; every node must give the same `ttl` and `replicas`.
+    pub async fn open(engine: &Engine, ttl: Duration, replicas: usize) -> Result<Leases, crate::EngineError> {
+        let kv = open_bucket(engine, BUCKET, ttl, replicas).await?;
         Ok(Leases { kv, ttl, urls: engine.urls().to_string() })
     }
 

@@ -10,10 +10,12 @@
 //! leases it is given.
 
 pub mod engine;
+pub mod keeper;
 pub mod lease;
 pub mod nodes;
 pub mod placement;
 
 pub use engine::{Engine, EngineError, ServerReport, Version, MIN_SERVER};
+pub use keeper::{Keeper, KeeperConfig, Owned};
 pub use lease::{Lease, LeaseError, Leases};
 pub use nodes::Nodes;

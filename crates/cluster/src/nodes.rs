@@ -23,10 +23,10 @@ pub struct Nodes {
 
 impl Nodes {
     /// Opens (creating it when missing) the bucket whose entries live `ttl` after their last
-    /// heartbeat. Every node of a cluster must give the same `ttl`: the engine refuses a second
-    /// configuration of one bucket.
-    pub async fn open(engine: &Engine, ttl: Duration) -> Result<Nodes, EngineError> {
-        let kv = open_bucket(engine, BUCKET, ttl).await?;
+    /// heartbeat, kept on `replicas` servers. Every node of a cluster must give the same `ttl`
+    /// and `replicas`: the engine refuses a second configuration of one bucket.
+    pub async fn open(engine: &Engine, ttl: Duration, replicas: usize) -> Result<Nodes, EngineError> {
+        let kv = open_bucket(engine, BUCKET, ttl, replicas).await?;
         Ok(Nodes { kv, ttl, urls: engine.urls().to_string() })
     }
 
@@ -70,10 +70,17 @@ fn key(node: &str) -> String {
     format!("node.{node}")
 }
 
-/// Opens bucket `name` whose entries expire `ttl` after their last write, leaving a delete
-/// marker (for one `ttl`) so a watcher sees the expiry.
-pub(crate) async fn open_bucket(engine: &Engine, name: &str, ttl: Duration) -> Result<kv::Store, EngineError> {
-    let config = kv::Config { bucket: name.to_string(), history: 1, max_age: ttl, limit_markers: Some(ttl), ..Default::default() };
+/// Opens bucket `name` on `replicas` servers, whose entries expire `ttl` after their last write,
+/// leaving a delete marker (for one `ttl`) so a watcher sees the expiry.
+pub(crate) async fn open_bucket(engine: &Engine, name: &str, ttl: Duration, replicas: usize) -> Result<kv::Store, EngineError> {
+    let config = kv::Config {
+        bucket: name.to_string(),
+        history: 1,
+        max_age: ttl,
+        limit_markers: Some(ttl),
+        num_replicas: replicas,
+        ..Default::default()
+    };
     engine.jetstream().create_key_value(config).await.map_err(|e| EngineError::JetStream {
         url: engine.urls().to_string(),
         what: format!("opening the bucket {name} (entries living {} ms)", ttl.as_millis()),

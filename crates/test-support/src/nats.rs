@@ -1,6 +1,6 @@
-//! A real `nats-server` with JetStream for the cluster tests: on 127.0.0.1 at a port it picks
-//! (`-p -1`, read back from its ports file), its store in a temporary folder, killed by pid when
-//! dropped. The binary is `CICY_NATS_SERVER` (`CICY_NATS_SERVER_OLD` for the too-old one), else
+//! Real `nats-server`s with JetStream for the cluster tests: one, or three routed into one
+//! JetStream cluster (for R3), each on 127.0.0.1 at a client port it picks (`-p -1`, read back
+//! from its ports file), its store in a temporary folder, killed by pid when dropped. The binary is `CICY_NATS_SERVER` (`CICY_NATS_SERVER_OLD` for the too-old one), else
 //! what `scripts/nats-server.sh` installs and prints.
 
 use std::path::{Path, PathBuf};
@@ -26,11 +26,16 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts `which` and waits until it listens.
     pub fn start(which: Server) -> NatsServer {
-        let bin = binary(which);
+        Self::spawn(&binary(which), &[])
+    }
+
+    fn spawn(bin: &Path, extra: &[String]) -> NatsServer {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
-        let child = Command::new(&bin)
-            .args(["-js", "-a", "127.0.0.1", "-p", "-1", "-sd"])
+        let child = Command::new(bin)
+            .args(["-js", "-a", "127.0.0.1", "-p", "-1"])
+            .args(extra)
+            .arg("-sd")
             .arg(&store)
             .arg("--ports_file_dir")
             .arg(dir.path())
@@ -47,6 +52,51 @@ impl NatsServer {
     /// `nats://127.0.0.1:PORT`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The server's pid (to kill it as a test's failure).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Three servers routed into one JetStream cluster named `cicy` (servers `s1`..`s3`).
+pub struct NatsCluster {
+    pub servers: Vec<NatsServer>,
+}
+
+impl NatsCluster {
+    /// Starts the three servers; JetStream elects its meta leader shortly after (a caller
+    /// retries its first bucket or stream until then).
+    pub fn start() -> NatsCluster {
+        let bin = binary(Server::Current);
+        // The route ports must be known before any server starts (each lists all three); a
+        // port freed here could be taken before its server binds it, which fails the start.
+        let routes: Vec<u16> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let route_list = routes.iter().map(|p| format!("nats://127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let servers = routes
+            .iter()
+            .enumerate()
+            .map(|(i, port)| {
+                let extra = [
+                    "-n".to_string(),
+                    format!("s{}", i + 1),
+                    "--cluster_name".into(),
+                    "cicy".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{port}"),
+                    "--routes".into(),
+                    route_list.clone(),
+                ];
+                NatsServer::spawn(&bin, &extra)
+            })
+            .collect();
+        NatsCluster { servers }
+    }
+
+    /// Every server's client URL, comma-separated (as `--cluster` takes them).
+    pub fn urls(&self) -> String {
+        self.servers.iter().map(|s| s.url.as_str()).collect::<Vec<_>>().join(",")
     }
 }
 
