@@ -110,13 +110,49 @@ struct State {
 async fn run(mut state: State, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(state.config.renew_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A lease or a heartbeat that ends (expired, given up) starts a round at once, so a shard
+    // whose owner died is taken when the engine expires its lease, not up to a round later.
+    let mut endings = match (state.nodes.watch().await, state.leases.watch().await) {
+        (Ok(nodes), Ok(leases)) => Some(futures_util::stream::select(nodes, leases)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(node = %state.config.node, error = %e, "cannot watch the buckets; shards move at the rounds only");
+            None
+        }
+    };
     loop {
         tokio::select! {
             _ = tick.tick() => state.round().await,
+            ended = next_ending(&mut endings) => {
+                if ended {
+                    state.round().await;
+                    tick.reset();
+                }
+            }
             _ = stop.changed() => break,
         }
     }
     state.give_up().await;
+}
+
+/// The next change of the watched buckets: `true` for an ending (a delete or purge marker),
+/// `false` for a write. Pending forever without a watch; a watch that fails or ends is dropped.
+async fn next_ending<S>(endings: &mut Option<S>) -> bool
+where
+    S: futures_util::Stream<Item = Result<async_nats::jetstream::kv::Entry, async_nats::jetstream::kv::WatcherError>> + Unpin,
+{
+    let Some(stream) = endings else { return std::future::pending().await };
+    match futures_util::StreamExt::next(stream).await {
+        Some(Ok(entry)) => entry.operation != async_nats::jetstream::kv::Operation::Put,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "watching the buckets failed; shards move at the rounds only");
+            *endings = None;
+            false
+        }
+        None => {
+            *endings = None;
+            false
+        }
+    }
 }
 
 impl State {

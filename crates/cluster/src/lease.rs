@@ -102,6 +102,15 @@ impl Leases {
         Ok(entry.filter(|e| e.operation == kv::Operation::Put).map(|e| (String::from_utf8_lossy(&e.value).into_owned(), e.revision)))
     }
 
+    /// Every change of the bucket from now on (an expired lease comes as a delete marker).
+    pub(crate) async fn watch(&self) -> Result<kv::Watch, crate::EngineError> {
+        self.kv.watch_all().await.map_err(|e| crate::EngineError::JetStream {
+            url: self.urls.clone(),
+            what: "watching the leases".into(),
+            reason: e.to_string(),
+        })
+    }
+
     fn error(&self, what: &'static str, shard: u32, e: &dyn std::fmt::Display) -> LeaseError {
         LeaseError::Engine { url: self.urls.clone(), what, shard, reason: e.to_string() }
     }

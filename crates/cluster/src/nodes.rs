@@ -61,6 +61,11 @@ impl Nodes {
         Ok(names)
     }
 
+    /// Every change of the bucket from now on (a node's expiry comes as a delete marker).
+    pub(crate) async fn watch(&self) -> Result<kv::Watch, EngineError> {
+        self.kv.watch_all().await.map_err(|e| self.error("watching the nodes", &e))
+    }
+
     fn error(&self, what: &str, e: &dyn std::fmt::Display) -> EngineError {
         EngineError::JetStream { url: self.urls.clone(), what: what.to_string(), reason: e.to_string() }
     }
