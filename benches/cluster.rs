@@ -3,7 +3,10 @@
 //! - lease renewals: the wall of one renewal (an update at the held revision, replicated to
 //!   three servers), median and p99 over many, one after another;
 //! - failover with the real defaults (64 shards, 10 s TTL, rounds every 3 s, three keepers):
-//!   from killing one keeper to the two others owning all 64 shards (target ≤ TTL + 2 s).
+//!   from killing one keeper to the two others owning all 64 shards (target ≤ TTL + 2 s);
+//! - durable events/s: event-sized messages (300 bytes) published to an R3 file stream of
+//!   per-agent subjects, one and 256 unacknowledged at a time, on servers with the default fsync
+//!   interval and then on servers with `sync_interval: always` (the documented setting).
 //!
 //! Run: `cargo bench --bench cluster` (`CICY_BENCH_FAILOVERS=N` runs, default 3). Figures go to
 //! stdout; docs/benchmarks.md quotes them.
@@ -91,6 +94,43 @@ async fn failover(urls: &str) -> Duration {
     took
 }
 
+/// Events per second acknowledged by an R3 file stream on `urls`, with `window` publishes
+/// awaiting their acknowledgement at a time (1: each waits for the one before).
+async fn events_per_second(urls: &str, window: usize) -> f64 {
+    let events: usize = if window == 1 { 2_000 } else { 20_000 };
+    let since = Instant::now();
+    let js = engine(urls).await.jetstream().clone();
+    let config = async_nats::jetstream::stream::Config {
+        name: "CICY_EV_BENCH".into(),
+        subjects: vec!["cicy.ev.>".into()],
+        num_replicas: 3,
+        ..Default::default()
+    };
+    loop {
+        match js.get_or_create_stream(config.clone()).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(since.elapsed() < Duration::from_secs(60), "JetStream never became ready: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    let payload = bytes::Bytes::from(vec![b'x'; 300]);
+    let start = Instant::now();
+    let mut acks = std::collections::VecDeque::with_capacity(window);
+    for i in 0..events {
+        let ack = js.publish(format!("cicy.ev.w-{}", i % 100), payload.clone()).await.unwrap();
+        acks.push_back(ack);
+        if acks.len() == window {
+            acks.pop_front().unwrap().await.unwrap();
+        }
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+    events as f64 / start.elapsed().as_secs_f64()
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         println!("cluster: bench");
@@ -113,5 +153,16 @@ fn main() {
         }
         walls.sort();
         println!("failover over {runs} runs: {:.2}–{:.2} s (target ≤ 12 s)", walls[0].as_secs_f64(), walls[walls.len() - 1].as_secs_f64());
+        for window in [1, 256] {
+            println!("durable events, R3, default fsync interval, {window} in flight: {:.0}/s", events_per_second(&urls, window).await);
+        }
+        drop(cluster);
+        let durable = NatsCluster::durable();
+        for window in [1, 256] {
+            println!(
+                "durable events, R3, sync_interval: always, {window} in flight: {:.0}/s",
+                events_per_second(&durable.urls(), window).await
+            );
+        }
     });
 }

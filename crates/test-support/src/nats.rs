@@ -26,13 +26,20 @@ pub struct NatsServer {
 impl NatsServer {
     /// Starts `which` and waits until it listens.
     pub fn start(which: Server) -> NatsServer {
-        Self::spawn(&binary(which), &[])
+        Self::spawn(&binary(which), &[], None)
     }
 
-    fn spawn(bin: &Path, extra: &[String]) -> NatsServer {
+    /// Starts `bin` with `extra` flags and, when given, a config file of `config`'s text.
+    fn spawn(bin: &Path, extra: &[String], config: Option<String>) -> NatsServer {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("store");
-        let child = Command::new(bin)
+        let mut command = Command::new(bin);
+        if let Some(text) = config {
+            let file = dir.path().join("nats.conf");
+            std::fs::write(&file, text).unwrap();
+            command.arg("-c").arg(file);
+        }
+        let child = command
             .args(["-js", "-a", "127.0.0.1", "-p", "-1"])
             .args(extra)
             .arg("-sd")
@@ -69,6 +76,16 @@ impl NatsCluster {
     /// Starts the three servers; JetStream elects its meta leader shortly after (a caller
     /// retries its first bucket or stream until then).
     pub fn start() -> NatsCluster {
+        Self::start_with(false)
+    }
+
+    /// [`NatsCluster::start`] with the documented durable setting, `sync_interval: always`
+    /// (every acknowledged write fsynced), given in a config file as a real deployment does.
+    pub fn durable() -> NatsCluster {
+        Self::start_with(true)
+    }
+
+    fn start_with(sync_always: bool) -> NatsCluster {
         let bin = binary(Server::Current);
         // The route ports must be known before any server starts (each lists all three); a
         // port freed here could be taken before its server binds it, which fails the start.
@@ -88,7 +105,10 @@ impl NatsCluster {
                     "--routes".into(),
                     route_list.clone(),
                 ];
-                NatsServer::spawn(&bin, &extra)
+                // The command line names the store (-sd) and the rest; the file adds what only a
+                // config file can say.
+                let config = sync_always.then(|| "jetstream { sync_interval: always }\n".to_string());
+                NatsServer::spawn(&bin, &extra, config)
             })
             .collect();
         NatsCluster { servers }
