@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use cicy_cluster::placement;
-use cicy_cluster::{Engine, Keeper, KeeperConfig, LeaseError, Leases, Nodes, Owned};
+use cicy_cluster::{Engine, Keeper, KeeperConfig, LeaseError, Leases, Nodes, Owned, Wakes};
 use cicy_test_support::cli;
 use cicy_test_support::nats::{NatsCluster, NatsServer, Server};
 
@@ -241,4 +241,109 @@ async fn a_node_that_cannot_renew_stops_working_on_its_shards_before_they_can_pa
     // another node take them; the bound allows one round (250 ms) and a renewal's own timeout.
     assert!(fenced < Duration::from_secs(2), "fenced after {fenced:?}");
     k.abort();
+}
+
+/// A time `secs` from now as the engine's schedules take it (RFC 3339, UTC, whole seconds).
+fn in_secs(secs: i64) -> String {
+    let at = time::OffsetDateTime::now_utc() + time::Duration::seconds(secs);
+    at.replace_nanosecond(0).unwrap().format(&time::format_description::well_known::Rfc3339).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_todo_wake_fires_once_at_its_time_a_cancelled_one_never_and_a_rescheduled_one_at_the_new_time() {
+    let server = NatsServer::start(Server::Current);
+    let engine = Engine::connect(server.url()).await.unwrap();
+    let wakes = Wakes::open(&engine, 1).await.unwrap();
+    let scheduled = Instant::now();
+    wakes.schedule("w-1", 1, &in_secs(2)).await.unwrap();
+    wakes.schedule("w-1", 2, &in_secs(2)).await.unwrap();
+    wakes.cancel("w-1", 2).await.unwrap();
+    // Scheduled far off, then again sooner: the second schedule replaces the first.
+    wakes.schedule("w-2", 7, &in_secs(3600)).await.unwrap();
+    wakes.schedule("w-2", 7, &in_secs(3)).await.unwrap();
+
+    let mut fired = Box::pin(wakes.fired("test").await.unwrap());
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let f = tokio::time::timeout(Duration::from_secs(15), futures_util::StreamExt::next(&mut fired))
+            .await
+            .expect("the wakes fired")
+            .unwrap()
+            .unwrap();
+        got.push((f.agent.clone(), f.todo, scheduled.elapsed()));
+        f.ack().await.unwrap();
+    }
+    assert_eq!(got.iter().map(|(a, t, _)| (a.as_str(), *t)).collect::<Vec<_>>(), [("w-1", 1), ("w-2", 7)]);
+    // Not before their (whole-second) times, less one second of rounding.
+    assert!(got[0].2 >= Duration::from_secs(1), "{got:?}");
+    assert!(got[1].2 >= Duration::from_secs(2), "{got:?}");
+    // Nothing more comes: the cancelled one never fires, the fired ones do not fire again.
+    assert!(tokio::time::timeout(Duration::from_secs(3), futures_util::StreamExt::next(&mut fired)).await.is_err());
+    assert_eq!(wakes.fired_count("w-1", 1).await.unwrap(), 1);
+    assert_eq!(wakes.fired_count("w-1", 2).await.unwrap(), 0);
+    assert_eq!(wakes.fired_count("w-2", 7).await.unwrap(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_fires_once_when_its_stream_leader_is_killed_before_it() {
+    let mut cluster = NatsCluster::start();
+    let urls = cluster.urls();
+    let since = Instant::now();
+    let (engine, wakes) = loop {
+        let engine = Engine::connect(&urls).await.unwrap();
+        match Wakes::open(&engine, 3).await {
+            Ok(w) => break (engine, w),
+            Err(e) => {
+                assert!(since.elapsed() < Duration::from_secs(30), "JetStream never became ready: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wakes.schedule("w-1", 1, &in_secs(4)).await.unwrap();
+    // The handler's consumer exists before the failure, as an owner's does.
+    let mut fired = Box::pin(wakes.fired("test").await.unwrap());
+    // kill -9 of the server leading the stream, before the wake is due.
+    let mut stream = engine.jetstream().get_stream(cicy_cluster::wakes::STREAM).await.unwrap();
+    let leader = stream.info().await.unwrap().cluster.as_ref().and_then(|c| c.leader.clone()).expect("the stream has a leader");
+    let index: usize = leader.trim_start_matches('s').parse::<usize>().unwrap() - 1;
+    // Dropping a fixture server kills it with SIGKILL (std's `Child::kill`).
+    drop(cluster.servers.remove(index));
+
+    // The engine fires it once a new leader leads the stream.
+    loop {
+        if let Ok(1) = wakes.fired_count("w-1", 1).await {
+            break;
+        }
+        assert!(since.elapsed() < Duration::from_secs(90), "the wake never fired");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let in_stream = since.elapsed();
+    // While a new leader is elected the consumer reports errors (missed heartbeats, timeouts);
+    // a handler goes on reading.
+    let f = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match futures_util::StreamExt::next(&mut fired).await {
+                Some(Ok(f)) => return f,
+                Some(Err(e)) => eprintln!("while the leader is elected: {e}"),
+                None => panic!("the consumer ended"),
+            }
+        }
+    })
+    .await
+    .expect("the wake fired");
+    assert_eq!((f.agent.as_str(), f.todo), ("w-1", 1));
+    f.ack().await.unwrap();
+    eprintln!(
+        "the wake fired {in_stream:?} and was delivered {:?} after scheduling (due after 4 s; leader {leader} killed)",
+        since.elapsed()
+    );
+    let again = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            if let Some(Ok(f)) = futures_util::StreamExt::next(&mut fired).await {
+                return f;
+            }
+        }
+    });
+    assert!(again.await.is_err(), "it fired twice");
+    assert_eq!(wakes.fired_count("w-1", 1).await.unwrap(), 1);
 }

@@ -60,11 +60,6 @@ impl NatsServer {
     pub fn url(&self) -> &str {
         &self.url
     }
-
-    /// The server's pid (to kill it as a test's failure).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
 }
 
 /// Three servers routed into one JetStream cluster named `cicy` (servers `s1`..`s3`).
@@ -122,7 +117,7 @@ impl NatsCluster {
 
 impl Drop for NatsServer {
     fn drop(&mut self) {
-        // By pid: this fixture's own child only.
+        // SIGKILL by pid, this fixture's own child only: a test drops a server to kill -9 it.
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
