@@ -5,10 +5,10 @@
 //! engine's scheduled messages.
 //!
 //! Owns the JetStream names cicy uses here (the KV buckets `cicy_nodes` and `cicy_leases`, the
-//! streams `CICY_WAKES` and `CICY_PROBE_*`) and what their entries mean. Everything distributed is the
-//! engine's (expiry, compare-and-set by revision); this crate adds no consensus of its own. It
-//! must not know of agents' turns, files or HTTP: serve asks it who owns what and holds the
-//! leases it is given.
+//! streams `CICY_WAKES` and `CICY_PROBE_*`) and what their entries mean. Everything distributed
+//! is the engine's (expiry, compare-and-set by revision, scheduled messages); this crate adds no
+//! consensus of its own. It must not know of agents' turns, files or HTTP: serve asks it who
+//! owns what and holds the leases it is given.
 
 pub mod engine;
 pub mod keeper;

@@ -20,5 +20,5 @@ pub mod proxy;
 pub mod referee;
 pub mod sample;
 pub mod serve;
-pub mod wait;
+pub use cicy_test_wait as wait;
 pub mod wake;

@@ -332,7 +332,7 @@ fn accept<R>(read: io::Result<usize>, pipe: &mut Option<R>, buf: &[u8], out: &mu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cicy_test_support::wait::{appears_within, Fifo};
+    use cicy_test_wait::{appears_within, Fifo};
 
     fn context(workspace: &Path, running_dir: &Path) -> ToolContext {
         ToolContext { running_dir: Some(running_dir.into()), ..ToolContext::for_tests(workspace) }

@@ -148,7 +148,7 @@ fn parse_timeout(value: Option<&Value>) -> Result<u64, String> {
 mod tests {
     use super::super::output::cap_output;
     use super::*;
-    use cicy_test_support::wait::{exited_within, Fifo};
+    use cicy_test_wait::{exited_within, Fifo};
 
     fn context(workspace: &Path) -> ToolContext {
         ToolContext { hidden_env: vec!["CICY_TEST_SECRET".to_string()], ..ToolContext::for_tests(workspace) }

@@ -229,7 +229,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let pid: i32 = std::fs::read_to_string(d.path().join("bg.pid")).unwrap().trim().parse().unwrap();
-        assert!(cicy_test_support::wait::exited_within(pid, Duration::from_secs(10)).await, "the background sleep was not killed");
+        assert!(cicy_test_wait::exited_within(pid, Duration::from_secs(10)).await, "the background sleep was not killed");
     }
 
     #[tokio::test]

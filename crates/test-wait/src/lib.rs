@@ -2,9 +2,13 @@
 //! process's end (a pidfd, [`exited_within`]) and a file's arrival (inotify, [`appears_within`]).
 //! Every wait is bounded, so a test whose event never comes fails instead of hanging; none polls.
 //!
-//! Owns: test fixtures only; nothing here is part of the product. The library's unit tests in
-//! `src/tools` include this file too (`#[path]`), so it uses only the library's dependencies.
-//! Linux only (pidfd_open(2), inotify(7)).
+//! Owns: test fixtures only; nothing here is part of the product. A crate of its own, below
+//! every cicy crate, so the unit tests of `cicy-tools` and `cicy-runtime` take it without
+//! waiting for the whole workspace to build (`cicy-test-support`, which re-exports it as
+//! `wait`, depends on `cicy`). Linux only (pidfd_open(2), inotify(7)).
+
+// Test code: a panic is how a fixture fails its test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::CString;
 use std::io;
