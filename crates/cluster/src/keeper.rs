@@ -5,7 +5,9 @@
 //!
 //! Self-fencing: a lease the keeper could not renew for [`KeeperConfig::fence_after`] (less than
 //! the TTL) is dropped from what the node owns, before the engine can let another node take it,
-//! so the node stops working on the shard while it may still be its owner, never after.
+//! so the node stops working on the shard while it may still be its owner, never after. The
+//! drop runs on its own timer, and a round never runs past the next fence instant, so an engine
+//! that stops answering cannot delay it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -120,7 +122,11 @@ async fn run(mut state: State, mut stop: watch::Receiver<bool>) {
         }
     };
     loop {
+        let fence_at = state.fence_at();
         tokio::select! {
+            // First, so that a round never starts with a lease already overdue.
+            biased;
+            () = sleep_until(fence_at) => state.fence_overdue(),
             _ = tick.tick() => state.round().await,
             ended = next_ending(&mut endings) => {
                 if ended {
@@ -132,6 +138,14 @@ async fn run(mut state: State, mut stop: watch::Receiver<bool>) {
         }
     }
     state.give_up().await;
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The next change of the watched buckets: `true` for an ending (a delete or purge marker),
@@ -156,16 +170,38 @@ where
 }
 
 impl State {
+    /// When the first held lease is due to be fenced.
+    fn fence_at(&self) -> Option<Instant> {
+        self.held.values().map(|h| h.renewed + self.config.fence_after).min()
+    }
+
+    /// Drops the leases not renewed for `fence_after` from what the node owns.
+    fn fence_overdue(&mut self) {
+        let fence_after = self.config.fence_after;
+        let node = &self.config.node;
+        self.held.retain(|shard, h| {
+            let keep = h.renewed.elapsed() < fence_after;
+            if !keep {
+                tracing::warn!(node = %node, shard, "fencing: no renewal in time, the shard is no longer worked on");
+            }
+            keep
+        });
+        self.publish();
+    }
+
+    /// One round, every step bounded by one deadline: a round's length or the next fence
+    /// instant, whichever comes first. A lease left overdue is fenced at its end.
     async fn round(&mut self) {
         let node = self.config.node.clone();
-        let bound = self.config.renew_every;
-        match tokio::time::timeout(bound, self.nodes.heartbeat(&node, &self.config.about)).await {
+        let round_end = Instant::now() + self.config.renew_every;
+        let deadline = self.fence_at().map_or(round_end, |f| f.min(round_end));
+        match tokio::time::timeout_at(deadline, self.nodes.heartbeat(&node, &self.config.about)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(node = %node, error = %e, "cannot send the heartbeat"),
             Err(_) => tracing::warn!(node = %node, "the heartbeat timed out"),
         }
         // Without the list of live nodes, keep what is held (renewals still fence) and take nothing.
-        let wanted: Option<Vec<u32>> = match tokio::time::timeout(bound, self.nodes.live()).await {
+        let wanted: Option<Vec<u32>> = match tokio::time::timeout_at(deadline, self.nodes.live()).await {
             Ok(Ok(mut live)) => {
                 if !live.contains(&node) {
                     live.push(node.clone());
@@ -181,10 +217,10 @@ impl State {
                 None
             }
         };
-        self.renew_or_hand_off(wanted.as_deref()).await;
+        self.renew_or_hand_off(wanted.as_deref(), deadline).await;
         if let Some(wanted) = &wanted {
             for shard in wanted.iter().copied().filter(|s| !self.held.contains_key(s)).collect::<Vec<_>>() {
-                match tokio::time::timeout(bound, self.leases.acquire(shard, &node)).await {
+                match tokio::time::timeout_at(deadline, self.leases.acquire(shard, &node)).await {
                     Ok(Ok(lease)) => {
                         tracing::info!(node = %node, shard, epoch = lease.revision, "took a shard");
                         self.held.insert(shard, Held { lease, renewed: Instant::now() });
@@ -192,7 +228,7 @@ impl State {
                     // A take of ours that timed out after the engine made it (or this node's
                     // previous run): the lease is this node's, at its current revision.
                     Ok(Err(LeaseError::Held { holder, .. })) if holder == node => {
-                        if let Ok(Ok(Some((_, revision)))) = tokio::time::timeout(bound, self.leases.holder(shard)).await {
+                        if let Ok(Ok(Some((_, revision)))) = tokio::time::timeout_at(deadline, self.leases.holder(shard)).await {
                             let lease = Lease { shard, node: node.clone(), revision };
                             self.held.insert(shard, Held { lease, renewed: Instant::now() });
                         }
@@ -204,25 +240,23 @@ impl State {
                 }
             }
         }
-        self.publish();
+        self.fence_overdue();
     }
 
     /// Renews each held lease that is still wanted (all when `wanted` is unknown) and gives up
-    /// the others; drops a lease that is lost or not renewed for `fence_after`. The renewals run
-    /// at once, each bounded by `renew_every`, so an engine that stops answering cannot hold a
-    /// round past the fence.
-    async fn renew_or_hand_off(&mut self, wanted: Option<&[u32]>) {
+    /// the others; drops a lease that is lost. The renewals run at once, each bounded by
+    /// `deadline`; a lease whose renewal failed stays held until it is fenced.
+    async fn renew_or_hand_off(&mut self, wanted: Option<&[u32]>, deadline: Instant) {
         let node = self.config.node.clone();
         let (keep, hand_off): (Vec<Held>, Vec<Held>) =
             std::mem::take(&mut self.held).into_values().partition(|h| wanted.is_none_or(|w| w.contains(&h.lease.shard)));
-        let bound = self.config.renew_every;
         let leases = &self.leases;
         let handed = futures_util::future::join_all(hand_off.into_iter().map(|h| async move {
             let shard = h.lease.shard;
-            (shard, tokio::time::timeout(bound, leases.release(h.lease)).await)
+            (shard, tokio::time::timeout_at(deadline, leases.release(h.lease)).await)
         }));
         let renewed = futures_util::future::join_all(keep.into_iter().map(|mut h| async move {
-            let r = tokio::time::timeout(bound, leases.renew(&mut h.lease)).await;
+            let r = tokio::time::timeout_at(deadline, leases.renew(&mut h.lease)).await;
             (h, r)
         }));
         let (handed, renewed) = tokio::join!(handed, renewed);
@@ -241,9 +275,6 @@ impl State {
                     self.held.insert(shard, held);
                 }
                 Ok(Err(LeaseError::Lost { .. })) => tracing::warn!(node = %node, shard, "lost a shard's lease"),
-                _ if held.renewed.elapsed() >= self.config.fence_after => {
-                    tracing::warn!(node = %node, shard, "fencing: no renewal in time, the shard is no longer worked on");
-                }
                 Ok(Err(e)) => {
                     tracing::warn!(node = %node, shard, error = %e, "cannot renew a lease; trying again next round");
                     self.held.insert(shard, held);
