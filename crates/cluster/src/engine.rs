@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream::{self, kv, stream};
 
 /// Cluster mode needs 2.14: scheduled messages with cron and time zones (`@at` came in 2.12).
 pub const MIN_SERVER: Version = Version { major: 2, minor: 14, patch: 0 };
@@ -62,6 +62,13 @@ pub enum EngineError {
     JetStream { url: String, what: String, reason: String },
 }
 
+impl EngineError {
+    /// A JetStream call to the servers `url` that failed while doing `what`.
+    pub(crate) fn jetstream(url: &str, what: impl Into<String>, reason: impl fmt::Display) -> EngineError {
+        EngineError::JetStream { url: url.to_string(), what: what.into(), reason: reason.to_string() }
+    }
+}
+
 /// The servers of a `--cluster` list (`nats://HOST:PORT`, separated by commas).
 pub fn split_urls(urls: &str) -> Result<Vec<String>, EngineError> {
     let list: Vec<String> = urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(str::to_string).collect();
@@ -80,15 +87,14 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// What [`Engine::check`] found.
+/// What [`Engine::check`] found on a server that passed (so it has JetStream and keeps message
+/// schedules).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerReport {
     /// The server the connection reached.
     pub url: String,
     pub server_name: String,
     pub version: Version,
-    /// A probe stream kept `allow_msg_schedules` (scheduled messages fire on this server).
-    pub schedules: bool,
 }
 
 /// A connection to a cluster's NATS servers with its JetStream context.
@@ -131,6 +137,22 @@ impl Engine {
         &self.jetstream
     }
 
+    /// Opens bucket `name` on `replicas` servers, whose entries expire `ttl` after their last
+    /// write, leaving a delete marker (for one `ttl`) so a watcher sees the expiry.
+    pub(crate) async fn bucket(&self, name: &str, ttl: Duration, replicas: usize) -> Result<kv::Store, EngineError> {
+        let config = kv::Config {
+            bucket: name.to_string(),
+            history: 1,
+            max_age: ttl,
+            limit_markers: Some(ttl),
+            num_replicas: replicas,
+            ..Default::default()
+        };
+        self.jetstream.create_key_value(config).await.map_err(|e| {
+            EngineError::jetstream(&self.urls, format!("opening the bucket {name} (entries living {} ms)", ttl.as_millis()), e)
+        })
+    }
+
     /// The URL of the server the connection is on now.
     fn server_url(&self) -> String {
         let info = self.client.server_info();
@@ -147,11 +169,10 @@ impl Engine {
             .filter(|v| *v >= MIN_SERVER)
             .ok_or_else(|| EngineError::TooOld { url: url.clone(), found: info.version.clone() })?;
         self.jetstream.query_account().await.map_err(|e| EngineError::NoJetStream { url: url.clone(), reason: e.to_string() })?;
-        let schedules = self.probe_schedules(&url).await?;
-        if !schedules {
+        if !self.probe_schedules(&url).await? {
             return Err(EngineError::NoSchedules { url });
         }
-        Ok(ServerReport { url, server_name: info.server_name.clone(), version, schedules })
+        Ok(ServerReport { url, server_name: info.server_name.clone(), version })
     }
 
     /// Creates a probe stream asking for message schedules and reads back whether the server
@@ -168,11 +189,7 @@ impl Engine {
             allow_message_schedules: true,
             ..Default::default()
         };
-        let js_err = |what: &str, e: &dyn fmt::Display| EngineError::JetStream {
-            url: url.to_string(),
-            what: what.to_string(),
-            reason: e.to_string(),
-        };
+        let js_err = |what: &str, e: &dyn fmt::Display| EngineError::jetstream(url, what, e);
         let mut created = self.jetstream.create_stream(config).await.map_err(|e| js_err("creating the probe stream", &e))?;
         let kept = created.info().await.map(|i| i.config.allow_message_schedules).map_err(|e| js_err("reading the probe stream", &e));
         let deleted = self.jetstream.delete_stream(&name).await.map_err(|e| js_err("deleting the probe stream", &e));

@@ -11,7 +11,6 @@ use async_nats::jetstream::kv;
 use bytes::Bytes;
 
 use crate::engine::Engine;
-use crate::nodes::open_bucket;
 
 /// The bucket of the shard leases.
 pub const BUCKET: &str = "cicy_leases";
@@ -47,7 +46,7 @@ impl Leases {
     /// Opens (creating it when missing) the bucket whose leases expire `ttl` after their last
     /// renewal, kept on `replicas` servers; every node must give the same `ttl` and `replicas`.
     pub async fn open(engine: &Engine, ttl: Duration, replicas: usize) -> Result<Leases, crate::EngineError> {
-        let kv = open_bucket(engine, BUCKET, ttl, replicas).await?;
+        let kv = engine.bucket(BUCKET, ttl, replicas).await?;
         Ok(Leases { kv, ttl, urls: engine.urls().to_string() })
     }
 
@@ -104,11 +103,7 @@ impl Leases {
 
     /// Every change of the bucket from now on (an expired lease comes as a delete marker).
     pub(crate) async fn watch(&self) -> Result<kv::Watch, crate::EngineError> {
-        self.kv.watch_all().await.map_err(|e| crate::EngineError::JetStream {
-            url: self.urls.clone(),
-            what: "watching the leases".into(),
-            reason: e.to_string(),
-        })
+        self.kv.watch_all().await.map_err(|e| crate::EngineError::jetstream(&self.urls, "watching the leases", e))
     }
 
     fn error(&self, what: &'static str, shard: u32, e: &dyn std::fmt::Display) -> LeaseError {

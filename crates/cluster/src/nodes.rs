@@ -26,7 +26,7 @@ impl Nodes {
     /// heartbeat, kept on `replicas` servers. Every node of a cluster must give the same `ttl`
     /// and `replicas`: the engine refuses a second configuration of one bucket.
     pub async fn open(engine: &Engine, ttl: Duration, replicas: usize) -> Result<Nodes, EngineError> {
-        let kv = open_bucket(engine, BUCKET, ttl, replicas).await?;
+        let kv = engine.bucket(BUCKET, ttl, replicas).await?;
         Ok(Nodes { kv, ttl, urls: engine.urls().to_string() })
     }
 
@@ -38,22 +38,25 @@ impl Nodes {
     /// Says `node` is alive now, with `about` (what the node says of itself, e.g. its HTTP
     /// address) as the entry's value.
     pub async fn heartbeat(&self, node: &str, about: &str) -> Result<(), EngineError> {
-        self.kv.put(key(node), Bytes::copy_from_slice(about.as_bytes())).await.map_err(|e| self.error("a heartbeat", &e))?;
+        self.kv
+            .put(key(node), Bytes::copy_from_slice(about.as_bytes()))
+            .await
+            .map_err(|e| EngineError::jetstream(&self.urls, "a heartbeat", e))?;
         Ok(())
     }
 
     /// Says `node` has left: it is no longer live, without waiting for its entry to expire.
     pub async fn leave(&self, node: &str) -> Result<(), EngineError> {
-        self.kv.delete(key(node)).await.map_err(|e| self.error("leaving", &e))
+        self.kv.delete(key(node)).await.map_err(|e| EngineError::jetstream(&self.urls, "leaving", e))
     }
 
     /// The live nodes, by name, sorted.
     pub async fn live(&self) -> Result<Vec<String>, EngineError> {
-        let keys = self.kv.keys().await.map_err(|e| self.error("listing the nodes", &e))?;
+        let keys = self.kv.keys().await.map_err(|e| EngineError::jetstream(&self.urls, "listing the nodes", e))?;
         let mut names: Vec<String> = keys
             .try_collect::<Vec<String>>()
             .await
-            .map_err(|e| self.error("listing the nodes", &e))?
+            .map_err(|e| EngineError::jetstream(&self.urls, "listing the nodes", e))?
             .into_iter()
             .filter_map(|k| k.strip_prefix("node.").map(str::to_string))
             .collect();
@@ -63,32 +66,10 @@ impl Nodes {
 
     /// Every change of the bucket from now on (a node's expiry comes as a delete marker).
     pub(crate) async fn watch(&self) -> Result<kv::Watch, EngineError> {
-        self.kv.watch_all().await.map_err(|e| self.error("watching the nodes", &e))
-    }
-
-    fn error(&self, what: &str, e: &dyn std::fmt::Display) -> EngineError {
-        EngineError::JetStream { url: self.urls.clone(), what: what.to_string(), reason: e.to_string() }
+        self.kv.watch_all().await.map_err(|e| EngineError::jetstream(&self.urls, "watching the nodes", e))
     }
 }
 
 fn key(node: &str) -> String {
     format!("node.{node}")
-}
-
-/// Opens bucket `name` on `replicas` servers, whose entries expire `ttl` after their last write,
-/// leaving a delete marker (for one `ttl`) so a watcher sees the expiry.
-pub(crate) async fn open_bucket(engine: &Engine, name: &str, ttl: Duration, replicas: usize) -> Result<kv::Store, EngineError> {
-    let config = kv::Config {
-        bucket: name.to_string(),
-        history: 1,
-        max_age: ttl,
-        limit_markers: Some(ttl),
-        num_replicas: replicas,
-        ..Default::default()
-    };
-    engine.jetstream().create_key_value(config).await.map_err(|e| EngineError::JetStream {
-        url: engine.urls().to_string(),
-        what: format!("opening the bucket {name} (entries living {} ms)", ttl.as_millis()),
-        reason: e.to_string(),
-    })
 }

@@ -36,11 +36,7 @@ impl std::fmt::Debug for Fired {
 impl Fired {
     /// Says the wake is handled; it is not delivered again.
     pub async fn ack(self) -> Result<(), EngineError> {
-        self.message.double_ack().await.map_err(|e| EngineError::JetStream {
-            url: self.url,
-            what: "acknowledging a wake".into(),
-            reason: e.to_string(),
-        })
+        self.message.double_ack().await.map_err(|e| EngineError::jetstream(&self.url, "acknowledging a wake", e))
     }
 }
 
@@ -64,16 +60,12 @@ impl Wakes {
             ..Default::default()
         };
         let urls = engine.urls().to_string();
-        let stream = engine.jetstream().get_or_create_stream(config).await.map_err(|e| EngineError::JetStream {
-            url: urls.clone(),
-            what: format!("opening the stream {STREAM}"),
-            reason: e.to_string(),
-        })?;
+        let stream = engine
+            .jetstream()
+            .get_or_create_stream(config)
+            .await
+            .map_err(|e| EngineError::jetstream(&urls, format!("opening the stream {STREAM}"), e))?;
         Ok(Wakes { jetstream: engine.jetstream().clone(), stream, urls })
-    }
-
-    fn error(&self, what: &str, e: &dyn std::fmt::Display) -> EngineError {
-        EngineError::JetStream { url: self.urls.clone(), what: what.to_string(), reason: e.to_string() }
     }
 
     /// Schedules the wake of `agent`'s todo `todo` at `at` (RFC 3339 in UTC, e.g.
@@ -86,14 +78,18 @@ impl Wakes {
             .jetstream
             .publish_with_headers(format!("cicy.sched.{agent}.{todo}"), headers, bytes::Bytes::new())
             .await
-            .map_err(|e| self.error("scheduling a wake", &e))?;
-        ack.await.map_err(|e| self.error("scheduling a wake", &e))?;
+            .map_err(|e| EngineError::jetstream(&self.urls, "scheduling a wake", e))?;
+        ack.await.map_err(|e| EngineError::jetstream(&self.urls, "scheduling a wake", e))?;
         Ok(())
     }
 
     /// Cancels the wake of `agent`'s todo `todo` (done or removed) if it has not fired.
     pub async fn cancel(&self, agent: &str, todo: u32) -> Result<(), EngineError> {
-        self.stream.purge().filter(format!("cicy.sched.{agent}.{todo}")).await.map_err(|e| self.error("cancelling a wake", &e))?;
+        self.stream
+            .purge()
+            .filter(format!("cicy.sched.{agent}.{todo}"))
+            .await
+            .map_err(|e| EngineError::jetstream(&self.urls, "cancelling a wake", e))?;
         Ok(())
     }
 
@@ -101,10 +97,11 @@ impl Wakes {
     pub async fn fired_count(&self, agent: &str, todo: u32) -> Result<u64, EngineError> {
         let subject = format!("cicy.wake.{agent}.{todo}");
         let stream = self.stream.clone();
-        let mut subjects = stream.info_with_subjects(subject.clone()).await.map_err(|e| self.error("counting fired wakes", &e))?;
+        let mut subjects =
+            stream.info_with_subjects(subject.clone()).await.map_err(|e| EngineError::jetstream(&self.urls, "counting fired wakes", e))?;
         let mut count = 0;
         while let Some(entry) = subjects.next().await {
-            let (s, n) = entry.map_err(|e| self.error("counting fired wakes", &e))?;
+            let (s, n) = entry.map_err(|e| EngineError::jetstream(&self.urls, "counting fired wakes", e))?;
             if s == subject {
                 count += n as u64;
             }
@@ -122,13 +119,18 @@ impl Wakes {
             ack_wait: ACK_WAIT,
             ..Default::default()
         };
-        let consumer = self.stream.get_or_create_consumer(name, config).await.map_err(|e| self.error("opening the wake consumer", &e))?;
-        let messages = consumer.messages().await.map_err(|e| self.error("reading fired wakes", &e))?;
+        let consumer = self
+            .stream
+            .get_or_create_consumer(name, config)
+            .await
+            .map_err(|e| EngineError::jetstream(&self.urls, "opening the wake consumer", e))?;
+        let messages = consumer.messages().await.map_err(|e| EngineError::jetstream(&self.urls, "reading fired wakes", e))?;
         Ok(messages.map(move |m| {
-            let message = m.map_err(|e| self.error("reading a fired wake", &e))?;
+            let message = m.map_err(|e| EngineError::jetstream(&self.urls, "reading a fired wake", e))?;
             let mut parts = message.subject.as_str().splitn(4, '.').skip(2);
             let (agent, todo) = (parts.next().unwrap_or_default().to_string(), parts.next().and_then(|t| t.parse().ok()));
-            let todo = todo.ok_or_else(|| self.error("reading a fired wake", &format!("bad subject {}", message.subject)))?;
+            let todo =
+                todo.ok_or_else(|| EngineError::jetstream(&self.urls, "reading a fired wake", format!("bad subject {}", message.subject)))?;
             Ok(Fired { agent, todo, message, url: self.urls.clone() })
         }))
     }
